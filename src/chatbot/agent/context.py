@@ -1,0 +1,41 @@
+"""Per-run values the graph's nodes read: who is calling, and which run this is.
+
+They reach nodes as LangGraph runtime context on every invocation, never through state,
+so a stale checkpoint can never override the caller of the current run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from chatbot.caller import CallerContext
+
+
+@dataclass(frozen=True, kw_only=True)
+class Context:
+    """The caller and run of one graph invocation."""
+
+    tenant_id: str
+    """Tenant from the service token; first label of every store namespace and the retrieval scope."""
+
+    user_id: str
+    """User from the service token; owner of the long-term memory read and written this run."""
+
+    locale: str = "fa-IR"
+    """BCP 47 locale from the token; `fa*` answers in Persian, anything else in English."""
+
+    run_id: str
+    """The run's UUID, also recorded in checkpoint metadata and on the turn's messages."""
+
+    thread_id: str
+    """The thread (the backend's chat session id) this run belongs to."""
+
+    @property
+    def caller(self) -> CallerContext:
+        """Return the caller as the retrieval and memory layers take it."""
+        return CallerContext(tenant_id=self.tenant_id, user_id=self.user_id, locale=self.locale)
+
+    @property
+    def language(self) -> str:
+        """Return "fa" or "en", the language answers are written in."""
+        return self.caller.language

@@ -1,0 +1,201 @@
+"""The nodes of the conversational graph: load_memory -> retrieve -> generate -> write_memory."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import Any
+
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+from langgraph.config import get_stream_writer
+from langgraph.runtime import Runtime
+
+from chatbot import metrics
+from chatbot.agent.context import Context
+from chatbot.agent.deps import AgentDeps, MemoryJob
+from chatbot.agent.modelcall import ModelReply, ask_model
+from chatbot.agent.prompts import system_prompt
+from chatbot.agent.state import META_KEY, ConversationState, Outcome, now_rfc3339
+from chatbot.agent.summary import fold_summary, messages_to_fold, offline_summary
+from chatbot.agent.tokens import token_counter_for
+from chatbot.agent.window import Window, WindowInputs, build_window
+from chatbot.memory.namespaces import PROFILE_KEY, facts_namespace, profile_namespace
+from chatbot.models.offline import Reply, offline_reply, split_tokens
+
+RECENT_IN_HANDOFF = 10
+
+
+def text_of(message: BaseMessage) -> str:
+    """Return a message's text content (joining text parts of multi-part content)."""
+    content = message.content
+    if isinstance(content, str):
+        return content
+    return "".join(part.get("text", "") if isinstance(part, dict) else str(part) for part in content)
+
+
+class Nodes:
+    """The graph's node functions, bound to their collaborators."""
+
+    def __init__(self, deps: AgentDeps) -> None:
+        self.deps = deps
+        self.counter = token_counter_for(deps.model_name)
+
+    async def load_memory(self, state: ConversationState, runtime: Runtime[Context]) -> dict[str, Any]:
+        """Read the user's profile and facts; start the turn with no chunks and no outcome."""
+        ctx = runtime.context
+        profile: dict[str, Any] = {}
+        facts: list[str] = []
+        if runtime.store is not None:
+            item = await runtime.store.aget(profile_namespace(ctx.tenant_id, ctx.user_id), PROFILE_KEY)
+            profile = dict(item.value) if item else {}
+            # asearch returns 10 items unless told otherwise.
+            found = await runtime.store.asearch(
+                facts_namespace(ctx.tenant_id, ctx.user_id), limit=self.deps.memory_max_facts
+            )
+            facts = [str(it.value.get("text", "")) for it in found if it.value.get("text")]
+        return {"profile": profile, "facts": facts, "retrieved_chunks": [], "outcome": {}}
+
+    async def retrieve(self, state: ConversationState, runtime: Runtime[Context]) -> dict[str, Any]:
+        """Find this turn's knowledge chunks for the user's question."""
+        writer = get_stream_writer()
+        writer({"event": "progress", "data": {"stage": "retrieval", "status": "started"}})
+        question = text_of(state["messages"][-1])
+        chunks = [dict(c) for c in await self.deps.retriever(runtime.context.caller, question)]
+        writer({"event": "progress", "data": {"stage": "retrieval", "chunks": len(chunks)}})
+        return {"retrieved_chunks": chunks}
+
+    async def generate(self, state: ConversationState, runtime: Runtime[Context]) -> dict[str, Any]:
+        """Answer the question from the window, stream it, and decide the turn's status."""
+        ctx = runtime.context
+        messages = state["messages"]
+        question = messages[-1]
+        if not isinstance(question, HumanMessage):
+            raise ValueError("a run must end its input with the user's message")
+        history = messages[:-1]
+        chunks = state.get("retrieved_chunks") or []
+        summary = state.get("summary", "")
+        upto = state.get("summarized_upto", 0)
+        window = self._window(state, history, question, summary, chunks, ctx.language)
+        update: dict[str, Any] = {}
+        if len(messages) // 2 > self.deps.summary_after_turns:
+            start, end = messages_to_fold(len(history), upto, window.first_kept)
+            if end > start:
+                folded = await fold_summary(summary, history[start:end], ctx.language, self.deps.chat_model)
+                metrics.SUMMARY_FOLDS.labels("ok" if folded != summary else "unchanged").inc()
+                if folded != summary:
+                    summary, upto = folded, end
+                    update |= {"summary": summary, "summarized_upto": upto}
+                    window = self._window(state, history, question, summary, chunks, ctx.language)
+        if self.deps.window_observer is not None:
+            self.deps.window_observer(window.messages)
+        streak = state.get("unanswered_streak", 0)
+        if self.deps.chat_model is None:
+            reply = offline_reply(text_of(question), chunks, language=ctx.language, unanswered_streak=streak)
+            await self._stream_offline(reply.content)
+        else:
+            reply = await self._ask_model(window, chunks, ctx.language)
+        answer = AIMessage(
+            content=reply.content,
+            id=str(uuid.uuid4()),
+            additional_kwargs={
+                META_KEY: {
+                    "created_at": now_rfc3339(),
+                    "run_id": ctx.run_id,
+                    "citations": reply.citations,
+                    "status": reply.status,
+                }
+            },
+        )
+        outcome: Outcome = {
+            "status": reply.status,
+            "message_id": str(answer.id),
+            "content": reply.content,
+            "citations": reply.citations,
+            "handoff_context": self._handoff(reply, state, question, summary, ctx.language)
+            if reply.status == "escalate"
+            else None,
+        }
+        return update | {
+            "messages": [answer],
+            "outcome": outcome,
+            "retrieved_chunks": [],  # turn-scoped: chunk text never outlives its turn
+            "unanswered_streak": 0 if reply.status == "answered" else streak + 1,
+        }
+
+    async def write_memory(self, state: ConversationState, runtime: Runtime[Context]) -> dict[str, Any]:
+        """Hand the answered turn to the memory writer, which works after the answer."""
+        ctx = runtime.context
+        question = next(m for m in reversed(state["messages"]) if isinstance(m, HumanMessage))
+        self.deps.memory_sink(
+            MemoryJob(
+                tenant_id=ctx.tenant_id,
+                user_id=ctx.user_id,
+                thread_id=ctx.thread_id,
+                run_id=ctx.run_id,
+                locale=ctx.locale,
+                user_text=text_of(question),
+            )
+        )
+        return {}
+
+    def _window(
+        self,
+        state: ConversationState,
+        history: list[Any],
+        question: HumanMessage,
+        summary: str,
+        chunks: list[dict[str, Any]],
+        language: str,
+    ) -> Window:
+        inputs = WindowInputs(
+            system_prompt=system_prompt(language),
+            profile=state.get("profile") or {},
+            facts=state.get("facts") or [],
+            summary=summary,
+            chunks=chunks,
+            history=history,
+            question=question,
+        )
+        window = build_window(inputs, budget=self.deps.context_tokens, counter=self.counter)
+        if window.chunks_shortened:
+            metrics.WINDOW_SHORTENED.labels("chunks").inc()
+        if window.question_shortened:
+            metrics.WINDOW_SHORTENED.labels("question").inc()
+        return window
+
+    async def _stream_offline(self, content: str) -> None:
+        writer = get_stream_writer()
+        delay = self.deps.offline_token_delay_ms / 1000
+        for piece in split_tokens(content):
+            writer({"event": "token", "data": {"content": piece}})
+            if delay:
+                await asyncio.sleep(delay)
+
+    async def _ask_model(self, window: Window, chunks: list[dict[str, Any]], language: str) -> Reply:
+        assert self.deps.chat_model is not None
+        reply: ModelReply = await ask_model(
+            self.deps.chat_model,
+            window.messages,
+            known_chunk_ids={str(c["chunk_id"]) for c in chunks},
+            language=language,
+            timeout=self.deps.model_timeout_seconds,
+        )
+        writer = get_stream_writer()
+        for piece in split_tokens(reply.content):
+            writer({"event": "token", "data": {"content": piece}})
+        return Reply(reply.status, reply.content, reply.citations, reply.escalation_reason)
+
+    def _handoff(
+        self, reply: Reply, state: ConversationState, question: HumanMessage, summary: str, language: str
+    ) -> dict[str, Any]:
+        transcript = [*state["messages"][:-1], question]
+        recent = [m for m in transcript if isinstance(m, HumanMessage | AIMessage)][-RECENT_IN_HANDOFF:]
+        return {
+            "reason": reply.escalation_reason or "escalated",
+            "conversation_summary": summary or offline_summary("", transcript, language),
+            "user_profile": state.get("profile") or {},
+            "recent_messages": [
+                {"role": "user" if isinstance(m, HumanMessage) else "assistant", "content": text_of(m)}
+                for m in recent
+            ],
+        }

@@ -1,0 +1,360 @@
+"""Build the token-budgeted window of messages the chat model sees on one turn.
+
+Postgres keeps the full transcript; only this window is trimmed (DESIGN.md decision 4).
+LangChain's `trim_messages` is not enough here: it has no tool-pair logic, keeps the
+orphans of an already-broken history, and silently drops the current question when the
+turn alone is over budget. The builder never writes state: it returns copies.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
+
+from chatbot.agent.prompts import SECTION_LABELS, TRUNCATION_MARKERS, language_key
+from chatbot.agent.tokens import TokenCounter
+from chatbot.text import looks_persian
+
+__all__ = ["METADATA_KEY", "Window", "WindowInputs", "build_window", "format_system_prompt", "strip_metadata"]
+
+# Persisted messages carry our bookkeeping under this key; providers must never see it.
+METADATA_KEY = "chatbot"
+# Below this many characters the question loses its meaning; the system text (summary,
+# facts, profile) is cut before the question goes shorter.
+QUESTION_FLOOR_CHARS = 400
+# Chunks cut below a quarter of their text are of little use; drop the lowest instead.
+CHUNK_MIN_FRACTION = 250  # per mille
+_TOOL_BLOCK_TYPES = {"tool_use", "tool_call", "function_call", "server_tool_use"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class WindowInputs:
+    """Everything the window is built from; nothing in it is modified."""
+
+    system_prompt: str
+    profile: Mapping[str, Any]
+    facts: Sequence[str]
+    summary: str
+    chunks: Sequence[Mapping[str, Any]]
+    history: Sequence[BaseMessage]
+    question: HumanMessage
+
+
+@dataclass(frozen=True)
+class Window:
+    """The messages the model sees, their token count and what had to give way."""
+
+    messages: list[BaseMessage]
+    tokens: int
+    first_kept: int
+    chunks_shortened: bool
+    question_shortened: bool
+    system_shortened: bool = False
+
+
+def strip_metadata(message: BaseMessage, **update: Any) -> BaseMessage:
+    """Return a deep copy of `message` without our metadata, with `update` applied."""
+    kwargs = {key: value for key, value in message.additional_kwargs.items() if key != METADATA_KEY}
+    return message.model_copy(update={"additional_kwargs": kwargs, **update}, deep=True)
+
+
+def _cut(text: str, length: int, marker: str) -> str:
+    """Return the first `length` characters of `text`, ended on a word boundary, plus `marker`."""
+    if length >= len(text):
+        return text
+    head = text[:length]
+    space = head.rfind(" ")
+    if space >= max(1, length - 30):  # a nearby word boundary reads better than a split word
+        head = head[:space]
+    return head.rstrip() + marker if head.strip() else marker.strip()
+
+
+def _render_value(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+
+
+def format_system_prompt(
+    system_prompt: str,
+    *,
+    profile: Mapping[str, Any],
+    facts: Sequence[str],
+    summary: str,
+    chunks: Sequence[Mapping[str, Any]],
+    language: str | None = None,
+) -> str:
+    """Compose the system message text: prompt, profile, facts, summary, knowledge chunks.
+
+    `language` picks the section headings; by default they follow the prompt's script.
+    """
+    lang = language_key(language) if language else ("fa" if looks_persian(system_prompt) else "en")
+    labels = SECTION_LABELS[lang]
+    parts = [system_prompt.strip()]
+    profile_lines = [
+        f"- {key}: {_render_value(value)}"
+        for key, value in profile.items()
+        if value not in (None, "", [], {})
+    ]
+    if profile_lines:
+        parts.append(f"## {labels.profile}\n" + "\n".join(profile_lines))
+    fact_lines = [f"- {fact.strip()}" for fact in facts if fact.strip()]
+    if fact_lines:
+        parts.append(f"## {labels.facts}\n" + "\n".join(fact_lines))
+    if summary.strip():
+        parts.append(f"## {labels.summary}\n{summary.strip()}")
+    rendered = []
+    for chunk in chunks:
+        title = str(chunk.get("title") or "").strip()
+        header = f"[chunk:{chunk.get('chunk_id', '?')}]" + (f" {title}" if title else "")
+        rendered.append(f"{header}\n{str(chunk.get('text') or '').strip()}".rstrip())
+    parts.append(f"## {labels.chunks}\n" + ("\n\n".join(rendered) if rendered else labels.no_chunks))
+    return "\n\n".join(parts)
+
+
+@dataclass(frozen=True)
+class _Entry:
+    """A history message that may enter the window, with the tool-call ids it keeps."""
+
+    index: int
+    message: BaseMessage
+    keep_calls: frozenset[str] | None = None  # None: the message is sent as it is
+
+
+def _call_ids(message: AIMessage) -> list[str]:
+    return [str(call["id"]) for call in [*message.tool_calls, *message.invalid_tool_calls] if call.get("id")]
+
+
+def _has_text(message: BaseMessage) -> bool:
+    content = message.content
+    if isinstance(content, str):
+        return bool(content.strip())
+    return any(not (isinstance(b, dict) and b.get("type") in _TOOL_BLOCK_TYPES) for b in content)
+
+
+def _repair(history: Sequence[BaseMessage]) -> list[_Entry]:
+    """Return the history messages a provider accepts, dropping orphans and stray types.
+
+    Providers reject a tool call without its result and a tool result without its call;
+    they also want the results right after the calling message. A run killed mid-way, or
+    an older bug, can leave either kind of orphan in the persisted transcript.
+    """
+    entries: list[_Entry] = []
+    i, n = 0, len(history)
+    while i < n:
+        message = history[i]
+        if isinstance(message, AIMessage):
+            calls = _call_ids(message)
+            results: list[_Entry] = []
+            answered: set[str] = set()
+            j = i + 1
+            while j < n and isinstance(history[j], ToolMessage):
+                result = history[j]
+                assert isinstance(result, ToolMessage)
+                if result.tool_call_id in calls and result.tool_call_id not in answered:
+                    answered.add(result.tool_call_id)
+                    results.append(_Entry(j, result))
+                j += 1  # duplicate or foreign results in the run are orphans: skipped
+            if answered or _has_text(message):
+                keep = None if answered == set(calls) else frozenset(answered)
+                entries.append(_Entry(i, message, keep))
+                entries.extend(results)
+            i = j
+            continue
+        if isinstance(message, HumanMessage):
+            entries.append(_Entry(i, message))
+        # A ToolMessage reaching here has no calling AIMessage right before it: an orphan.
+        # SystemMessages and other types never belong in the window's history.
+        i += 1
+    return entries
+
+
+def _prepare(entry: _Entry) -> BaseMessage:
+    """Copy one history message for the provider: metadata stripped, unanswered calls removed."""
+    message = entry.message
+    if entry.keep_calls is None or not isinstance(message, AIMessage):
+        return strip_metadata(message)
+    keep = entry.keep_calls
+    update: dict[str, Any] = {
+        "tool_calls": [c for c in message.tool_calls if c.get("id") in keep],
+        "invalid_tool_calls": [c for c in message.invalid_tool_calls if c.get("id") in keep],
+    }
+    if not isinstance(message.content, str):
+        # Anthropic-style content carries the calls as tool_use blocks too.
+        update["content"] = [
+            b
+            for b in message.content
+            if not (isinstance(b, dict) and b.get("type") in _TOOL_BLOCK_TYPES and b.get("id") not in keep)
+        ]
+    copy = strip_metadata(message, **update)
+    # OpenAI-style raw calls in additional_kwargs are sent when `tool_calls` is empty.
+    raw = copy.additional_kwargs.get("tool_calls")
+    if isinstance(raw, list):
+        kept_raw = [c for c in raw if isinstance(c, dict) and c.get("id") in keep]
+        if kept_raw:
+            copy.additional_kwargs["tool_calls"] = kept_raw
+        else:
+            del copy.additional_kwargs["tool_calls"]
+    copy.additional_kwargs.pop("function_call", None)
+    return copy
+
+
+def _largest_fitting(lo: int, hi: int, fits: Callable[[int], bool]) -> int | None:
+    """Return the largest x in [lo, hi] with fits(x), assuming fits is (nearly) monotone."""
+    if hi < lo or not fits(lo):
+        return None
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if fits(mid):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+class _Core:
+    """The system message and the question, shortened until they fit the budget."""
+
+    def __init__(self, inputs: WindowInputs, budget: int, counter: TokenCounter) -> None:
+        self.inputs, self.budget, self.counter = inputs, budget, counter
+        self.lang = "fa" if looks_persian(inputs.system_prompt) else "en"
+        question_text = str(inputs.question.text)
+        self.question_marker = TRUNCATION_MARKERS["fa" if looks_persian(question_text) else "en"]
+        self.question_text = question_text
+        self.question = strip_metadata(inputs.question)
+        self.chunks_shortened = self.question_shortened = self.system_shortened = False
+        self.system_text = self._system(list(inputs.chunks))
+
+    def _system(self, chunks: Sequence[Mapping[str, Any]]) -> str:
+        i = self.inputs
+        return format_system_prompt(
+            i.system_prompt,
+            profile=i.profile,
+            facts=i.facts,
+            summary=i.summary,
+            chunks=chunks,
+            language=self.lang,
+        )
+
+    def _fits(self, system_text: str, question: BaseMessage) -> bool:
+        return self.counter.count_messages([SystemMessage(system_text), question]) <= self.budget
+
+    def _cut_chunks(self, count: int, permille: int) -> str:
+        marker = TRUNCATION_MARKERS[self.lang]
+        chunks = []
+        for chunk in self.inputs.chunks[:count]:
+            text = str(chunk.get("text") or "")
+            chunks.append({**chunk, "text": _cut(text, len(text) * permille // 1000, marker)})
+        return self._system(chunks)
+
+    def _chunks_fit(self, count: int, permille: int) -> bool:
+        return self._fits(self._cut_chunks(count, permille), self.question)
+
+    def _system_fits(self, full: str, question: BaseMessage, length: int) -> bool:
+        return self._fits(_cut(full, length, TRUNCATION_MARKERS[self.lang]), question)
+
+    def _question_fits(self, system_text: str, length: int) -> bool:
+        return self._fits(system_text, self._question(length))
+
+    def _set_question(self, length: int) -> None:
+        self.question = self._question(length)
+        self.question_shortened = length < len(self.question_text)
+
+    def _question(self, length: int) -> BaseMessage:
+        return self.question.model_copy(
+            update={"content": _cut(self.question_text, length, self.question_marker)}
+        )
+
+    def window(self, messages: list[BaseMessage], tokens: int, first_kept: int) -> Window:
+        """Return the Window with what this core had to shorten."""
+        return Window(
+            messages,
+            tokens,
+            first_kept,
+            self.chunks_shortened,
+            self.question_shortened,
+            self.system_shortened,
+        )
+
+    def fit(self) -> None:
+        """Shorten chunk text, then the question, then the system text until both fit."""
+        if self._fits(self.system_text, self.question):
+            return
+        self.chunks_shortened = bool(self.inputs.chunks)
+        # Keep the best-ranked chunks whole-ish rather than every chunk in crumbs.
+        for count in range(len(self.inputs.chunks), 0, -1):
+            permille = _largest_fitting(
+                CHUNK_MIN_FRACTION if count > 1 else 0,
+                1000,
+                partial(self._chunks_fit, count),
+            )
+            if permille is not None:
+                self.system_text = self._cut_chunks(count, permille)
+                return
+        self.system_text = self._system([])
+        if self._fits(self.system_text, self.question):
+            return
+        floor = min(QUESTION_FLOOR_CHARS, len(self.question_text))
+        length = _largest_fitting(
+            floor, len(self.question_text), partial(self._question_fits, self.system_text)
+        )
+        if length is not None:
+            self._set_question(length)
+            return
+        # The prompt, profile, facts and summary alone are over budget: a misconfigured
+        # budget or a runaway summary. Cut them from the end, so the instructions survive,
+        # and give the question whatever is left when even the prompt cannot stay.
+        self.system_shortened = True
+        full = self.system_text
+        length = _largest_fitting(0, len(full), partial(self._system_fits, full, self._question(floor)))
+        if length is not None:
+            self.system_text = _cut(full, length, TRUNCATION_MARKERS[self.lang])
+            self._set_question(floor)
+            return
+        self.system_text = _cut(full, 0, TRUNCATION_MARKERS[self.lang])
+        length = _largest_fitting(0, floor, partial(self._question_fits, self.system_text))
+        if length is None:
+            raise ValueError(
+                f"budget of {self.budget} tokens is below the cost of a minimal system and user message"
+            )
+        self._set_question(length)
+
+
+def build_window(inputs: WindowInputs, *, budget: int, counter: TokenCounter) -> Window:
+    """Build the model's window: system message, the recent turns that fit, the question.
+
+    The kept history is the longest suffix starting on a human message that fits after the
+    system message and the question; orphan tool calls and results are left out of it.
+    """
+    core = _Core(inputs, budget, counter)
+    core.fit()
+    system = SystemMessage(core.system_text)
+    entries = _repair(inputs.history)
+    empty = counter.count_messages([])
+    remaining = budget - counter.count_messages([system, core.question])
+    # Walk back from the newest message; every human message is a legal start. Costs are
+    # additive for our counters, and the final count below checks the sum anyway.
+    prepared: list[BaseMessage] = []
+    starts: list[int] = []  # positions in `prepared` (counted from the end) that start on a human
+    spent = 0
+    for entry in reversed(entries):
+        message = _prepare(entry)
+        spent += counter.count_messages([message]) - empty
+        if spent > remaining:
+            break
+        prepared.append(message)
+        if isinstance(message, HumanMessage):
+            starts.append(len(prepared))
+    prepared.reverse()
+    for start_len in reversed(starts):  # longest suffix first
+        kept = prepared[len(prepared) - start_len :]
+        messages = [system, *kept, core.question]
+        tokens = counter.count_messages(messages)
+        if tokens <= budget:
+            first_kept = entries[len(entries) - start_len].index
+            return core.window(messages, tokens, first_kept)
+    messages = [system, core.question]
+    return core.window(messages, counter.count_messages(messages), len(inputs.history))

@@ -1,0 +1,105 @@
+"""The FastAPI application and its lifespan: pools, saver, store, graph, runs, memory."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI
+from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+from langgraph.store.postgres.aio import AsyncPostgresStore
+
+from chatbot.agent.deps import AgentDeps
+from chatbot.agent.graph import build_graph
+from chatbot.auth import ServiceAuthMiddleware, TokenVerifier
+from chatbot.caller import CallerContext
+from chatbot.config import Settings
+from chatbot.db.pool import make_pool, resolve_database_url
+from chatbot.errors import install_problem_handlers
+from chatbot.health import router as health_router
+from chatbot.limits import BodySizeLimitMiddleware
+from chatbot.memory.router import router as memory_router
+from chatbot.memory.writer import MemoryWriter
+from chatbot.models.factory import load_chat_model
+from chatbot.ops.router import router as users_router
+from chatbot.retrieval.embeddings import load_embeddings
+from chatbot.retrieval.search import search_knowledge
+from chatbot.threads.locks import Locks
+from chatbot.threads.ratelimit import RateLimiter
+from chatbot.threads.router import router as threads_router
+from chatbot.threads.runs import RunService
+from chatbot.threads.transcript_router import router as transcript_router
+
+log = logging.getLogger(__name__)
+
+
+def create_app(settings: Settings | None = None, *, agent_overrides: dict[str, Any] | None = None) -> FastAPI:
+    """Build the application; nothing touches the database until the lifespan starts.
+
+    `agent_overrides` replaces fields of the graph's `AgentDeps` (tests use it for a
+    failing or slow model, or to observe the model window).
+    """
+    settings = settings or Settings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        conninfo = await resolve_database_url(settings)
+        pool = make_pool(conninfo, settings, name="main", min_size=settings.pool_min_size,
+                         max_size=settings.pool_max_size)
+        lock_pool = make_pool(conninfo, settings, name="locks", min_size=1, max_size=settings.lock_pool_max_size)
+        # wait=False: a replica whose database is down still starts, answers /healthz and
+        # reports 503 on /readyz until Postgres is back.
+        await pool.open(wait=False)
+        await lock_pool.open(wait=False)
+        try:
+            locks = Locks(lock_pool)
+            saver = AsyncPostgresSaver(pool)  # type: ignore[arg-type]
+            store = AsyncPostgresStore(pool)  # type: ignore[arg-type]
+            memory = MemoryWriter(pool=pool, store=store, locks=locks, max_facts=settings.memory_max_facts)
+            embeddings = load_embeddings(settings.embeddings)
+
+            async def retriever(caller: CallerContext, query: str) -> list[dict[str, Any]]:
+                found = await search_knowledge(pool, caller, query, embeddings=embeddings)
+                return [c.to_state() for c in found]
+
+            deps = AgentDeps(
+                retriever=retriever,
+                chat_model=load_chat_model(settings.model, base_url=settings.model_base_url,
+                                           timeout=settings.model_timeout_seconds),
+                model_name=settings.model,
+                model_timeout_seconds=settings.model_timeout_seconds,
+                offline_token_delay_ms=settings.offline_token_delay_ms,
+                context_tokens=settings.context_tokens,
+                summary_after_turns=settings.summary_after_turns,
+                memory_max_facts=settings.memory_max_facts,
+                memory_sink=memory.submit,
+            )
+            if agent_overrides:
+                deps = AgentDeps(**{**deps.__dict__, **agent_overrides})
+            graph = build_graph(deps).compile(checkpointer=saver, store=store)
+            app.state.pool, app.state.lock_pool, app.state.locks = pool, lock_pool, locks
+            app.state.saver, app.state.store, app.state.graph = saver, store, graph
+            app.state.memory = memory
+            app.state.runs = RunService(pool=pool, locks=locks, graph=graph,
+                                        limiter=RateLimiter(pool, settings.rate_limit_per_minute))
+            yield
+            await app.state.runs.drain(settings.shutdown_grace_seconds)
+            await memory.drain(settings.shutdown_grace_seconds)
+        finally:
+            await lock_pool.close()
+            await pool.close()
+
+    app = FastAPI(title="Insurance chatbot agent service", version="0.1.0", lifespan=lifespan)
+    app.state.settings = settings
+    install_problem_handlers(app)
+    app.include_router(health_router)
+    app.include_router(threads_router)
+    app.include_router(transcript_router)
+    app.include_router(memory_router)
+    app.include_router(users_router)
+    # Outermost first: 413 before 401 before anything else (the contract's order).
+    app.add_middleware(ServiceAuthMiddleware, verifier=TokenVerifier(settings))
+    app.add_middleware(BodySizeLimitMiddleware)
+    return app

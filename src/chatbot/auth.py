@@ -1,0 +1,117 @@
+"""Service-token verification: `Authorization: Bearer <JWT>` -> `CallerContext`.
+
+Runs as ASGI middleware on `/v1/` so that a bad token answers 401 before the body is
+parsed: the contract ranks 401 above 422.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any
+
+import jwt
+from fastapi import Depends, Request
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from chatbot.caller import CallerContext
+from chatbot.config import Settings
+from chatbot.errors import Problem, problem_response, unauthorized
+
+# Ids become store namespace labels and log fields: no dots (the store's label separator),
+# nothing that needs quoting, bounded length.
+CALLER_ID = re.compile(r"[A-Za-z0-9_:@-]{1,128}")
+_LOCALE = re.compile(r"[A-Za-z]{2,3}(?:[-_][A-Za-z0-9]{1,8}){0,4}")
+DEFAULT_LOCALE = "fa-IR"
+_REQUIRED = ["exp", "iat", "iss", "aud", "tenant_id", "user_id"]
+
+
+class TokenVerifier:
+    """Verify service tokens with the configured key: RS256 public key, else HS256 secret."""
+
+    def __init__(self, settings: Settings) -> None:
+        if settings.jwt_public_key:
+            self._key: Any = settings.jwt_public_key
+            self._algorithm = "RS256"
+        elif settings.service_secret is not None:
+            self._key = settings.service_secret.get_secret_value()
+            self._algorithm = "HS256"
+        else:
+            self._key, self._algorithm = None, "HS256"
+        self._issuer = settings.jwt_issuer
+        self._audience = settings.jwt_audience
+
+    def verify(self, authorization: str | None) -> CallerContext:
+        """Return the caller named by a valid token, or raise a 401 `Problem`."""
+        if not authorization:
+            raise unauthorized("missing bearer token")
+        scheme, _, token = authorization.partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            raise unauthorized("malformed authorization header")
+        if self._key is None:
+            raise unauthorized("no token key configured")
+        try:
+            claims = jwt.decode(
+                token.strip(),
+                self._key,
+                algorithms=[self._algorithm],  # one algorithm only: no alg=none, no HS/RS confusion
+                audience=self._audience,
+                issuer=self._issuer,
+                options={"require": _REQUIRED},
+                leeway=5,
+            )
+        except jwt.ExpiredSignatureError:
+            raise unauthorized("token expired") from None
+        except jwt.InvalidTokenError:
+            raise unauthorized("invalid token") from None
+        return _caller_from_claims(claims)
+
+
+def _caller_from_claims(claims: dict[str, Any]) -> CallerContext:
+    tenant_id, user_id = claims.get("tenant_id"), claims.get("user_id")
+    for value in (tenant_id, user_id):
+        if not isinstance(value, str) or not CALLER_ID.fullmatch(value):
+            raise unauthorized("invalid tenant_id or user_id claim")
+    locale = claims.get("locale", DEFAULT_LOCALE)
+    if locale is None:
+        locale = DEFAULT_LOCALE
+    if not isinstance(locale, str) or not _LOCALE.fullmatch(locale):
+        raise unauthorized("invalid locale claim")
+    return CallerContext(tenant_id=str(tenant_id), user_id=str(user_id), locale=locale.replace("_", "-"))
+
+
+class ServiceAuthMiddleware:
+    """Authenticate every `/v1/` request; put the caller in `request.state.caller`."""
+
+    def __init__(self, app: ASGIApp, verifier: TokenVerifier, prefix: str = "/v1/") -> None:
+        self.app = app
+        self.verifier = verifier
+        self.prefix = prefix
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not scope["path"].startswith(self.prefix):
+            await self.app(scope, receive, send)
+            return
+        header = None
+        for name, value in scope.get("headers", ()):
+            if name == b"authorization":
+                header = value.decode("latin-1")
+                break
+        try:
+            caller = self.verifier.verify(header)
+        except Problem as problem:
+            response = problem_response(problem.status, problem.detail, headers=problem.headers)
+            await response(scope, receive, send)
+            return
+        scope.setdefault("state", {})["caller"] = caller
+        await self.app(scope, receive, send)
+
+
+def current_caller(request: Request) -> CallerContext:
+    """Return the authenticated caller of this request."""
+    caller = getattr(request.state, "caller", None)
+    if caller is None:  # a route outside /v1/ asked for a caller: a wiring bug, not a client error
+        raise unauthorized("missing bearer token")
+    return caller  # type: ignore[no-any-return]
+
+
+CallerDep = Annotated[CallerContext, Depends(current_caller)]

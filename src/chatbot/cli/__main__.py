@@ -1,0 +1,5 @@
+"""`python -m chatbot.cli`: the same as the `chatbot` command."""
+
+from chatbot.cli.main import app
+
+app()

@@ -1,0 +1,64 @@
+"""Helpers shared by the command-line tools."""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import sys
+import time
+from collections.abc import Coroutine
+from pathlib import Path
+from typing import Any, TypeVar
+
+import jwt
+import typer
+from pydantic import ValidationError
+
+from chatbot.config import Settings
+
+T = TypeVar("T")
+DEV_SECRET_FILE = "dev-secret"
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Read settings from the environment, exiting with the reason when they are unsafe."""
+    try:
+        return Settings(**overrides)
+    except ValidationError as exc:
+        for error in exc.errors():
+            typer.echo(f"configuration error: {error['msg'].removeprefix('Value error, ')}", err=True)
+        raise typer.Exit(2) from None
+
+
+def run(coro: Coroutine[Any, Any, T]) -> T:
+    """Run a coroutine to completion from a synchronous command."""
+    return asyncio.run(coro)
+
+
+def dev_secret(data_dir: Path) -> str:
+    """Return the dev secret kept under the data dir, creating it on first use."""
+    path = data_dir / DEV_SECRET_FILE
+    if path.exists():
+        return path.read_text().strip()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    secret = secrets.token_urlsafe(48)
+    path.write_text(secret + "\n")
+    path.chmod(0o600)
+    return secret
+
+
+def mint_token(settings: Settings, *, tenant: str, user: str, locale: str, ttl: int) -> str:
+    """Sign a service token with the configured HS256 secret."""
+    if settings.service_secret is None:
+        typer.echo("no CHATBOT_SERVICE_SECRET set: cannot sign tokens (RS256 tokens are signed by the backend)", err=True)
+        raise typer.Exit(2)
+    now = int(time.time())
+    claims = {"iss": settings.jwt_issuer, "aud": settings.jwt_audience, "iat": now, "exp": now + ttl,
+              "tenant_id": tenant, "user_id": user, "locale": locale}
+    return jwt.encode(claims, settings.service_secret.get_secret_value(), algorithm="HS256")
+
+
+def fail(message: str, code: int = 1) -> None:
+    """Print an error and exit."""
+    print(message, file=sys.stderr)
+    raise typer.Exit(code)

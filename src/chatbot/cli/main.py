@@ -1,0 +1,94 @@
+"""The `chatbot` command: serve, dev, migrate, token, ingest, retention, erase-user, feedback."""
+
+from __future__ import annotations
+
+
+import typer
+import uvicorn
+
+from chatbot.cli import common
+from chatbot.cli.dev import dev
+from chatbot.cli.ingest import ingest
+from chatbot.db.migrate import migrate as run_migrations
+from chatbot.db.pool import resolve_database_url
+from chatbot.logs import configure_logging
+
+app = typer.Typer(help="Conversational agent service of the insurance support chatbot.", no_args_is_help=True,
+                  add_completion=False)
+app.command("dev")(dev)
+app.command("ingest")(ingest)
+
+
+@app.command()
+def migrate() -> None:
+    """Create or upgrade every table (checkpointer, store, the service's own). Safe to run concurrently."""
+    settings = common.load_settings(environment="dev")  # needs no token key
+
+    async def _go() -> None:
+        url = await resolve_database_url(settings)
+        report = await run_migrations(url)
+        applied = ", ".join(report.applied) or "nothing (already up to date)"
+        typer.echo(f"migrated: {applied}")
+
+    common.run(_go())
+
+
+@app.command()
+def serve(
+    host: str = typer.Option("127.0.0.1", help="Address to listen on."),
+    port: int = typer.Option(8000, help="Port to listen on."),
+    workers: int = typer.Option(1, min=1, help="Worker processes."),
+) -> None:
+    """Run one replica of the service."""
+    settings = common.load_settings()  # fail fast, before uvicorn forks, on unsafe settings
+    configure_logging(settings.log_level)
+    uvicorn.run("chatbot.app:create_app", factory=True, host=host, port=port, workers=workers,
+                log_config=None, access_log=False, timeout_graceful_shutdown=int(settings.shutdown_grace_seconds))
+
+
+@app.command()
+def token(
+    tenant: str = typer.Option(..., "--tenant", help="tenant_id claim."),
+    user: str = typer.Option(..., "--user", help="user_id claim."),
+    locale: str = typer.Option("fa-IR", help="locale claim."),
+    ttl: int = typer.Option(3600, help="Seconds until the token expires."),
+) -> None:
+    """Mint a service token for trying the API by hand (uses the configured or dev secret)."""
+    settings = common.load_settings(environment="dev")
+    if settings.service_secret is None:
+        settings = common.load_settings(environment="dev", service_secret=common.dev_secret(settings.data_dir))
+    typer.echo(common.mint_token(settings, tenant=tenant, user=user, locale=locale, ttl=ttl))
+
+
+@app.command("erase-user")
+def erase_user_command(
+    tenant: str = typer.Option(..., "--tenant"),
+    user: str = typer.Option(..., "--user"),
+) -> None:
+    """Erase a user's threads, memory and feedback in one tenant (the erasure endpoint's twin)."""
+    from chatbot.db.pool import make_pool
+    from chatbot.ops.erasure import ErasureBusy, erase_user
+    from chatbot.threads.locks import Locks
+
+    settings = common.load_settings(environment="dev")  # needs no token key
+
+    async def _go() -> None:
+        url = await resolve_database_url(settings)
+        pool = make_pool(url, settings, name="erase", min_size=1, max_size=4)
+        lock_pool = make_pool(url, settings, name="erase-locks", min_size=1, max_size=64)
+        await pool.open(wait=True)
+        await lock_pool.open(wait=True)
+        try:
+            report = await erase_user(pool, Locks(lock_pool), tenant, user)
+        except ErasureBusy as exc:
+            common.fail(f"not erased: {exc}", 3)
+            return
+        finally:
+            await lock_pool.close()
+            await pool.close()
+        typer.echo(f"threads_deleted={report.threads_deleted} memory_items_deleted={report.memory_items_deleted} "
+                   f"feedback_deleted={report.feedback_deleted}")
+
+    common.run(_go())
+
+

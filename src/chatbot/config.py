@@ -1,0 +1,96 @@
+"""Settings: every knob of the service, read from `CHATBOT_*` environment variables."""
+
+from __future__ import annotations
+
+from functools import cached_property
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+# Secrets that appear in tutorials and .env.example files; a token signed with one of them
+# proves nothing, so outside `dev` they are refused at start-up.
+_KNOWN_WEAK_SECRETS = frozenset(
+    {"secret", "changeme", "change-me", "password", "dev", "development", "test", "jwt-secret",
+     "your-secret-key", "supersecret", "chatbot", "default", "example"}
+)
+MIN_SECRET_LENGTH = 32
+# Request bodies larger than this are refused with 413 before anything parses them.
+MAX_BODY_BYTES = 64 * 1024
+
+
+class Settings(BaseSettings):
+    """Configuration of one replica; unsafe combinations fail at construction."""
+
+    model_config = SettingsConfigDict(env_prefix="CHATBOT_", extra="ignore", frozen=True)
+
+    environment: Literal["dev", "test", "production"] = "production"
+    database_url: str | None = Field(
+        default=None, description="libpq URI; unset = embedded Postgres under `.chatbot/`."
+    )
+    data_dir: Path = Path(".chatbot")
+
+    service_secret: SecretStr | None = None
+    jwt_public_key: str | None = None
+    jwt_issuer: str = "main-backend"
+    jwt_audience: str = "chatbot-agent"
+
+    pool_min_size: int = Field(default=2, ge=1)
+    pool_max_size: int = Field(default=16, ge=2)
+    lock_pool_max_size: int = Field(default=64, ge=1)
+    # 0 prepares every statement; None disables prepared statements (PgBouncer transaction mode).
+    prepare_threshold: int | None = 0
+    pool_max_idle_seconds: float = Field(default=240.0, gt=0)
+
+    model: str = "offline"
+    model_base_url: str | None = None
+    model_timeout_seconds: float = Field(default=60.0, gt=0)
+    offline_token_delay_ms: int = Field(default=0, ge=0)
+    embeddings: str | None = None
+
+    context_tokens: int = Field(default=6000, ge=256)
+    summary_after_turns: int = Field(default=20, ge=1)
+    memory_max_facts: int = Field(default=50, ge=1)
+    rate_limit_per_minute: int = Field(default=0, ge=0)
+    run_lock_wait_seconds: float = Field(default=10.0, ge=0)
+    shutdown_grace_seconds: float = Field(default=30.0, ge=0)
+    log_level: str = "INFO"
+
+    @field_validator("prepare_threshold", mode="before")
+    @classmethod
+    def _none_words(cls, value: object) -> object:
+        if isinstance(value, str) and value.strip().lower() in {"none", "null", "off", ""}:
+            return None
+        return value
+
+    @field_validator("database_url", "jwt_public_key", "embeddings", "model_base_url", mode="before")
+    @classmethod
+    def _blank_is_unset(cls, value: object) -> object:
+        return None if isinstance(value, str) and not value.strip() else value
+
+    @model_validator(mode="after")
+    def _refuse_unsafe_token_keys(self) -> Settings:
+        if self.environment == "dev":
+            return self
+        if self.jwt_public_key:
+            if "BEGIN PUBLIC KEY" not in self.jwt_public_key and "BEGIN RSA PUBLIC KEY" not in self.jwt_public_key:
+                raise ValueError("CHATBOT_JWT_PUBLIC_KEY must be a PEM public key (-----BEGIN PUBLIC KEY-----)")
+            return self
+        if self.service_secret is None:
+            raise ValueError(
+                "no service-token key: set CHATBOT_SERVICE_SECRET (at least 32 random characters) "
+                "or CHATBOT_JWT_PUBLIC_KEY (PEM, for RS256); or CHATBOT_ENVIRONMENT=dev to try it locally"
+            )
+        secret = self.service_secret.get_secret_value()
+        if len(secret) < MIN_SECRET_LENGTH or secret.lower() in _KNOWN_WEAK_SECRETS or len(set(secret)) == 1:
+            raise ValueError(
+                f"CHATBOT_SERVICE_SECRET is too weak: use at least {MIN_SECRET_LENGTH} random characters "
+                "(e.g. `python -c 'import secrets; print(secrets.token_urlsafe(48))'`)"
+            )
+        return self
+
+    @cached_property
+    def embedded_pg_dir(self) -> Path:
+        """Return where the embedded Postgres keeps its data when no database URL is set."""
+        return (self.data_dir / "pg").resolve()

@@ -1,0 +1,95 @@
+"""RFC 9457 problem details for every error the service answers with.
+
+Bodies carry a short, fixed reason: never a stack trace, SQL, token or message content.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from http import HTTPStatus
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+log = logging.getLogger(__name__)
+
+PROBLEM_JSON = "application/problem+json"
+
+
+class Problem(Exception):
+    """An error that becomes a problem-details response."""
+
+    def __init__(
+        self, status: int, detail: str, *, title: str | None = None, headers: Mapping[str, str] | None = None
+    ) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.detail = detail
+        self.title = title or HTTPStatus(status).phrase
+        self.headers = dict(headers or {})
+
+    def body(self) -> dict[str, Any]:
+        """Return the problem-details object."""
+        return problem_body(self.status, self.detail, self.title)
+
+
+def problem_body(status: int, detail: str, title: str | None = None) -> dict[str, Any]:
+    """Return a problem-details object for `status`."""
+    return {
+        "type": "about:blank",
+        "title": title or HTTPStatus(status).phrase,
+        "status": status,
+        "detail": detail,
+    }
+
+
+def problem_response(
+    status: int, detail: str, *, title: str | None = None, headers: Mapping[str, str] | None = None
+) -> JSONResponse:
+    """Return a problem-details JSON response."""
+    return JSONResponse(
+        problem_body(status, detail, title), status_code=status, media_type=PROBLEM_JSON, headers=headers
+    )
+
+
+def unauthorized(reason: str) -> Problem:
+    """Return the 401 every token failure answers with."""
+    return Problem(401, reason, headers={"WWW-Authenticate": "Bearer"})
+
+
+def _describe_validation(exc: RequestValidationError) -> str:
+    # Name the fields and what is wrong with them, never the values sent.
+    parts = []
+    for error in exc.errors()[:5]:
+        where = ".".join(str(p) for p in error.get("loc", ()) if p != "body") or "body"
+        message = str(error.get("msg", "invalid"))
+        if error.get("type") == "extra_forbidden":
+            message = "unknown field"
+        parts.append(f"{where}: {message}")
+    return "; ".join(parts) or "invalid request"
+
+
+def install_problem_handlers(app: FastAPI) -> None:
+    """Make every error of `app` a problem-details response."""
+
+    @app.exception_handler(Problem)
+    async def _problem(_: Request, exc: Problem) -> JSONResponse:
+        return problem_response(exc.status, exc.detail, title=exc.title, headers=exc.headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
+        return problem_response(422, _describe_validation(exc))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        detail = exc.detail if isinstance(exc.detail, str) else HTTPStatus(exc.status_code).phrase
+        return problem_response(exc.status_code, detail, headers=exc.headers)
+
+    @app.exception_handler(Exception)
+    async def _unhandled(request: Request, exc: Exception) -> JSONResponse:
+        log.error("unhandled error", extra={"path": request.url.path, "error": type(exc).__name__})
+        return problem_response(500, "internal error")

@@ -1,0 +1,276 @@
+"""Extract memory candidates from a user's message with deterministic rules (the offline extractor).
+
+No network, no model: the language used, a formality guess from cues, the products named
+(from the tenant's vocabulary), household facts the user volunteered, recurring topics,
+and facts the user explicitly asked to be remembered ("remember that …", "یادت باشد …").
+Facts are checked by the PII guard on the whole statement before it is cut to 300
+characters, so a cut can never turn a refused card number into a stored partial one. The
+writer still runs the guard again in front of the store write.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from chatbot.memory.extraction_terms import (
+    DEFAULT_PRODUCTS,
+    FORMAL_CUES,
+    HOUSEHOLD_RULES,
+    INFORMAL_CUES,
+    MARITAL,
+    TOPICS,
+    count_word,
+)
+from chatbot.memory.fact_keys import classify_fact
+from chatbot.memory.pii import PiiCategory, normalize_for_pii, rejection_reason
+from chatbot.text import fold_digits, looks_persian
+
+__all__ = [
+    "DEFAULT_PRODUCTS",
+    "MAX_FACT_CHARS",
+    "FactCandidate",
+    "MemoryCandidates",
+    "compile_products",
+    "extract_offline",
+    "merge_profile",
+]
+
+MAX_FACT_CHARS = 300
+MAX_LIST_ITEMS = 20
+MAX_TOPICS = 20
+MAX_TOPIC_COUNT = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class FactCandidate:
+    """A statement the user asked to be remembered."""
+
+    text: str
+    """The statement after the trigger, trimmed, at most 300 characters, as the user wrote it."""
+    category: str
+    """What kind of fact: preference, vehicle, policy, location, personal or note."""
+    key: str
+    """What the fact is about; a later fact with the same key replaces this one."""
+
+
+@dataclass(slots=True)
+class MemoryCandidates:
+    """What one user message offers to the user's memory."""
+
+    profile_updates: dict[str, Any] = field(default_factory=dict)
+    """language, formality, products, household, topics: only the keys this message informs."""
+    facts: list[FactCandidate] = field(default_factory=list)
+    """Explicit "remember" statements that passed the PII guard."""
+    rejected: list[PiiCategory] = field(default_factory=list)
+    """One category per statement the PII guard dropped (for the metric; never the value)."""
+
+
+# Length-preserving folding: trigger positions found on the folded text slice the original,
+# so the stored fact keeps the user's own spelling and digits.
+_FOLD_LETTERS = str.maketrans({"ي": "ی", "ى": "ی", "ك": "ک", "ۀ": "ه"})
+_GAP = r"[\s\u200b-\u200f]*"
+_TRIGGER = re.compile(
+    rf"\b(?P<en>(?:please{_GAP})?(?:remember|don'?t{_GAP}forget|do{_GAP}not{_GAP}forget|keep{_GAP}in{_GAP}mind"
+    rf"|(?:make{_GAP}a{_GAP})?note{_GAP}that)(?:{_GAP}(?:that|this))?)\b"
+    rf"|(?P<fa>یاد(?:ت|تان|تون){_GAP}(?:باشد|باشه|بمونه|بماند)"
+    rf"|ب(?:ه)?{_GAP}(?:خاطر|یاد){_GAP}(?:بسپار(?:ید)?|داشته{_GAP}باش(?:ید)?)"
+    rf"|فراموش{_GAP}نکن(?:ید)?|یادداشت{_GAP}کن(?:ید)?)",
+    re.IGNORECASE,
+)
+# English "remember" is also a plain verb ("I don't remember my policy number"): a trigger
+# preceded by one of these words is not a request to remember.
+_NOT_A_REQUEST = frozenset(
+    "i we they he she not to don't dont cannot can't won't didn't doesn't never did do does i'll".split()
+)
+_PREV_WORD = re.compile(r"([a-z'’]+)\W*$", re.IGNORECASE)
+_QUESTION_START = re.compile(r"(?:what|when|where|which|who|whom|whose|why|how|if|whether)\b", re.IGNORECASE)
+_SENTENCE_END = re.compile(r"[.!?؟](?=\s|$)|\n")
+_PUNCT = r"[\s\u200b-\u200f:：،,;\-–—]*"
+_LEAD = re.compile(rf"{_PUNCT}(?:(?:that|که)(?![^\W\d_]))?{_PUNCT}", re.IGNORECASE)
+_TRAIL = " \t\n\u200b\u200c\u200d\u200e\u200f.!،,;:"
+
+
+def compile_products(products: Mapping[str, Sequence[str]]) -> dict[str, list[re.Pattern[str]]]:
+    """Compile a product vocabulary (key -> surface forms) into patterns on normalised text."""
+    compiled: dict[str, list[re.Pattern[str]]] = {}
+    for key, forms in products.items():
+        patterns = []
+        for form in forms:
+            words = re.split(r"[\s\-]+", normalize_for_pii(form).strip())
+            body = r"[\s\-]*".join(re.escape(w) for w in words if w)
+            if not body:
+                continue
+            # Latin forms need a right boundary ("travel" is not "traveller"'s prefix match of
+            # interest, "life" is not "lifetime"); Persian forms take suffixes ("ثالثم").
+            tail = r"(?:s|es)?(?![a-z])" if words[-1].isascii() else ""
+            patterns.append(re.compile(rf"(?<!\w){body}{tail}"))
+        compiled[key] = patterns
+    return compiled
+
+
+_DEFAULT_COMPILED = compile_products(DEFAULT_PRODUCTS)
+
+
+def _is_request(text: str, start: int) -> bool:
+    """Tell a "remember" request from the verb used in a statement or a question."""
+    match = _PREV_WORD.search(text[max(0, start - 40) : start])
+    if not match:
+        return True
+    prev = match.group(1).lower().replace("’", "'")
+    if prev == "you":  # "could you remember …" asks, "do you remember …" does not
+        before = _PREV_WORD.search(text[max(0, start - 60) : start - len(match.group(0))])
+        return before is not None and before.group(1).lower() in {"could", "can", "would", "will", "please"}
+    return prev not in _NOT_A_REQUEST
+
+
+def _truncate(statement: str) -> str:
+    """Cut a statement to MAX_FACT_CHARS at a word boundary."""
+    if len(statement) <= MAX_FACT_CHARS:
+        return statement
+    cut = statement[: MAX_FACT_CHARS + 1]
+    space = cut.rfind(" ")
+    cut = cut[:space] if space > MAX_FACT_CHARS // 2 else cut[:MAX_FACT_CHARS]
+    return cut.rstrip(_TRAIL)
+
+
+def _statements(text: str) -> list[str]:
+    """Return the statements that follow each remember trigger, as written, untruncated."""
+    folded = fold_digits(text).translate(_FOLD_LETTERS)
+    triggers = [m for m in _TRIGGER.finditer(folded) if m.group("fa") or _is_request(folded, m.start())]
+    statements = []
+    for i, trigger in enumerate(triggers):
+        limit = triggers[i + 1].start() if i + 1 < len(triggers) else len(text)
+        lead = _LEAD.match(folded, trigger.end(), limit)
+        begin = lead.end() if lead else trigger.end()
+        end_match = _SENTENCE_END.search(folded, begin, limit)
+        end = end_match.start() if end_match else limit
+        raw = re.sub(r"\s+", " ", text[begin:end]).strip(_TRAIL)
+        if trigger.group("en") and _QUESTION_START.match(raw):
+            continue
+        if sum(c.isalnum() for c in raw) >= 2:
+            statements.append(raw)
+    return statements
+
+
+def _facts(
+    text: str, products: Mapping[str, Sequence[re.Pattern[str]]]
+) -> tuple[list[FactCandidate], list[PiiCategory]]:
+    """Turn remember statements into fact candidates, dropping those the PII guard refuses."""
+    facts: list[FactCandidate] = []
+    rejected: list[PiiCategory] = []
+    for statement in _statements(text):
+        short = _truncate(statement)
+        category, key = classify_fact(statement, products)
+        reason = rejection_reason(statement, category=category) or rejection_reason(short)
+        if reason is not None:
+            rejected.append(reason)
+            continue
+        facts.append(FactCandidate(text=short, category=category, key=key))
+    return facts, rejected
+
+
+def _language(text: str, locale: str) -> str | None:
+    """Return "fa" or "en" for the language the message is written in (the locale breaks ties)."""
+    if looks_persian(text):
+        return "fa"
+    if re.search("[A-Za-z]", text):
+        return "en"
+    prefix = locale.split("-")[0].lower()
+    return prefix if prefix in {"fa", "en"} else None
+
+
+def _formality(norm: str) -> str | None:
+    """Guess formal or informal from cue words; None when the message gives no cue."""
+    score = sum(len(p.findall(norm)) for p in FORMAL_CUES) - sum(len(p.findall(norm)) for p in INFORMAL_CUES)
+    if score == 0:
+        return None
+    return "formal" if score > 0 else "informal"
+
+
+def _household(norm: str) -> list[str]:
+    """Return household facts the message volunteers (marital status, children)."""
+    found: list[str] = []
+    for value, pattern in HOUSEHOLD_RULES:
+        match = pattern.search(norm)
+        if not match:
+            continue
+        if value in MARITAL and any(v in MARITAL for v in found):
+            continue  # the first (most specific) marital rule wins
+        if value == "children" and "count" in (match.groupdict() or {}):
+            n = count_word(match.group("count"))
+            value = f"children:{n}" if n else "children"
+        if not any(v.split(":")[0] == value.split(":")[0] for v in found):
+            found.append(value)
+    return found
+
+
+def extract_offline(
+    text: str,
+    *,
+    locale: str = "fa-IR",
+    status: str = "answered",
+    products: Mapping[str, Sequence[str]] | None = None,
+) -> MemoryCandidates:
+    """Extract profile updates and remember-facts from one user message (answered turns only)."""
+    if status != "answered" or not text.strip():
+        return MemoryCandidates()
+    compiled = _DEFAULT_COMPILED if products is None else compile_products(products)
+    norm = re.sub(r"\s+", " ", normalize_for_pii(text))
+    updates: dict[str, Any] = {}
+    language = _language(text, locale)
+    if language:
+        updates["language"] = language
+    formality = _formality(norm)
+    if formality:
+        updates["formality"] = formality
+    named = [key for key, patterns in compiled.items() if any(p.search(norm) for p in patterns)]
+    if named:
+        updates["products"] = named
+    household = _household(norm)
+    if household:
+        updates["household"] = household
+    topics = {name: 1 for name, pattern in TOPICS if pattern.search(norm)}
+    if topics:
+        updates["topics"] = topics
+    facts, rejected = _facts(text, compiled)
+    return MemoryCandidates(profile_updates=updates, facts=facts, rejected=rejected)
+
+
+def _merge_list(old: Sequence[str], new: Sequence[str], *, household: bool) -> list[str]:
+    """Append new items (newest last), dedupe, replace same-group household items, keep the newest."""
+    merged = [str(v) for v in old]
+    for value in new:
+        group = "marital" if value in MARITAL else value.split(":")[0]
+        if household:
+            if value == "children" and any(v.startswith("children:") for v in merged):
+                continue  # an exact count already known beats "has children"
+            merged = [v for v in merged if ("marital" if v in MARITAL else v.split(":")[0]) != group]
+        else:
+            merged = [v for v in merged if v != value]
+        merged.append(value)
+    return merged[-MAX_LIST_ITEMS:]
+
+
+def merge_profile(old: Mapping[str, Any], updates: Mapping[str, Any]) -> dict[str, Any]:
+    """Return `old` updated by `updates`: scalars replaced, lists deduped and bounded, topics counted.
+
+    The profile is one document updated in place, not a log: the newest value of a scalar
+    wins, lists keep their newest MAX_LIST_ITEMS entries, topic counts stop at
+    MAX_TOPIC_COUNT and only the MAX_TOPICS most frequent topics stay. Neither input is mutated.
+    """
+    merged = dict(old)
+    for name, value in updates.items():
+        if name in {"products", "household"}:
+            merged[name] = _merge_list(old.get(name) or [], list(value), household=name == "household")
+        elif name == "topics":
+            counts = {str(k): int(v) for k, v in (old.get("topics") or {}).items()}
+            for topic, n in dict(value).items():
+                counts[topic] = min(MAX_TOPIC_COUNT, counts.get(topic, 0) + int(n))
+            top = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:MAX_TOPICS]
+            merged["topics"] = dict(top)
+        elif value is not None:
+            merged[name] = value
+    return merged

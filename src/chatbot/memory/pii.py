@@ -1,0 +1,276 @@
+"""Refuse memory candidates that carry personal data the store must never hold.
+
+The guard runs in front of every store write. It recognises Iranian national IDs (کد ملی),
+bank card numbers, Sheba/IBAN numbers, payment secrets (CVV2, PIN, passwords, one-time
+codes, card expiry) and health information, in Persian and English. It answers with
+categories only: the matched value is never returned, logged or put in an exception,
+because the guard's own output ends up in metrics and logs.
+
+Decisions worth knowing:
+- Text is normalised first (NFKC, every Unicode decimal digit to ASCII, Arabic letter forms,
+  invisible characters). Invisible characters between digits are dropped, elsewhere they
+  become a space so "پیش‌دیابت" still has a word boundary before "دیابت".
+- Digit groups separated by up to three spaces, dashes, dots or slashes form one number,
+  provided the separators inside it are all of one kind: "6037-9975-1234-5678" and
+  "001 234567 9" are single numbers, "1403/05/12 1403/06/12" is not one 10-digit number.
+- A label right before a number decides how it is read. After "کد ملی" / "national ID" an
+  8 to 10 digit number is a national ID even when its check digit fails (a mistyped ID
+  still identifies a person; codes with leading zeros are often written without them).
+  Unlabelled, only a 10-digit number with a valid check digit counts, and never one of a
+  single repeated digit. After a label naming another kind of number (policy, plate,
+  postal code, phone, claim...) the checksum-only rules are skipped, so a 10-digit postal
+  code or policy number that happens to pass the check is not refused.
+- "IR" followed by 24 digits is refused whatever its checksum; bare 24-digit numbers and
+  other countries' IBANs are refused when mod 97 holds.
+- Health-insurance product words ("بیمه تکمیلی", "health plan") are not health information;
+  conditions, medications, diagnoses, pregnancy and procedures are (see pii_terms.py).
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+import unicodedata
+from collections.abc import Iterator
+from enum import StrEnum
+
+from chatbot.memory.pii_terms import (
+    EXPIRY_PATTERN,
+    HEALTH_ACRONYMS_PATTERN,
+    HEALTH_CATEGORY_WORDS,
+    HEALTH_PATTERN,
+    SECRET_PATTERN,
+)
+from chatbot.text import normalize_persian
+
+
+class PiiCategory(StrEnum):
+    """Kinds of personal data the memory store refuses (values double as metric labels)."""
+
+    NATIONAL_ID = "national_id"
+    CARD_NUMBER = "card_number"
+    IBAN = "iban"
+    PAYMENT_SECRET = "payment_secret"
+    HEALTH = "health"
+
+
+# Zero-width characters, bidi controls, the Arabic letter mark and the soft hyphen: invisible,
+# so a user (or a copy-paste) can put them inside a number without changing what it shows.
+_INVISIBLE = "\u00ad\u061c\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff"
+_INVISIBLE_BETWEEN_DIGITS = re.compile(f"(?<=[0-9])[{_INVISIBLE}]+(?=[0-9])")
+_INVISIBLE_ANYWHERE = re.compile(f"[{_INVISIBLE}]+")
+
+# Separators people put between digit groups. Commas (and the Persian thousands separator)
+# are left out on purpose: they mark amounts ("5,000,000 rials"), never IDs or cards.
+_SEP_CLASS = r"[\s\-\u2010-\u2015\u2212._/\\|\u066b\u00b7]"
+_RUN = re.compile(rf"(?<![0-9])[0-9]+(?:{_SEP_CLASS}{{1,3}}[0-9]+)*")
+_GROUP = re.compile("[0-9]+")
+_DASHES = str.maketrans({c: "-" for c in "\u2010\u2011\u2012\u2013\u2014\u2015\u2212"})
+_MAX_WINDOW_DIGITS = 24  # the longest number looked for: a Sheba without its "IR"
+
+# Labels, one alternation so a longer label ("national ID card") is one match and its
+# "card" is not read as a bank-card label.
+_LABELS = re.compile(
+    r"(?P<nid>کد\s*ملی|شماره\s*ملی|کارت\s*ملی|شناسه\s*ملی"
+    r"|national\s*(?:id(?:entity|entification)?|code|number)(?:\s*(?:card|code|number|no))*"
+    r"|(?:melli|meli)\s*code|code\s*(?:melli|meli))"
+    r"|(?P<iban>شبا|\bsheba\b|\bshaba\b|\biban\b)"
+    r"|(?P<card>شماره\s*کارت|(?<!\w)کارت(?!\s*(?:ملی|ماشین|خودرو|سوخت))|\bcard\b)"
+    r"|(?P<other>بیمه\s*نامه|\bpolicy\b|پلاک|\bplates?\b|تلفن|موبایل|\bphone\b|\bmobile\b|\bclaims?\b"
+    r"|خسارت|پرونده|کد\s*پستی|\bpostal\b|\bzip\b|رهگیری|پیگیری|\btracking\b|\breference\b|\bref\b"
+    r"|قرارداد|\bcontract\b|\binvoice\b|فاکتور|شاسی|\bvin\b|\bchassis\b|موتور|\bengine\b|\border\b|سفارش)"
+)
+_LABEL_REACH = 60  # characters between a label's end and the number it names
+
+_IR_PREFIX = re.compile(rf"(?<![a-z])ir{_SEP_CLASS}{{0,3}}:?{_SEP_CLASS}{{0,3}}(?=[0-9])")
+_GENERIC_IBAN = re.compile(r"(?<![a-z0-9])[a-z]{2}[0-9]{2}(?:[ \-]?[a-z0-9]{1,4}){3,8}(?![a-z0-9])")
+
+
+def _fold_all_digits(text: str) -> str:
+    """Replace every Unicode decimal digit with its ASCII twin (Persian, Arabic-Indic, others)."""
+    return "".join(str(unicodedata.decimal(c)) if c.isdecimal() and not c.isascii() else c for c in text)
+
+
+def normalize_for_pii(text: str) -> str:
+    """Return the casefolded, digit-folded, invisible-free form of `text` the guard matches on."""
+    text = unicodedata.normalize("NFKC", text)
+    text = _fold_all_digits(text)
+    text = _INVISIBLE_BETWEEN_DIGITS.sub("", text)
+    text = _INVISIBLE_ANYWHERE.sub(" ", text)
+    return normalize_persian(text).casefold()
+
+
+def _separator_kind(sep: str) -> str:
+    """Reduce a separator to its kind, so " - " and "-" match and "/" and " " do not."""
+    visible = sep.translate(_DASHES).replace(" ", "")
+    visible = "".join(c for c in visible if not c.isspace())
+    return "".join(sorted(set(visible))) or " "
+
+
+def _windows(run: str, offset: int) -> Iterator[tuple[str, int]]:
+    """Yield (digits, start) for every run of whole digit groups joined by one separator kind."""
+    groups = list(_GROUP.finditer(run))
+    kinds = [_separator_kind(run[a.end() : b.start()]) for a, b in itertools.pairwise(groups)]
+    for i, first in enumerate(groups):
+        digits = ""
+        kind: str | None = None
+        for j in range(i, len(groups)):
+            if j > i:
+                if kind is None:
+                    kind = kinds[j - 1]
+                elif kinds[j - 1] != kind:
+                    break
+            digits += groups[j].group()
+            if len(digits) > _MAX_WINDOW_DIGITS:
+                break
+            yield digits, offset + first.start()
+
+
+def _label_before(labels: list[tuple[int, str]], start: int) -> str | None:
+    """Return the kind of the nearest label ending within reach before `start`."""
+    best: str | None = None
+    for end, kind in labels:
+        if end > start:
+            break
+        if start - end <= _LABEL_REACH:
+            best = kind
+    return best
+
+
+def _national_id_checksum_ok(digits: str) -> bool:
+    """Check an Iranian national ID's check digit (weights 10..2, mod 11)."""
+    total = sum(int(d) * (10 - i) for i, d in enumerate(digits[:9]))
+    remainder = total % 11
+    check = int(digits[9])
+    return check == remainder if remainder < 2 else check == 11 - remainder
+
+
+def _luhn_ok(digits: str) -> bool:
+    """Check a card number's Luhn digit."""
+    total = 0
+    for i, d in enumerate(reversed(digits)):
+        n = int(d)
+        if i % 2 == 1:
+            n = n * 2 - 9 if n > 4 else n * 2
+        total += n
+    return total % 10 == 0
+
+
+def _iban_ok(compact: str) -> bool:
+    """Check an IBAN (country letters, check digits, BBAN) with ISO 13616 mod 97."""
+    moved = compact[4:] + compact[:4]
+    numeric = "".join(str(int(c, 36)) for c in moved)
+    return int(numeric) % 97 == 1
+
+
+def _is_national_id(digits: str, label: str | None) -> bool:
+    """Decide whether a digit window is a national ID (see the module docstring)."""
+    if label == "other" or len(set(digits)) == 1:
+        return False
+    if label == "nid" and 8 <= len(digits) <= 10:
+        return True
+    return len(digits) == 10 and _national_id_checksum_ok(digits)
+
+
+def _is_card(digits: str, label: str | None) -> bool:
+    """Decide whether a digit window is a bank card number."""
+    if label == "other" or len(set(digits)) == 1:
+        return False
+    if label == "card" and 15 <= len(digits) <= 19:
+        return True
+    return len(digits) == 16 and _luhn_ok(digits)
+
+
+def _is_bare_sheba(digits: str, label: str | None) -> bool:
+    """Decide whether 24 digits written without "IR" are a Sheba number."""
+    if len(digits) != 24 or label == "other":
+        return False
+    return label == "iban" or _iban_ok("ir" + digits)
+
+
+def _number_categories(norm: str) -> set[PiiCategory]:
+    """Find national IDs, card numbers and Sheba/IBAN numbers in normalised text."""
+    found: set[PiiCategory] = set()
+    labels = [(m.end(), m.lastgroup or "") for m in _LABELS.finditer(norm)]
+    for run in _RUN.finditer(norm):
+        for digits, start in _windows(run.group(), run.start()):
+            label = _label_before(labels, start)
+            if _is_national_id(digits, label):
+                found.add(PiiCategory.NATIONAL_ID)
+            if _is_card(digits, label):
+                found.add(PiiCategory.CARD_NUMBER)
+            if _is_bare_sheba(digits, label):
+                found.add(PiiCategory.IBAN)
+    for prefix in _IR_PREFIX.finditer(norm):
+        digits_after = _RUN.match(norm, prefix.end())
+        if digits_after and any(
+            len(d) == 24 for d, s in _windows(digits_after.group(), digits_after.start()) if s == prefix.end()
+        ):
+            found.add(PiiCategory.IBAN)
+    for match in _GENERIC_IBAN.finditer(norm):
+        parts = re.split(r"[ \-]", match.group())
+        # The pattern may swallow a short word after the number; try each group-aligned prefix.
+        for n in range(len(parts), 0, -1):
+            compact = "".join(parts[:n])
+            if 15 <= len(compact) <= 34 and _iban_ok(compact):
+                found.add(PiiCategory.IBAN)
+                break
+    return found
+
+
+_EXPIRY_VALUE = re.compile(
+    r"(?<![0-9/])(?:0[1-9]|1[0-2])\s*/\s*[0-9]{2}(?![0-9/])"  # MM/YY
+    r"|(?<![0-9/])(?:1[34])?[0-9]{2}\s*/\s*(?:0[1-9]|1[0-2])(?![0-9/])"  # (13|14)YY/MM on Iranian cards
+)
+
+
+def _has_payment_secret(norm: str, card_context: bool) -> bool:
+    """Find CVV2, PIN, password or one-time-code context, or a card expiry."""
+    if SECRET_PATTERN.search(norm):
+        return True
+    for match in EXPIRY_PATTERN.finditer(norm):
+        # "My policy expires on 1404/01/15" is a fact worth keeping; an expiry is a card secret
+        # only next to a card, or written as a card writes it (MM/YY, YYYY/MM).
+        if card_context or _EXPIRY_VALUE.search(norm, match.end(), match.end() + 40):
+            return True
+    return False
+
+
+def _has_health(norm: str, nfkc: str) -> bool:
+    """Find health information: conditions, medications, diagnoses, procedures, pregnancy."""
+    return bool(HEALTH_PATTERN.search(norm) or HEALTH_ACRONYMS_PATTERN.search(nfkc))
+
+
+def find_pii(text: str) -> list[PiiCategory]:
+    """Return the PII categories present in `text`, in enum order, never the values."""
+    norm = normalize_for_pii(text)
+    found = _number_categories(norm)
+    card_context = PiiCategory.CARD_NUMBER in found or any(
+        m.lastgroup == "card" for m in _LABELS.finditer(norm)
+    )
+    if _has_payment_secret(norm, card_context):
+        found.add(PiiCategory.PAYMENT_SECRET)
+    if _has_health(norm, unicodedata.normalize("NFKC", text)):
+        found.add(PiiCategory.HEALTH)
+    return [category for category in PiiCategory if category in found]
+
+
+def is_health_category(category: str | None) -> bool:
+    """Return True when an extractor's category names health information."""
+    if not category:
+        return False
+    words = set(re.findall(r"[^\W_]+", normalize_persian(category).casefold()))
+    return bool(words & HEALTH_CATEGORY_WORDS)
+
+
+def rejection_reason(text: str, *, category: str | None = None) -> PiiCategory | None:
+    """Return the first reason to refuse storing `text` (a category, never a value), or None."""
+    if is_health_category(category):
+        return PiiCategory.HEALTH
+    found = find_pii(text)
+    return found[0] if found else None
+
+
+def is_safe_for_memory(text: str, *, category: str | None = None) -> bool:
+    """Return False when `text` carries PII or `category` is health-like, True otherwise."""
+    return rejection_reason(text, category=category) is None

@@ -1,0 +1,162 @@
+"""The memory writer: answered turns become profile updates and facts, after the answer.
+
+Memory work must delay neither `end` nor the user's next message, so it runs here, outside
+the thread's lock, in a queue per user: two threads of one user never race a
+consolidation. Across replicas the same is guaranteed by the user's advisory lock, which
+erasure takes too; a job whose thread was erased meanwhile drops itself, so nothing of
+an erased user lands afterwards.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from langgraph.store.base import BaseStore
+
+from chatbot import metrics
+from chatbot.agent.deps import MemoryJob
+from chatbot.db.pool import Pool
+from chatbot.memory.consolidation import StoredFact, consolidate
+from chatbot.memory.extraction import MemoryCandidates, extract_offline, merge_profile
+from chatbot.memory.namespaces import PROFILE_KEY, facts_namespace, profile_namespace
+from chatbot.memory.pii import rejection_reason
+from chatbot.threads.locks import Locks
+
+log = logging.getLogger(__name__)
+
+Extractor = Callable[[MemoryJob], Awaitable[MemoryCandidates]]
+_THREAD_OF_USER = (
+    "select 1 from checkpoints where thread_id = %s and checkpoint_ns = '' "
+    "and metadata ->> 'tenant_id' = %s and metadata ->> 'user_id' = %s limit 1"
+)
+
+
+async def offline_extractor(job: MemoryJob) -> MemoryCandidates:
+    """Extract with the deterministic offline rules."""
+    return extract_offline(job.user_text, locale=job.locale)
+
+
+class MemoryWriter:
+    """Per-user queues of memory jobs, worked off in the background."""
+
+    def __init__(
+        self,
+        *,
+        pool: Pool,
+        store: BaseStore,
+        locks: Locks,
+        max_facts: int,
+        extractor: Extractor = offline_extractor,
+        lock_wait: float = 30.0,
+    ) -> None:
+        self.pool = pool
+        self.store = store
+        self.locks = locks
+        self.max_facts = max_facts
+        self.extractor = extractor
+        self.lock_wait = lock_wait
+        self._queues: dict[tuple[str, str], deque[MemoryJob]] = {}
+        self._workers: dict[tuple[str, str], asyncio.Task[None]] = {}
+
+    def submit(self, job: MemoryJob) -> None:
+        """Queue a job; returns at once."""
+        key = (job.tenant_id, job.user_id)
+        self._queues.setdefault(key, deque()).append(job)
+        if key not in self._workers:
+            task = asyncio.create_task(self._work(key), name=f"memory-{job.tenant_id}")
+            self._workers[key] = task
+
+    def forget(self, tenant_id: str, user_id: str) -> None:
+        """Drop the user's queued jobs (erasure or reset was asked)."""
+        queue = self._queues.get((tenant_id, user_id))
+        if queue:
+            queue.clear()
+
+    async def drain(self, timeout: float) -> None:
+        """Finish queued work (graceful shutdown), up to `timeout` seconds."""
+        if self._workers:
+            await asyncio.wait(set(self._workers.values()), timeout=timeout)
+
+    async def _work(self, key: tuple[str, str]) -> None:
+        queue = self._queues[key]
+        try:
+            while queue:
+                job = queue.popleft()
+                try:
+                    await self._process(job)
+                except Exception as exc:
+                    metrics.MEMORY_WRITES.labels("failed").inc()
+                    log.warning("memory job failed", extra={"run_id": job.run_id, "error": type(exc).__name__})
+        finally:
+            self._workers.pop(key, None)
+            if not queue:
+                self._queues.pop(key, None)
+
+    async def _process(self, job: MemoryJob) -> None:
+        candidates = await self.extractor(job)
+        lease = await self.locks.wait_user(job.tenant_id, job.user_id, self.lock_wait)
+        if lease is None:
+            metrics.MEMORY_WRITES.labels("lock_timeout").inc()
+            return
+        try:
+            if not await self._thread_still_there(job):
+                metrics.MEMORY_WRITES.labels("dropped_erased").inc()
+                return
+            await self._apply(job, candidates)
+            metrics.MEMORY_WRITES.labels("written").inc()
+        finally:
+            await lease.release()
+
+    async def _thread_still_there(self, job: MemoryJob) -> bool:
+        async with self.pool.connection() as conn:
+            row = await (await conn.execute(_THREAD_OF_USER, (job.thread_id, job.tenant_id, job.user_id))).fetchone()
+        return row is not None
+
+    async def _apply(self, job: MemoryJob, candidates: MemoryCandidates) -> None:
+        facts = []
+        for fact in candidates.facts:
+            reason = rejection_reason(fact.text, category=fact.category)
+            if reason is not None:
+                metrics.PII_REJECTED.labels(str(reason)).inc()  # counted, never logged with its value
+                continue
+            facts.append(fact)
+        profile_ns = profile_namespace(job.tenant_id, job.user_id)
+        updates = _safe_profile_updates(candidates.profile_updates)
+        if updates:
+            current = await self.store.aget(profile_ns, PROFILE_KEY)
+            merged = merge_profile(dict(current.value) if current else {}, updates)
+            if not current or merged != current.value:
+                await self.store.aput(profile_ns, PROFILE_KEY, merged, index=False)
+        if not facts:
+            return
+        facts_ns = facts_namespace(job.tenant_id, job.user_id)
+        existing = await self.store.asearch(facts_ns, limit=self.max_facts + 50)
+        stored = [
+            StoredFact(
+                id=item.key,
+                text=str(item.value.get("text", "")),
+                category=str(item.value.get("category", "general")),
+                key=str(item.value.get("key", "")),
+                updated_at=item.updated_at,
+            )
+            for item in existing
+        ]
+        plan = consolidate(stored, facts, max_facts=self.max_facts)
+        for fact_id in plan.deletes:
+            await self.store.adelete(facts_ns, fact_id)
+        for fact_id, fact in plan.puts:
+            value: dict[str, Any] = {"text": fact.text, "category": fact.category, "key": fact.key}
+            await self.store.aput(facts_ns, fact_id, value, index=False)
+
+
+def _safe_profile_updates(updates: dict[str, Any]) -> dict[str, Any]:
+    # Free-text profile entries (household) go through the same guard as facts.
+    safe = dict(updates)
+    household = [h for h in safe.get("household", []) if rejection_reason(str(h)) is None]
+    if "household" in safe:
+        safe["household"] = household
+    return safe

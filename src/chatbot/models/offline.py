@@ -1,0 +1,107 @@
+"""The offline responder: a deterministic answerer that needs no network and no weights.
+
+It is a real part of the product (demo, CI, degraded mode): it answers from the best
+retrieved chunk, quoting it as written with its citation; asks a clarifying question when
+nothing relevant was found or the question is too vague; and escalates when the user asks
+for a person or keeps being unanswerable.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from chatbot.agent.state import Status
+from chatbot.text import normalize_persian
+
+# Asking for a person, in English and Persian (matched on normalised, lower-cased text).
+_PERSON_EN = r"(human|real person|person|someone|somebody|live agent|agent|operator|representative|consultant|staff|specialist|expert)"
+_HUMAN_EN = (
+    re.compile(r"\b(talk|speak|chat|connect|transfer|put me through)\w*\b.*\b" + _PERSON_EN + r"\b"),
+    re.compile(r"\b(want|need|get me|give me)\b.*\b(human|real person|live agent|operator|representative)\b"),
+)
+_HUMAN_FA = re.compile(
+    r"(کارشناس|اپراتور|اپرياتور|انسان|آدم واقعی|پشتیبان|مشاور|نماینده|با یک نفر|با یکی|تماس انسانی|مسئول)"
+)
+_TALK_FA = re.compile(r"(صحبت|حرف|وصل|ارتباط|تماس|می ?خواهم|میخوام|لطفا)")
+# "Unanswerable" turns in a row after which the offline responder hands the user over.
+ESCALATE_AFTER_UNANSWERED = 3
+_MIN_QUESTION_CHARS = 6
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """What the responder decided for one turn."""
+
+    status: Status
+    content: str
+    citations: list[str] = field(default_factory=list)
+    escalation_reason: str | None = None
+
+
+def wants_human(text: str) -> bool:
+    """Return True when the message asks to talk to a person."""
+    folded = normalize_persian(text).lower()
+    if any(pattern.search(folded) for pattern in _HUMAN_EN):
+        return True
+    return bool(_HUMAN_FA.search(folded) and _TALK_FA.search(folded))
+
+
+def _is_vague(text: str) -> bool:
+    words = re.findall(r"\w+", normalize_persian(text))
+    return len("".join(words)) < _MIN_QUESTION_CHARS or len(words) < 2
+
+
+def _pick_chunk(chunks: Sequence[Mapping[str, Any]], language: str) -> Mapping[str, Any]:
+    # Prefer the best chunk in the caller's language when the knowledge base has one.
+    for chunk in chunks:
+        if chunk.get("language") == language:
+            return chunk
+    return chunks[0]
+
+
+_TEXTS = {
+    "fa": {
+        "answer": "بر اساس «{title}»:\n{text}",
+        "clarify": "متوجه نشدم دقیقاً درباره کدام بیمه یا چه موضوعی می‌پرسید. لطفاً سؤالتان را کمی بیشتر توضیح دهید "
+        "(مثلاً نوع بیمه: شخص ثالث، بدنه، درمان تکمیلی، مسافرتی، منزل یا عمر).",
+        "vague": "لطفاً سؤالتان را کامل‌تر بنویسید تا بتوانم دقیق پاسخ بدهم.",
+        "human": "درخواست شما برای گفتگو با کارشناس ثبت شد. یکی از همکاران ما به‌زودی گفتگو را ادامه می‌دهد.",
+        "stuck": "متأسفانه نتوانستم پاسخ سؤال شما را پیدا کنم. گفتگو را به یکی از کارشناسان ما می‌سپارم.",
+    },
+    "en": {
+        "answer": "According to “{title}”:\n{text}",
+        "clarify": "I'm not sure which insurance or topic you mean. Could you tell me a bit more "
+        "(for example: third-party liability, car body, supplementary health, travel, home or life)?",
+        "vague": "Could you write your question in a little more detail so I can answer it precisely?",
+        "human": "I've asked a member of our support team to take over this conversation. They will be with you shortly.",
+        "stuck": "I'm sorry, I couldn't find an answer to your question. I'm handing this conversation to one of our "
+        "specialists.",
+    },
+}
+
+
+def offline_reply(
+    question: str, chunks: Sequence[Mapping[str, Any]], *, language: str, unanswered_streak: int
+) -> Reply:
+    """Decide the answer, status and citations for one user message."""
+    texts = _TEXTS["fa" if language == "fa" else "en"]
+    if wants_human(question):
+        return Reply("escalate", texts["human"], escalation_reason="user_requested_human")
+    if chunks and not _is_vague(question):
+        chunk = _pick_chunk(chunks, language)
+        content = texts["answer"].format(title=chunk.get("title") or chunk["chunk_id"], text=chunk["text"].strip())
+        return Reply("answered", content, [str(chunk["chunk_id"])])
+    if unanswered_streak + 1 >= ESCALATE_AFTER_UNANSWERED:
+        return Reply("escalate", texts["stuck"], escalation_reason="repeatedly_unanswerable")
+    return Reply("clarifying", texts["vague"] if _is_vague(question) else texts["clarify"])
+
+
+_TOKEN = re.compile(r"\S+\s*|\s+")
+
+
+def split_tokens(content: str) -> list[str]:
+    """Split an answer into word-sized deltas that concatenate back to it exactly."""
+    return _TOKEN.findall(content)

@@ -1,0 +1,196 @@
+"""Load a tenant's documents into the knowledge base, idempotently."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from langchain_core.embeddings import Embeddings
+from psycopg import AsyncConnection, sql
+from psycopg.types.json import Jsonb
+from psycopg_pool import AsyncConnectionPool
+
+from chatbot.retrieval.chunking import Chunk, document_title, split_document
+from chatbot.retrieval.normalize import detect_language, index_form, search_form, ts_config
+
+logger = logging.getLogger(__name__)
+
+SUFFIXES = frozenset({".md", ".markdown", ".txt"})
+_MARKDOWN = frozenset({".md", ".markdown"})
+_TENANT = re.compile(r"^[A-Za-z0-9_:@-]{1,128}$")
+
+Progress = Callable[[int, int], None]
+"""Called as `progress(done, total)` after each file."""
+
+
+@dataclass(slots=True)
+class IngestReport:
+    """What one ingest changed, counted in documents (and chunks written)."""
+
+    added: int = 0
+    updated: int = 0
+    unchanged: int = 0
+    removed: int = 0
+    chunks_written: int = 0
+    document_ids: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class _SourceFile:
+    path: Path
+    document_id: str
+    source: str
+
+
+def _walk(paths: Sequence[Path]) -> tuple[list[_SourceFile], set[str]]:
+    """Return the files to ingest and the names of the folders that were walked whole."""
+    files: list[_SourceFile] = []
+    folders: set[str] = set()
+    for given in paths:
+        root = given.resolve()
+        if root.is_dir():
+            folders.add(root.name)
+            for path in sorted(p for p in root.rglob("*") if p.is_file() and p.suffix.lower() in SUFFIXES):
+                files.append(_SourceFile(path, path.relative_to(root).as_posix(), root.name))
+        elif root.is_file():
+            files.append(_SourceFile(root, root.name, ""))
+        else:
+            raise FileNotFoundError(f"no such file or folder: {given}")
+    ids = [f.document_id for f in files]
+    duplicates = {i for i in ids if ids.count(i) > 1}
+    if duplicates:
+        raise ValueError(f"two files map to the same document id: {sorted(duplicates)[:3]}")
+    return files, folders
+
+
+def _vector_literal(values: Sequence[float]) -> str:
+    return "[" + ",".join(repr(float(v)) for v in values) + "]"
+
+
+async def _embed(embeddings: Embeddings | None, chunks: list[Chunk]) -> list[str | None]:
+    if embeddings is None or not chunks:
+        return [None] * len(chunks)
+    vectors = await embeddings.aembed_documents([f"{c.title}\n{c.text}" for c in chunks])
+    return [_vector_literal(v) for v in vectors]
+
+
+_INSERT_CHUNK = """
+INSERT INTO kb_chunks (tenant_id, chunk_id, document_id, ordinal, title, text, language,
+                       search_text, tsv, embedding, metadata)
+VALUES (%(tenant)s, %(chunk_id)s, %(document_id)s, %(ordinal)s, %(title)s, %(text)s, %(language)s,
+        %(search_text)s,
+        setweight(to_tsvector(%(cfg)s::regconfig, %(title_index)s), 'A')
+          || to_tsvector(%(cfg)s::regconfig, %(text_index)s),
+        %(embedding)s::vector, %(metadata)s)
+"""
+
+_UPSERT_DOCUMENT = """
+INSERT INTO kb_documents (tenant_id, document_id, title, source, content_sha, language, chunk_count)
+VALUES (%s, %s, %s, %s, %s, %s, %s)
+ON CONFLICT (tenant_id, document_id) DO UPDATE
+SET title = EXCLUDED.title, source = EXCLUDED.source, content_sha = EXCLUDED.content_sha,
+    language = EXCLUDED.language, chunk_count = EXCLUDED.chunk_count, updated_at = now()
+"""
+
+
+def _chunk_rows(tenant_id: str, doc: _SourceFile, language: str, chunks: list[Chunk],
+                vectors: list[str | None]) -> Iterator[dict[str, Any]]:
+    cfg = ts_config(language)
+    for chunk, vector in zip(chunks, vectors, strict=True):
+        yield {
+            "tenant": tenant_id, "chunk_id": chunk.chunk_id, "document_id": doc.document_id,
+            "ordinal": chunk.ordinal, "title": chunk.title, "text": chunk.text, "language": language,
+            "search_text": search_form(f"{chunk.title}\n{chunk.text}"), "cfg": cfg,
+            "title_index": index_form(chunk.title), "text_index": index_form(chunk.text),
+            "embedding": vector, "metadata": Jsonb({"source": doc.source, "chars": len(chunk.text)}),
+        }
+
+
+async def _write_document(conn: AsyncConnection[Any], tenant_id: str, doc: _SourceFile, text: str,
+                          sha: str, embeddings: Embeddings | None) -> int:
+    title = document_title(text, doc.path.stem.replace("-", " ").replace("_", " "))
+    language = detect_language(text)
+    chunks = split_document(doc.document_id, title, text, markdown=doc.path.suffix.lower() in _MARKDOWN)
+    # Embed before the transaction opens: a slow model call must not hold row locks.
+    vectors = await _embed(embeddings, chunks)
+    async with conn.transaction():
+        await conn.execute(_UPSERT_DOCUMENT, (tenant_id, doc.document_id, title, doc.source, sha,
+                                              language, len(chunks)))
+        # Chunk ids are content-derived, so delete-and-insert gives unchanged passages of a
+        # changed document their old ids back.
+        await conn.execute("DELETE FROM kb_chunks WHERE tenant_id = %s AND document_id = %s",
+                           (tenant_id, doc.document_id))
+        async with conn.cursor() as cur:
+            await cur.executemany(_INSERT_CHUNK, list(_chunk_rows(tenant_id, doc, language, chunks, vectors)))
+    return len(chunks)
+
+
+async def refresh_vocabulary(conn: AsyncConnection[Any], tenant_id: str) -> None:
+    """Rebuild the tenant's lexeme table (term, chunk frequency) from its chunks."""
+    stat_query = sql.SQL("SELECT tsv FROM kb_chunks WHERE tenant_id = {}").format(sql.Literal(tenant_id))
+    async with conn.transaction():
+        # Two ingests of one tenant at once would otherwise interleave delete and insert.
+        await conn.execute("SELECT pg_advisory_xact_lock(hashtext('kb_terms'), hashtext(%s))", (tenant_id,))
+        await conn.execute("DELETE FROM kb_terms WHERE tenant_id = %s", (tenant_id,))
+        await conn.execute(
+            "INSERT INTO kb_terms (tenant_id, term, ndoc) SELECT %s, word, ndoc FROM ts_stat(%s)",
+            (tenant_id, stat_query.as_string(conn)),
+        )
+
+
+async def ingest_paths(
+    pool: AsyncConnectionPool[Any],
+    tenant_id: str,
+    paths: Sequence[Path],
+    *,
+    embeddings: Embeddings | None = None,
+    progress: Progress | None = None,
+) -> IngestReport:
+    """Ingest files and folders (walked recursively) into one tenant's knowledge base.
+
+    Unchanged files are left alone (same chunk ids), changed ones are re-chunked, and
+    documents that came from an ingested folder but whose file is gone are removed with
+    their chunks. Document ids are paths relative to the folder given.
+    """
+    if not _TENANT.match(tenant_id):
+        raise ValueError("tenant id must be 1 to 128 characters of [A-Za-z0-9_:@-]")
+    files, folders = _walk(paths)
+    report = IngestReport()
+    async with pool.connection() as conn:
+        cur = await conn.execute(
+            "SELECT document_id, content_sha FROM kb_documents WHERE tenant_id = %s", (tenant_id,)
+        )
+        known = {row["document_id"]: row["content_sha"] for row in await cur.fetchall()}
+        for done, doc in enumerate(files, start=1):
+            text = doc.path.read_text(encoding="utf-8-sig")
+            sha = hashlib.sha256(text.encode()).hexdigest()
+            report.document_ids.append(doc.document_id)
+            if known.get(doc.document_id) == sha:
+                report.unchanged += 1
+            else:
+                report.chunks_written += await _write_document(conn, tenant_id, doc, text, sha, embeddings)
+                if doc.document_id in known:
+                    report.updated += 1
+                else:
+                    report.added += 1
+            if progress is not None:
+                progress(done, len(files))
+        if folders:
+            cur = await conn.execute(
+                "DELETE FROM kb_documents WHERE tenant_id = %s AND source = ANY(%s) AND NOT document_id = ANY(%s)",
+                (tenant_id, sorted(folders), report.document_ids),
+            )
+            report.removed = cur.rowcount
+        if report.added or report.updated or report.removed:
+            await refresh_vocabulary(conn, tenant_id)
+    logger.info(
+        "ingest finished",
+        extra={"tenant_id": tenant_id, "added": report.added, "updated": report.updated,
+               "unchanged": report.unchanged, "removed": report.removed},
+    )
+    return report

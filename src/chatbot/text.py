@@ -1,0 +1,53 @@
+"""Text normalisation shared by retrieval, the PII guard and memory.
+
+Persian text arrives in many spellings of the same thing: Arabic yeh and kaf (ي ك)
+instead of Persian ones (ی ک), Persian (U+06F0-06F9) or Arabic-Indic (U+0660-0669)
+digits, zero-width joiners and non-joiners, tatweel. These helpers fold them to one form.
+Python's `\\d` and `int()` accept every Unicode digit, so code that must see ASCII
+digits only calls `fold_digits` first and then matches `[0-9]`.
+"""
+
+from __future__ import annotations
+
+import re
+
+_DIGITS = {**{0x06F0 + i: ord("0") + i for i in range(10)}, **{0x0660 + i: ord("0") + i for i in range(10)}}
+_LETTERS = {ord("ي"): "ی", ord("ى"): "ی", ord("ك"): "ک", ord("ة"): "ه", ord("ۀ"): "ه", ord("أ"): "ا", ord("إ"): "ا"}
+# ZWNJ, ZWJ, LRM, RLM, BOM and friends: invisible, and they split or join words arbitrarily.
+_ZERO_WIDTH = {cp: None for cp in (0x200B, 0x200C, 0x200D, 0x200E, 0x200F, 0xFEFF, 0x2060, 0x0640)}
+_ARABIC_DIACRITICS = re.compile("[\u064b-\u065f\u0670]")
+
+
+def fold_digits(text: str) -> str:
+    """Return `text` with Persian and Arabic-Indic digits replaced by ASCII digits."""
+    return text.translate(_DIGITS)
+
+
+def strip_zero_width(text: str, *, replacement: str = "") -> str:
+    """Remove zero-width characters and tatweel (or replace them with `replacement`)."""
+    if replacement:
+        return text.translate({cp: replacement for cp in _ZERO_WIDTH})
+    return text.translate(_ZERO_WIDTH)
+
+
+def normalize_persian(text: str) -> str:
+    """Fold Arabic letter forms, digits, diacritics and zero-width characters to one spelling.
+
+    The zero-width non-joiner becomes nothing, so "می‌خواهم" and "میخواهم" meet;
+    callers that need word boundaries there tokenise after this.
+    """
+    text = fold_digits(text).translate(_LETTERS)
+    text = _ARABIC_DIACRITICS.sub("", text)
+    return strip_zero_width(text)
+
+
+_PERSIAN_LETTERS = re.compile("[\u0600-\u06ff]")
+
+
+def looks_persian(text: str) -> bool:
+    """Return True when the text is written mostly in Arabic script."""
+    letters = [c for c in text if c.isalpha()]
+    if not letters:
+        return False
+    persian = sum(1 for c in letters if _PERSIAN_LETTERS.match(c))
+    return persian * 2 >= len(letters)

@@ -1,0 +1,71 @@
+"""The transcript as the backend sees it: user and assistant messages read from checkpoint state."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+from langgraph.graph.state import CompiledStateGraph
+
+from chatbot.agent.nodes import text_of
+from chatbot.agent.state import message_meta
+from chatbot.errors import Problem
+
+
+def public_message(message: BaseMessage) -> dict[str, Any] | None:
+    """Return the API form of a user or assistant message; None for anything else."""
+    if isinstance(message, HumanMessage):
+        role = "user"
+    elif isinstance(message, AIMessage) and not message.tool_calls:
+        role = "assistant"
+    else:
+        return None  # system prompts, tool traffic and chunk text never leave the service
+    meta = message_meta(message)
+    if not meta:
+        return None  # a message this service did not write (e.g. a summary injected by a tool)
+    return {
+        "id": message.id,
+        "role": role,
+        "content": text_of(message),
+        "created_at": meta.get("created_at"),
+        "run_id": meta.get("run_id"),
+        "citations": list(meta.get("citations", [])) if role == "assistant" else [],
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    """One page of a transcript, oldest first."""
+
+    messages: list[dict[str, Any]]
+    has_more: bool
+    next_before: str | None
+
+
+def page_of(messages: Sequence[dict[str, Any]], *, limit: int, before: str | None) -> Page:
+    """Return the newest `limit` messages older than `before` (or the newest overall)."""
+    end = len(messages)
+    if before is not None:
+        for index, message in enumerate(messages):
+            if message["id"] == before:
+                end = index
+                break
+        else:
+            raise Problem(422, "unknown `before` message id")
+    start = max(0, end - limit)
+    page = list(messages[start:end])
+    has_more = start > 0
+    return Page(page, has_more, page[0]["id"] if has_more and page else None)
+
+
+async def read_transcript(graph: CompiledStateGraph[Any, Any, Any, Any], thread_id: str) -> list[dict[str, Any]]:
+    """Return every user and assistant message of the thread, oldest first."""
+    state = await graph.aget_state({"configurable": {"thread_id": thread_id}})
+    out = []
+    for message in state.values.get("messages", []):
+        public = public_message(message)
+        if public is not None:
+            out.append(public)
+    return out

@@ -1,0 +1,63 @@
+"""Messages, deletion and feedback endpoints of a thread."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query, Request, Response
+
+from chatbot.auth import CallerDep
+from chatbot.errors import Problem
+from chatbot.ops.erasure import delete_threads
+from chatbot.threads.feedback import run_exists, save_feedback
+from chatbot.threads.ownership import check_thread_access, thread_tenant
+from chatbot.threads.schemas import FeedbackRequest, ThreadId
+from chatbot.threads.transcript import page_of, read_transcript
+
+router = APIRouter(prefix="/v1/threads", tags=["threads"])
+
+
+@router.get("/{thread_id}/messages")
+async def list_messages(
+    request: Request,
+    thread_id: ThreadId,
+    caller: CallerDep,
+    limit: Annotated[int, Query(ge=1, le=100)] = 20,
+    before: Annotated[str | None, Query(min_length=1, max_length=128)] = None,
+) -> dict[str, Any]:
+    """Return one page of the thread's user and assistant messages, oldest first."""
+    await check_thread_access(request.app.state.pool, thread_id, caller, must_exist=True)
+    messages = await read_transcript(request.app.state.graph, thread_id)
+    page = page_of(messages, limit=limit, before=before)
+    return {"messages": page.messages, "has_more": page.has_more, "next_before": page.next_before}
+
+
+@router.delete("/{thread_id}", status_code=204)
+async def delete_thread(request: Request, thread_id: ThreadId, caller: CallerDep) -> Response:
+    """Purge the thread's checkpoints, blobs, writes and feedback (204 even if absent)."""
+    state = request.app.state
+    tenant = await thread_tenant(state.pool, thread_id)
+    if tenant is not None and tenant != caller.tenant_id:
+        return Response(status_code=204)  # another tenant's thread: nothing to do, nothing revealed
+    lease = await state.locks.try_thread(thread_id)
+    if lease is None:
+        raise Problem(409, "a run is in flight on this thread")
+    try:
+        await delete_threads(state.pool, state.saver, [thread_id])
+    finally:
+        await lease.release()
+    return Response(status_code=204)
+
+
+@router.post("/{thread_id}/runs/{run_id}/feedback", status_code=204)
+async def post_feedback(
+    request: Request, thread_id: ThreadId, run_id: uuid.UUID, body: FeedbackRequest, caller: CallerDep
+) -> Response:
+    """Record (or replace) the user's rating of one run."""
+    pool = request.app.state.pool
+    await check_thread_access(pool, thread_id, caller, must_exist=True)
+    if not await run_exists(pool, thread_id, str(run_id), caller.tenant_id):
+        raise Problem(404, "run not found on this thread")
+    await save_feedback(pool, thread_id, str(run_id), caller, body.score, body.comment)
+    return Response(status_code=204)
