@@ -92,18 +92,31 @@ async def evaluate(pool: AsyncConnectionPool[Any], tenant: str, questions: list[
     return hits / len(questions), reciprocal / len(questions), latencies
 
 
-def synthetic_rows(tenant: str, chunks: int, vocab: list[str], weights: list[float],
+def _pseudo_word(rng: random.Random, alphabet: str) -> str:
+    return "".join(rng.choices(alphabet, k=rng.randint(4, 9)))
+
+
+def synthetic_rows(tenant: str, chunks: int, sources: list[tuple[str, list[str]]],
                    rng: random.Random) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
-    """Return (documents, chunks) rows of distractor text drawn from the KB's own words."""
+    """Return (documents, chunks) rows of topic-coherent distractor text.
+
+    Each synthetic document takes one demo document as its topic and draws most words
+    from it (so distractors compete with the real chunks on the same words), plus names
+    of its own (a real tenant's 5,000 chunks have a long tail of words seen once).
+    """
     docs, rows = [], []
     for d in range(chunks // 10):
+        language, words = sources[d % len(sources)]
+        alphabet = "ابپتثجحخدذرزسشصطظعغفقکگلمنوهی" if language == "fa" else "abcdefghijklmnopqrstuvwxyz"
+        names = [_pseudo_word(rng, alphabet) for _ in range(40)]
         doc_id = f"synthetic/doc-{d:04d}.md"
-        language = "fa" if d % 2 else "en"
         docs.append((tenant, doc_id, f"Synthetic {d}", "synthetic", f"sha{d}", language, 10))
         for i in range(10):
-            words = rng.choices(vocab, weights, k=rng.randint(40, 120))
-            text = " ".join(words)
-            title = " ".join(rng.choices(vocab, weights, k=4))
+            n = rng.randint(40, 120)
+            body = rng.choices(words, k=n) + rng.choices(names, k=n // 4)
+            rng.shuffle(body)
+            text = " ".join(body)
+            title = " ".join(rng.choices(words, k=3) + rng.choices(names, k=1))
             rows.append((tenant, f"{doc_id}#{i}", doc_id, i, title, text, language,
                          search_form(f"{title}\n{text}"), index_form(title), index_form(text)))
     return docs, rows
@@ -111,18 +124,15 @@ def synthetic_rows(tenant: str, chunks: int, vocab: list[str], weights: list[flo
 
 async def load_synthetic(pool: AsyncConnectionPool[Any], tenants: list[str], chunks: int) -> None:
     """Bulk-load distractor chunks with COPY, bypassing the ingest path."""
-    words: Counter[str] = Counter()
-    for path in KB.rglob("*.md"):
-        words.update(w for w in path.read_text().split() if len(w) > 2)
-    vocab = list(words)
-    weights = [float(words[w]) for w in vocab]
+    sources = [("fa" if path.parent.name == "fa" else "en", path.read_text().split())
+               for path in sorted(KB.rglob("*.md"))]
     rng = random.Random(7)
     async with pool.connection() as conn:
         await conn.execute("""CREATE TEMP TABLE staging (tenant_id text, chunk_id text, document_id text,
             ordinal int, title text, text text, language text, search_text text, title_index text,
             text_index text)""")
         for tenant in tenants:
-            docs, rows = synthetic_rows(tenant, chunks, vocab, weights, rng)
+            docs, rows = synthetic_rows(tenant, chunks, sources, rng)
             async with conn.cursor() as cur:
                 async with cur.copy("COPY kb_documents (tenant_id, document_id, title, source, content_sha, "
                                     "language, chunk_count) FROM STDIN") as copy:

@@ -21,7 +21,7 @@ from chatbot.errors import install_problem_handlers
 from chatbot.health import router as health_router
 from chatbot.limits import BodySizeLimitMiddleware
 from chatbot.memory.router import router as memory_router
-from chatbot.memory.writer import MemoryWriter
+from chatbot.memory.writer import Extractor, MemoryWriter, offline_extractor
 from chatbot.models.factory import load_chat_model
 from chatbot.ops.router import router as users_router
 from chatbot.retrieval.embeddings import load_embeddings
@@ -35,11 +35,17 @@ from chatbot.threads.transcript_router import router as transcript_router
 log = logging.getLogger(__name__)
 
 
-def create_app(settings: Settings | None = None, *, agent_overrides: dict[str, Any] | None = None) -> FastAPI:
+def create_app(
+    settings: Settings | None = None,
+    *,
+    agent_overrides: dict[str, Any] | None = None,
+    memory_extractor: Extractor | None = None,
+) -> FastAPI:
     """Build the application; nothing touches the database until the lifespan starts.
 
-    `agent_overrides` replaces fields of the graph's `AgentDeps` (tests use it for a
-    failing or slow model, or to observe the model window).
+    `agent_overrides` replaces fields of the graph's `AgentDeps` and `memory_extractor`
+    the memory writer's extractor (tests use them for failing or slow collaborators, or to
+    observe the model window).
     """
     settings = settings or Settings()
 
@@ -57,7 +63,8 @@ def create_app(settings: Settings | None = None, *, agent_overrides: dict[str, A
             locks = Locks(lock_pool)
             saver = AsyncPostgresSaver(pool)  # type: ignore[arg-type]
             store = AsyncPostgresStore(pool)  # type: ignore[arg-type]
-            memory = MemoryWriter(pool=pool, store=store, locks=locks, max_facts=settings.memory_max_facts)
+            memory = MemoryWriter(pool=pool, store=store, locks=locks, max_facts=settings.memory_max_facts,
+                                  extractor=memory_extractor or offline_extractor)
             embeddings = load_embeddings(settings.embeddings)
 
             async def retriever(caller: CallerContext, query: str) -> list[dict[str, Any]]:

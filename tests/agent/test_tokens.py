@@ -38,12 +38,15 @@ def test_shipped_encoding_is_tiktokens_own(name: str, monkeypatch: pytest.Monkey
     official = getattr(openai_public, name)()
     assert shipped._pat_str == official["pat_str"]
     assert shipped._special_tokens == official["special_tokens"]
-    assert shipped.n_vocab == tiktoken.Encoding(
-        name,
-        pat_str=official["pat_str"],
-        mergeable_ranks=official["mergeable_ranks"],
-        special_tokens=official["special_tokens"],
-    ).n_vocab
+    assert (
+        shipped.n_vocab
+        == tiktoken.Encoding(
+            name,
+            pat_str=official["pat_str"],
+            mergeable_ranks=official["mergeable_ranks"],
+            special_tokens=official["special_tokens"],
+        ).n_vocab
+    )
 
 
 def test_encodings_load_without_network_or_tiktoken_cache(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -111,9 +114,13 @@ def test_messages_cost_content_overhead_and_tool_calls(model: str) -> None:
     plain = AIMessage("بررسی می‌کنم.")
     calling = AIMessage("بررسی می‌کنم.", tool_calls=[{"name": "search_kb", "args": args, "id": "call_1"}])
     with_call = counter.count_messages([calling])
-    assert with_call >= counter.count_messages([plain]) + counter.count_text(json.dumps(args, ensure_ascii=False))
+    assert with_call >= counter.count_messages([plain]) + counter.count_text(
+        json.dumps(args, ensure_ascii=False)
+    )
     two = [SystemMessage("You are helpful."), HumanMessage("سلام")]
-    assert counter.count_messages(two) > counter.count_text("You are helpful.") + counter.count_text("سلام") + 2
+    assert (
+        counter.count_messages(two) > counter.count_text("You are helpful.") + counter.count_text("سلام") + 2
+    )
 
 
 def test_tiktoken_messages_follow_openais_accounting(o200k: tokens.TiktokenCounter) -> None:

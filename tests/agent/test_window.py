@@ -20,8 +20,14 @@ COUNTERS = {"o200k": token_counter_for("openai:gpt-4o-mini"), "approximate": tok
 
 def meta(i: int) -> dict[str, Any]:
     """Return the bookkeeping a persisted message carries."""
-    return {"chatbot": {"created_at": f"2025-01-01T00:00:{i:02d}Z", "run_id": f"run-{i}", "citations": ["kb-1"],
-                        "status": "answered"}}
+    return {
+        "chatbot": {
+            "created_at": f"2025-01-01T00:00:{i:02d}Z",
+            "run_id": f"run-{i}",
+            "citations": ["kb-1"],
+            "status": "answered",
+        }
+    }
 
 
 def random_history(rng: random.Random, turns: int, *, broken: bool = False) -> list[BaseMessage]:
@@ -45,8 +51,10 @@ def random_history(rng: random.Random, turns: int, *, broken: bool = False) -> l
 def make_inputs(rng: random.Random, history: Sequence[BaseMessage], *, language: str = "fa") -> WindowInputs:
     """Return window inputs around `history` with a profile, facts, summary and three chunks."""
     source = PERSIAN_PARAGRAPHS if language == "fa" else ENGLISH_PARAGRAPHS
-    chunks = [{"chunk_id": f"kb-{k}", "title": f"Article {k}", "text": " ".join(rng.sample(source, 3))}
-              for k in range(3)]
+    chunks = [
+        {"chunk_id": f"kb-{k}", "title": f"Article {k}", "text": " ".join(rng.sample(source, 3))}
+        for k in range(3)
+    ]
     return WindowInputs(
         system_prompt=system_prompt(language),
         profile={"name": "Sara", "policies": ["motor-778123"], "empty": ""},
@@ -153,26 +161,46 @@ def test_broken_history_is_repaired_in_the_window_only() -> None:
     history: list[BaseMessage] = [
         ToolMessage("result without a call", tool_call_id="ghost"),
         HumanMessage("What does my policy cover?"),
-        AIMessage("", tool_calls=[{"name": "search_kb", "args": {}, "id": "a"}, {"name": "x", "args": {}, "id": "b"}],
-                  additional_kwargs={"tool_calls": [{"id": "a", "type": "function"}, {"id": "b", "type": "function"}]}),
+        AIMessage(
+            "",
+            tool_calls=[{"name": "search_kb", "args": {}, "id": "a"}, {"name": "x", "args": {}, "id": "b"}],
+            additional_kwargs={
+                "tool_calls": [{"id": "a", "type": "function"}, {"id": "b", "type": "function"}]
+            },
+        ),
         ToolMessage("hit a", tool_call_id="a"),
         ToolMessage("hit a again", tool_call_id="a"),
         AIMessage("Fire and theft [chunk:kb-1]."),
         HumanMessage("And floods?"),
-        AIMessage([{"type": "text", "text": "Checking."}, {"type": "tool_use", "id": "c", "name": "s", "input": {}}],
-                  tool_calls=[{"name": "s", "args": {}, "id": "c"}]),
+        AIMessage(
+            [
+                {"type": "text", "text": "Checking."},
+                {"type": "tool_use", "id": "c", "name": "s", "input": {}},
+            ],
+            tool_calls=[{"name": "s", "args": {}, "id": "c"}],
+        ),
         HumanMessage("Hello?"),
         AIMessage("", tool_calls=[{"name": "search_kb", "args": {}, "id": "d"}]),
     ]
-    inputs = WindowInputs(system_prompt=system_prompt("en"), profile={}, facts=[], summary="", chunks=[],
-                          history=history, question=HumanMessage("Are floods covered?"))
+    inputs = WindowInputs(
+        system_prompt=system_prompt("en"),
+        profile={},
+        facts=[],
+        summary="",
+        chunks=[],
+        history=history,
+        question=HumanMessage("Are floods covered?"),
+    )
     before = copy.deepcopy(inputs)
     window = build_window(inputs, budget=4000, counter=COUNTERS["o200k"])
     assert_window_invariants(window, inputs, 4000, COUNTERS["o200k"])
     contents = [m.content for m in window.messages[1:-1]]
     assert "result without a call" not in contents and "hit a again" not in contents
-    assert window.messages[2].tool_calls == [{"name": "search_kb", "args": {}, "id": "a", "type": "tool_call"}]
-    assert window.messages[6].content == [{"type": "text", "text": "Checking."}]  # the unanswered call is gone
+    assert window.messages[2].tool_calls == [
+        {"name": "search_kb", "args": {}, "id": "a", "type": "tool_call"}
+    ]
+    # The unanswered call is gone from the Anthropic-style content too.
+    assert window.messages[6].content == [{"type": "text", "text": "Checking."}]
     assert window.messages[-2].content == "Hello?"  # the trailing call with no result left the window
     assert inputs == before
 
@@ -202,12 +230,20 @@ def test_chunks_give_way_before_the_question() -> None:
     assert window.chunks_shortened and not window.question_shortened
     assert window.messages[-1].content == inputs.question.content
     system = str(window.messages[0].content)
-    assert "[chunk:kb-0]" in system and "[truncated]" in system or "[کوتاه‌شده]" in system
+    assert "[chunk:kb-0]" in system
+    assert "[truncated]" in system or "[کوتاه‌شده]" in system
 
 
 def test_runaway_system_text_is_cut_and_tiny_budgets_refused() -> None:
-    inputs = WindowInputs(system_prompt=system_prompt("fa"), profile={}, facts=[], summary="خلاصه " * 3000,
-                          chunks=[], history=[], question=HumanMessage("فرانشیز چیست؟"))
+    inputs = WindowInputs(
+        system_prompt=system_prompt("fa"),
+        profile={},
+        facts=[],
+        summary="خلاصه " * 3000,
+        chunks=[],
+        history=[],
+        question=HumanMessage("فرانشیز چیست؟"),
+    )
     window = build_window(inputs, budget=400, counter=COUNTERS["o200k"])
     assert window.system_shortened and not window.question_shortened
     assert str(window.messages[0].content).startswith(system_prompt("fa")[:50])
@@ -218,8 +254,13 @@ def test_runaway_system_text_is_cut_and_tiny_budgets_refused() -> None:
 
 def test_system_prompt_sections_follow_the_prompt_language() -> None:
     chunks = [{"chunk_id": "kb-7", "title": "Deductible", "text": "Ten percent."}]
-    fa = format_system_prompt(system_prompt("fa"), profile={"city": "تهران"}, facts=["پژو ۲۰۶"],
-                              summary="- قبلاً پرسید", chunks=chunks)
+    fa = format_system_prompt(
+        system_prompt("fa"),
+        profile={"city": "تهران"},
+        facts=["پژو ۲۰۶"],
+        summary="- قبلاً پرسید",
+        chunks=chunks,
+    )
     assert "نمایه کاربر" in fa and "- city: تهران" in fa and "[chunk:kb-7] Deductible\nTen percent." in fa
     en = format_system_prompt(system_prompt("en"), profile={}, facts=[], summary="", chunks=[])
     assert "User profile" not in en and "No relevant chunk" in en

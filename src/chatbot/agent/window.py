@@ -9,7 +9,7 @@ turn alone is over budget. The builder never writes state: it returns copies.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -135,41 +135,51 @@ def _has_text(message: BaseMessage) -> bool:
     return any(not (isinstance(b, dict) and b.get("type") in _TOOL_BLOCK_TYPES) for b in content)
 
 
-def _repair(history: Sequence[BaseMessage]) -> list[_Entry]:
-    """Return the history messages a provider accepts, dropping orphans and stray types.
+def _with_results(history: Sequence[BaseMessage], index: int, end: int) -> list[_Entry]:
+    """Return the AIMessage at `index` and the results in history[index+1:end] that answer it."""
+    message = history[index]
+    assert isinstance(message, AIMessage)
+    calls = _call_ids(message)
+    results: list[_Entry] = []
+    answered: set[str] = set()
+    for j in range(index + 1, end):
+        result = history[j]
+        assert isinstance(result, ToolMessage)
+        # Duplicate results and results of another message's calls are orphans: skipped.
+        if result.tool_call_id in calls and result.tool_call_id not in answered:
+            answered.add(result.tool_call_id)
+            results.append(_Entry(j, result))
+    if not answered and not _has_text(message):
+        return []  # only unanswered calls: nothing left to send
+    keep = None if answered == set(calls) else frozenset(answered)
+    return [_Entry(index, message, keep), *results]
+
+
+def _repaired_backwards(history: Sequence[BaseMessage]) -> Iterator[_Entry]:
+    """Yield, newest first, the history messages a provider accepts, leaving orphans out.
 
     Providers reject a tool call without its result and a tool result without its call;
     they also want the results right after the calling message. A run killed mid-way, or
-    an older bug, can leave either kind of orphan in the persisted transcript.
+    an older bug, can leave either kind of orphan in the persisted transcript. Lazy and
+    backwards, so a turn costs what its window holds, not what the thread has accumulated.
     """
-    entries: list[_Entry] = []
-    i, n = 0, len(history)
-    while i < n:
+    i = len(history) - 1
+    while i >= 0:
         message = history[i]
-        if isinstance(message, AIMessage):
-            calls = _call_ids(message)
-            results: list[_Entry] = []
-            answered: set[str] = set()
-            j = i + 1
-            while j < n and isinstance(history[j], ToolMessage):
-                result = history[j]
-                assert isinstance(result, ToolMessage)
-                if result.tool_call_id in calls and result.tool_call_id not in answered:
-                    answered.add(result.tool_call_id)
-                    results.append(_Entry(j, result))
-                j += 1  # duplicate or foreign results in the run are orphans: skipped
-            if answered or _has_text(message):
-                keep = None if answered == set(calls) else frozenset(answered)
-                entries.append(_Entry(i, message, keep))
-                entries.extend(results)
-            i = j
+        if isinstance(message, ToolMessage | AIMessage):
+            start = i
+            while start >= 0 and isinstance(history[start], ToolMessage):
+                start -= 1
+            if start >= 0 and isinstance(history[start], AIMessage):
+                yield from reversed(_with_results(history, start, i + 1))
+                i = start - 1
+            else:  # results with no calling message right before them: orphans
+                i = start
             continue
         if isinstance(message, HumanMessage):
-            entries.append(_Entry(i, message))
-        # A ToolMessage reaching here has no calling AIMessage right before it: an orphan.
+            yield _Entry(i, message)
         # SystemMessages and other types never belong in the window's history.
-        i += 1
-    return entries
+        i -= 1
 
 
 def _prepare(entry: _Entry) -> BaseMessage:
@@ -332,29 +342,29 @@ def build_window(inputs: WindowInputs, *, budget: int, counter: TokenCounter) ->
     core = _Core(inputs, budget, counter)
     core.fit()
     system = SystemMessage(core.system_text)
-    entries = _repair(inputs.history)
     empty = counter.count_messages([])
-    remaining = budget - counter.count_messages([system, core.question])
-    # Walk back from the newest message; every human message is a legal start. Costs are
-    # additive for our counters, and the final count below checks the sum anyway.
+    base = counter.count_messages([system, core.question])
+    # Walk back from the newest message; every human message is a legal start.
+    walked: list[_Entry] = []
     prepared: list[BaseMessage] = []
-    starts: list[int] = []  # positions in `prepared` (counted from the end) that start on a human
+    starts: list[tuple[int, int]] = []  # (messages kept counted from the end, their tokens)
     spent = 0
-    for entry in reversed(entries):
+    for entry in _repaired_backwards(inputs.history):
         message = _prepare(entry)
         spent += counter.count_messages([message]) - empty
-        if spent > remaining:
+        if base + spent > budget:
             break
+        walked.append(entry)
         prepared.append(message)
         if isinstance(message, HumanMessage):
-            starts.append(len(prepared))
+            starts.append((len(prepared), spent))
     prepared.reverse()
-    for start_len in reversed(starts):  # longest suffix first
-        kept = prepared[len(prepared) - start_len :]
-        messages = [system, *kept, core.question]
-        tokens = counter.count_messages(messages)
+    # Our counters are additive; any other counter gets the whole window recounted, and a
+    # shorter suffix when the sum was optimistic.
+    additive = getattr(counter, "additive", False)
+    for kept_len, kept_tokens in reversed(starts):  # longest suffix first
+        messages = [system, *prepared[len(prepared) - kept_len :], core.question]
+        tokens = base + kept_tokens if additive else counter.count_messages(messages)
         if tokens <= budget:
-            first_kept = entries[len(entries) - start_len].index
-            return core.window(messages, tokens, first_kept)
-    messages = [system, core.question]
-    return core.window(messages, counter.count_messages(messages), len(inputs.history))
+            return core.window(messages, tokens, walked[kept_len - 1].index)
+    return core.window([system, core.question], base, len(inputs.history))

@@ -90,6 +90,7 @@ _QUESTION_START = re.compile(r"(?:what|when|where|which|who|whom|whose|why|how|i
 _SENTENCE_END = re.compile(r"[.!?؟](?=\s|$)|\n")
 _PUNCT = r"[\s\u200b-\u200f:：،,;\-–—]*"
 _LEAD = re.compile(rf"{_PUNCT}(?:(?:that|که)(?![^\W\d_]))?{_PUNCT}", re.IGNORECASE)
+_JOINER_TAIL = re.compile(r"[\s,،]+(?:and|also|so|but|please|plus|و|ضمنا|همچنین|لطفا)$", re.IGNORECASE)
 _TRAIL = " \t\n\u200b\u200c\u200d\u200e\u200f.!،,;:"
 
 
@@ -148,6 +149,7 @@ def _statements(text: str) -> list[str]:
         end_match = _SENTENCE_END.search(folded, begin, limit)
         end = end_match.start() if end_match else limit
         raw = re.sub(r"\s+", " ", text[begin:end]).strip(_TRAIL)
+        raw = _JOINER_TAIL.sub("", raw).strip(_TRAIL)  # "… in Yazd, and remember …"
         if trigger.group("en") and _QUESTION_START.match(raw):
             continue
         if sum(c.isalnum() for c in raw) >= 2:

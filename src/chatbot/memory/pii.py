@@ -67,6 +67,7 @@ _RUN = re.compile(rf"(?<![0-9])[0-9]+(?:{_SEP_CLASS}{{1,3}}[0-9]+)*")
 _GROUP = re.compile("[0-9]+")
 _DASHES = str.maketrans({c: "-" for c in "\u2010\u2011\u2012\u2013\u2014\u2015\u2212"})
 _MAX_WINDOW_DIGITS = 24  # the longest number looked for: a Sheba without its "IR"
+_LENGTHS_OF_INTEREST = frozenset({8, 9, 10, 15, 16, 17, 18, 19, 24})
 
 # Labels, one alternation so a longer label ("national ID card") is one match and its
 # "card" is not read as a bank-card label.
@@ -193,8 +194,12 @@ def _number_categories(norm: str) -> set[PiiCategory]:
     found: set[PiiCategory] = set()
     labels = [(m.end(), m.lastgroup or "") for m in _LABELS.finditer(norm)]
     for run in _RUN.finditer(norm):
+        label_start, label = -1, None
         for digits, start in _windows(run.group(), run.start()):
-            label = _label_before(labels, start)
+            if len(digits) not in _LENGTHS_OF_INTEREST:
+                continue
+            if start != label_start:
+                label_start, label = start, _label_before(labels, start)
             if _is_national_id(digits, label):
                 found.add(PiiCategory.NATIONAL_ID)
             if _is_card(digits, label):

@@ -27,7 +27,9 @@ EXPIRY_PATTERN = re.compile(
     r"\bexp(?:iry|iration|ires?|ired)?\b|\bvalid\s*(?:thru|through|until)\b|انقضا|اعتبار\s*کارت"
 )
 
-# English health terms: conditions, medications, diagnoses, procedures, pregnancy.
+# English health terms: conditions, medications, diagnoses, procedures, pregnancy. "Injury"
+# alone is a cover name ("bodily injury", "pays for injury to others"), so only a person's
+# injury counts.
 _HEALTH_EN = (
     r"diabet\w*", r"cancers?", r"tumou?rs?", r"chemo\w*", r"radiotherapy", r"asthma\w*",
     r"hypertension", r"high\s*blood\s*pressure", r"blood\s*pressure", r"blood\s*sugar",
@@ -42,7 +44,7 @@ _HEALTH_EN = (
     r"parkinson\w*", r"arthritis", r"allerg(?:y|ies|ic)", r"disabilit(?:y|ies)", r"disabled", r"wheelchair",
     r"thyroid", r"cholesterol", r"covid\w*", r"coronavirus", r"infections?", r"physiotherapy",
     r"psychiatr\w*", r"psycholog(?:ist|ists)", r"therapist", r"mental\s*(?:health|illness|disorder)",
-    r"migraines?", r"injur(?:y|ies|ed)", r"whiplash", r"hospitali[sz]ed",
+    r"migraines?", r"injured", r"(?:my|his|her|our|their)\s+injur(?:y|ies)", r"whiplash", r"hospitali[sz]ed",
     r"admitted\s*to\s*(?:the\s*)?hospital",
     r"sick", r"sickness", r"illness(?:es)?", r"(?:am|is|fell|chronically|terminally)\s+ill", r"diseases?",
     r"disorders?", r"syndrome", r"chronic", r"biops(?:y|ies)", r"blood\s*tests?", r"mri", r"x-?rays?",

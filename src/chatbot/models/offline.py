@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from chatbot.agent.state import Status
+from chatbot.memory.extraction import extract_offline
 from chatbot.text import normalize_persian
 
 # Asking for a person, in English and Persian (matched on normalised, lower-cased text).
@@ -70,6 +71,9 @@ _TEXTS = {
         "vague": "لطفاً سؤالتان را کامل‌تر بنویسید تا بتوانم دقیق پاسخ بدهم.",
         "human": "درخواست شما برای گفتگو با کارشناس ثبت شد. یکی از همکاران ما به‌زودی گفتگو را ادامه می‌دهد.",
         "stuck": "متأسفانه نتوانستم پاسخ سؤال شما را پیدا کنم. گفتگو را به یکی از کارشناسان ما می‌سپارم.",
+        "noted": "حتماً، این را به خاطر می‌سپارم.",
+        "private": "برای حفظ امنیت شما، کد ملی، اطلاعات کارت و حساب و اطلاعات پزشکی را نگه نمی‌داریم؛ "
+        "لطفاً آن‌ها را در گفتگو ننویسید.",
     },
     "en": {
         "answer": "According to “{title}”:\n{text}",
@@ -79,6 +83,9 @@ _TEXTS = {
         "human": "I've asked a member of our support team to take over this conversation. They will be with you shortly.",
         "stuck": "I'm sorry, I couldn't find an answer to your question. I'm handing this conversation to one of our "
         "specialists.",
+        "noted": "Noted: I'll remember that.",
+        "private": "For your security we don't keep national IDs, card or account details, or health information; "
+        "please don't share them here.",
     },
 }
 
@@ -90,6 +97,13 @@ def offline_reply(
     texts = _TEXTS["fa" if language == "fa" else "en"]
     if wants_human(question):
         return Reply("escalate", texts["human"], escalation_reason="user_requested_human")
+    # "Remember that …" is answered by acknowledging it; the memory writer stores it after
+    # the answer (or, for personal data, the guard drops it and the user is told why).
+    candidates = extract_offline(question, locale="fa-IR" if language == "fa" else "en-US")
+    if candidates.rejected:
+        return Reply("answered", texts["private"])
+    if candidates.facts:
+        return Reply("answered", texts["noted"])
     if chunks and not _is_vague(question):
         chunk = _pick_chunk(chunks, language)
         content = texts["answer"].format(title=chunk.get("title") or chunk["chunk_id"], text=chunk["text"].strip())

@@ -81,28 +81,46 @@ WITH qlex AS (
         LIMIT 2
     ) v
     WHERE v.sim >= %(fuzzy)s AND NOT EXISTS (SELECT 1 FROM exact e WHERE e.lex = q.lex)
-), groups AS MATERIALIZED (
+), weighted AS (
     SELECT m.lex, max(m.sim * ln(1 + (total.n - m.ndoc + 0.5) / (m.ndoc + 0.5))) AS w,
+           bool_and(m.ndoc * 2 > total.n) AS common,
            string_agg(quote_literal(m.term), ' | ')::tsquery AS tq
     FROM (SELECT * FROM exact UNION ALL SELECT * FROM fuzzy) m, total
     GROUP BY m.lex
+), groups AS MATERIALIZED (
+    -- Words in over half of the tenant's chunks ("insurance") are dropped when the query
+    -- has better ones: they barely move the ranking and each costs an index lookup
+    -- returning most of the tenant.
+    SELECT lex, w, tq FROM weighted
+    WHERE NOT common OR NOT EXISTS (SELECT 1 FROM weighted WHERE NOT common)
 ), mass AS (
     -- Words the tenant has never seen weigh as much as the rarest: "weather insurance"
     -- is mostly about something the knowledge base does not cover.
     SELECT coalesce((SELECT sum(w) FROM groups), 0)
-           + (SELECT count(*) FROM qlex WHERE lex NOT IN (SELECT lex FROM groups)) * ln(1 + (total.n + 0.5) / 0.5)
+           + (SELECT count(*) FROM qlex WHERE lex NOT IN (SELECT lex FROM weighted)) * ln(1 + (total.n + 0.5) / 0.5)
            AS m
     FROM total
+), essential AS (
+    -- MaxScore pruning: a chunk holding only the lightest words (together under the
+    -- threshold) cannot qualify, so those words are not looked up in the index; they
+    -- still count through ts_rank_cd in the re-ranking below.
+    SELECT g.lex, g.w, g.tq
+    FROM (SELECT *, sum(w) OVER (ORDER BY w, lex ROWS UNBOUNDED PRECEDING) AS upto FROM groups) g, mass
+    WHERE g.upto >= %(min_coverage)s * mass.m
+), light AS (
+    SELECT coalesce((SELECT sum(w) FROM groups), 0) - coalesce((SELECT sum(w) FROM essential), 0) AS m
 ), query AS (
     SELECT string_agg('(' || tq::text || ')', ' | ')::tsquery AS tq FROM groups
 ), hits AS MATERIALIZED (
     -- One GIN lookup per query word; a chunk's coverage is the weight of the words it has.
     SELECT c.chunk_id, sum(g.w) / mass.m AS coverage
-    FROM groups g
+    FROM essential g
     JOIN kb_chunks c ON c.tenant_id = %(tenant)s AND c.tsv @@ g.tq
     CROSS JOIN mass
-    GROUP BY c.chunk_id, mass.m
-    HAVING sum(g.w) >= %(min_coverage)s * mass.m
+    CROSS JOIN light
+    GROUP BY c.chunk_id, mass.m, light.m
+    -- an upper bound: the light words the chunk may also hold are not checked
+    HAVING sum(g.w) + light.m >= %(min_coverage)s * mass.m
     ORDER BY coverage DESC, c.chunk_id
     LIMIT %(candidates)s
 ), top AS MATERIALIZED (

@@ -1,0 +1,148 @@
+"""The rolling summary: which messages to fold, the offline summary, and a failing summariser."""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import random
+from typing import Any
+
+import pytest
+from langchain_core.callbacks import CallbackManagerForLLMRun
+from langchain_core.language_models import BaseChatModel
+from langchain_core.language_models.fake_chat_models import FakeListChatModel
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.outputs import ChatResult
+
+from chatbot.agent.summary import SUMMARY_MAX_CHARS, fold_summary, messages_to_fold, offline_summary
+from chatbot.agent.tokens import token_counter_for
+from chatbot.agent.window import WindowInputs, build_window
+from tests.fixtures.token_corpus import PERSIAN_PARAGRAPHS
+
+
+class RaisingModel(BaseChatModel):
+    """A chat model whose every call fails, as a provider outage would."""
+
+    @property
+    def _llm_type(self) -> str:
+        return "raising"
+
+    def _generate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: CallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
+        raise RuntimeError("provider unavailable")
+
+
+def turns(n: int, *, offset: int = 0) -> list[BaseMessage]:
+    """Return n Persian question/answer turns, some with a tool call, answers citing a chunk."""
+    messages: list[BaseMessage] = []
+    for k in range(offset, offset + n):
+        messages.append(HumanMessage(f"پرسش {k}: {PERSIAN_PARAGRAPHS[(2 * k) % len(PERSIAN_PARAGRAPHS)]}"))
+        if k % 3 == 0:
+            messages.append(AIMessage("", tool_calls=[{"name": "search_kb", "args": {}, "id": f"c{k}"}]))
+            messages.append(ToolMessage("نتیجه جست‌وجو", tool_call_id=f"c{k}"))
+        citations = [{"chunk_id": f"kb-{k}", "title": f"موضوع {k}"}] if k % 2 else []
+        messages.append(
+            AIMessage(
+                PERSIAN_PARAGRAPHS[(2 * k + 1) % len(PERSIAN_PARAGRAPHS)],
+                additional_kwargs={"chatbot": {"citations": citations, "status": "answered"}},
+            )
+        )
+    return messages
+
+
+@pytest.mark.parametrize(
+    ("history_len", "upto", "first_kept", "expected"),
+    [
+        (40, 0, 12, (0, 12)),
+        (40, 12, 20, (12, 20)),
+        (40, 20, 20, (20, 20)),  # nothing newly dropped
+        (40, 20, 14, (20, 20)),  # the window grew back: nothing to fold
+        (40, 0, 40, (0, 40)),  # nothing kept: everything before the question
+        (40, 50, 60, (40, 40)),  # stale bookkeeping is clamped to the history
+    ],
+)
+def test_messages_to_fold(history_len: int, upto: int, first_kept: int, expected: tuple[int, int]) -> None:
+    assert messages_to_fold(history_len, upto, first_kept) == expected
+
+
+def test_offline_summary_lists_questions_and_topics_deterministically() -> None:
+    dropped = turns(3)
+    before = copy.deepcopy(dropped)
+    summary = offline_summary("", dropped, "fa-IR")
+    assert summary == offline_summary("", copy.deepcopy(dropped), "fa-IR")
+    assert dropped == before
+    lines = summary.splitlines()
+    assert len(lines) == 3
+    assert all(line.startswith("- کاربر پرسید: پرسش ") for line in lines)
+    assert "پاسخ: موضوع 1" in lines[1]  # a cited answer is named by its chunk titles
+    assert "[chunk:" not in lines[0]  # an uncited one by its first sentence, without citations
+    assert "User asked" in offline_summary("", dropped, "en")
+
+
+def test_offline_summary_is_incremental() -> None:
+    first, second = turns(4), turns(3, offset=4)
+    once = offline_summary("", first, "fa")
+    twice = offline_summary(once, second, "fa")
+    assert twice.startswith(once)
+    assert twice == offline_summary("", first + second, "fa")
+    assert offline_summary(once, [], "fa") == once
+
+
+def test_offline_summary_keeps_the_newest_lines_within_its_bound() -> None:
+    summary = ""
+    for k in range(0, 60, 5):
+        summary = offline_summary(summary, turns(5, offset=k), "fa")
+    assert len(summary) <= SUMMARY_MAX_CHARS
+    assert "پرسش 59" in summary and "پرسش 0:" not in summary
+
+
+async def test_fold_summary_without_a_model_is_offline() -> None:
+    dropped = turns(2)
+    assert await fold_summary("- قبلی", dropped, "fa", None) == offline_summary("- قبلی", dropped, "fa")
+
+
+async def test_fold_summary_with_a_model_uses_its_reply() -> None:
+    model = FakeListChatModel(responses=["کاربر درباره فرانشیز بیمه بدنه پرسید."])
+    assert await fold_summary("", turns(2), "fa", model) == "کاربر درباره فرانشیز بیمه بدنه پرسید."
+
+
+async def test_failing_or_empty_summariser_keeps_the_previous_summary() -> None:
+    assert await fold_summary("- قبلی", turns(2), "fa", RaisingModel()) == "- قبلی"
+    assert await fold_summary("- قبلی", turns(2), "fa", FakeListChatModel(responses=["  "])) == "- قبلی"
+
+
+async def test_sixty_turn_thread_folds_each_dropped_turn_once() -> None:
+    """Drive the window and the fold as `generate` does, turn by turn, and audit the folds."""
+    counter = token_counter_for("offline")
+    rng = random.Random(7)
+    history: list[BaseMessage] = []
+    summary, upto, folded_ranges = "", 0, []
+    for turn in range(60):
+        question = HumanMessage(f"پرسش {turn}: {rng.choice(PERSIAN_PARAGRAPHS)}")
+        inputs = WindowInputs(
+            system_prompt="شما دستیار بیمه هستید.",
+            profile={},
+            facts=[],
+            summary=summary,
+            chunks=[],
+            history=list(history),
+            question=question,
+        )
+        window = build_window(inputs, budget=2500, counter=counter)
+        start, end = messages_to_fold(len(history), upto, window.first_kept)
+        if end > start:
+            summary = await fold_summary(summary, history[start:end], "fa", None)
+            folded_ranges.append((start, end))
+            upto = end
+        history += [question, AIMessage(rng.choice(PERSIAN_PARAGRAPHS))]
+    assert folded_ranges, "a 60-turn thread must overflow a 2500-token window"
+    # Each fold starts where the previous ended: no message is read twice, none skipped.
+    assert folded_ranges[0][0] == 0
+    assert all(a[1] == b[0] for a, b in itertools.pairwise(folded_ranges))
+    last_folded_question = str(history[upto - 2].content)[:20]
+    assert last_folded_question in summary
