@@ -145,11 +145,10 @@ async def load_synthetic(pool: AsyncConnectionPool[Any], tenants: list[str], chu
                 INSERT INTO kb_chunks (tenant_id, chunk_id, document_id, ordinal, title, text, language,
                                        search_text, tsv)
                 SELECT tenant_id, chunk_id, document_id, ordinal, title, text, language, search_text,
-                       setweight(to_tsvector(CASE language WHEN 'en' THEN 'english' ELSE 'simple' END::regconfig,
-                                             title_index), 'A')
-                       || to_tsvector(CASE language WHEN 'en' THEN 'english' ELSE 'simple' END::regconfig,
-                                      text_index)
-                FROM staging""")
+                       setweight(to_tsvector(cfg, title_index), 'A') || to_tsvector(cfg, text_index)
+                FROM staging,
+                     LATERAL (SELECT (CASE language WHEN 'en' THEN 'english' ELSE 'simple' END)::regconfig
+                              AS cfg) l""")
             await conn.execute("TRUNCATE staging")
             await refresh_vocabulary(conn, tenant)
         await conn.execute("DROP TABLE staging")
@@ -186,14 +185,16 @@ async def main(args: argparse.Namespace) -> None:
                 latencies: list[float] = []
                 scaled: list[tuple[float, float]] = []
                 for r in range(args.rounds):
-                    recall, mrr, lat = await evaluate(pool, tenants[r % len(tenants)], questions, args.verbose)
+                    tenant = tenants[r % len(tenants)]
+                    recall, mrr, lat = await evaluate(pool, tenant, questions, args.verbose)
                     scaled.append((recall, mrr))
                     latencies.extend(lat)
                 latencies.sort()
                 print(f"with {args.chunks} distractor chunks per tenant: recall@5 = {scaled[0][0]:.3f}  "
                       f"MRR = {scaled[0][1]:.3f}")
                 p95 = latencies[int(len(latencies) * 0.95) - 1]
-                print(f"search latency over {len(latencies)} queries: p50 = {statistics.median(latencies):.2f} ms"
+                p50 = statistics.median(latencies)
+                print(f"search latency over {len(latencies)} queries: p50 = {p50:.2f} ms"
                       f"  p95 = {p95:.2f} ms  max = {latencies[-1]:.2f} ms")
             finally:
                 await cleanup(pool)

@@ -217,7 +217,8 @@ def test_question_alone_over_budget_is_shortened_after_the_chunks() -> None:
         asked = str(window.messages[-1].content)
         assert asked.endswith("[کوتاه‌شده]") and long_question.content.startswith(asked.split(" …")[0])
         assert len(asked) >= 400
-        assert "kb-0" not in str(window.messages[0].content)  # no room for any chunk
+        system = str(window.messages[0].content)
+        assert "kb-0" not in system and "جا نشدند" in system  # no room for any chunk, and it says so
         assert_window_invariants(window, inputs, 700, counter)
 
 

@@ -268,3 +268,9 @@ def test_extractor_category_decides_too() -> None:
     assert rejection_reason("I like mornings", category="سلامت") == PiiCategory.HEALTH
     assert is_safe_for_memory("I like mornings", category="preference")
     assert is_safe_for_memory("I like mornings")
+
+
+def test_needles_are_found_however_a_number_was_stored() -> None:
+    assert contains_needle(f"card {fa(CARD[:4])}-{CARD[4:8]} {CARD[8:12]}\u200c{CARD[12:]}", CARD)
+    assert not contains_needle('{"a": "5510"}, {"b": "39"}', "551039")  # digits of two values
+    assert contains_needle("Diabetes type 2", "diabetes")

@@ -52,6 +52,7 @@ class SectionLabels:
     summary: str
     chunks: str
     no_chunks: str
+    chunks_omitted: str
 
 
 SECTION_LABELS: dict[str, SectionLabels] = {
@@ -61,6 +62,7 @@ SECTION_LABELS: dict[str, SectionLabels] = {
         summary="خلاصه گفت‌وگوی پیشین",
         chunks="بخش‌های دانش",
         no_chunks="(برای این پرسش بخش مرتبطی پیدا نشد.)",
+        chunks_omitted="(پیام کاربر آن‌قدر بلند است که بخش‌های دانش جا نشدند؛ پرسش را کوتاه‌تر بخواهید.)",
     ),
     "en": SectionLabels(
         profile="User profile",
@@ -68,6 +70,9 @@ SECTION_LABELS: dict[str, SectionLabels] = {
         summary="Summary of the earlier conversation",
         chunks="Knowledge chunks",
         no_chunks="(No relevant chunk was found for this question.)",
+        chunks_omitted=(
+            "(The user's message is too long for the knowledge chunks to fit; ask for a shorter one.)"
+        ),
     ),
 }
 

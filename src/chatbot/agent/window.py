@@ -86,10 +86,12 @@ def format_system_prompt(
     summary: str,
     chunks: Sequence[Mapping[str, Any]],
     language: str | None = None,
+    chunks_omitted: bool = False,
 ) -> str:
     """Compose the system message text: prompt, profile, facts, summary, knowledge chunks.
 
     `language` picks the section headings; by default they follow the prompt's script.
+    `chunks_omitted` says the chunks were left out for room, not that none was found.
     """
     lang = language_key(language) if language else ("fa" if looks_persian(system_prompt) else "en")
     labels = SECTION_LABELS[lang]
@@ -111,7 +113,8 @@ def format_system_prompt(
         title = str(chunk.get("title") or "").strip()
         header = f"[chunk:{chunk.get('chunk_id', '?')}]" + (f" {title}" if title else "")
         rendered.append(f"{header}\n{str(chunk.get('text') or '').strip()}".rstrip())
-    parts.append(f"## {labels.chunks}\n" + ("\n\n".join(rendered) if rendered else labels.no_chunks))
+    empty = labels.chunks_omitted if chunks_omitted else labels.no_chunks
+    parts.append(f"## {labels.chunks}\n" + ("\n\n".join(rendered) if rendered else empty))
     return "\n\n".join(parts)
 
 
@@ -238,7 +241,7 @@ class _Core:
         self.chunks_shortened = self.question_shortened = self.system_shortened = False
         self.system_text = self._system(list(inputs.chunks))
 
-    def _system(self, chunks: Sequence[Mapping[str, Any]]) -> str:
+    def _system(self, chunks: Sequence[Mapping[str, Any]], *, omitted: bool = False) -> str:
         i = self.inputs
         return format_system_prompt(
             i.system_prompt,
@@ -247,6 +250,7 @@ class _Core:
             summary=i.summary,
             chunks=chunks,
             language=self.lang,
+            chunks_omitted=omitted,
         )
 
     def _fits(self, system_text: str, question: BaseMessage) -> bool:
@@ -304,7 +308,7 @@ class _Core:
             if permille is not None:
                 self.system_text = self._cut_chunks(count, permille)
                 return
-        self.system_text = self._system([])
+        self.system_text = self._system([], omitted=bool(self.inputs.chunks))
         if self._fits(self.system_text, self.question):
             return
         floor = min(QUESTION_FLOOR_CHARS, len(self.question_text))

@@ -67,6 +67,7 @@ _RUN = re.compile(rf"(?<![0-9])[0-9]+(?:{_SEP_CLASS}{{1,3}}[0-9]+)*")
 _GROUP = re.compile("[0-9]+")
 _DASHES = str.maketrans({c: "-" for c in "\u2010\u2011\u2012\u2013\u2014\u2015\u2212"})
 _MAX_WINDOW_DIGITS = 24  # the longest number looked for: a Sheba without its "IR"
+# Labelled national IDs (8-10), cards (15-19), Sheba without "IR" (24): no other length matters.
 _LENGTHS_OF_INTEREST = frozenset({8, 9, 10, 15, 16, 17, 18, 19, 24})
 
 # Labels, one alternation so a longer label ("national ID card") is one match and its
@@ -110,21 +111,19 @@ def _separator_kind(sep: str) -> str:
 
 def _windows(run: str, offset: int) -> Iterator[tuple[str, int]]:
     """Yield (digits, start) for every run of whole digit groups joined by one separator kind."""
-    groups = list(_GROUP.finditer(run))
-    kinds = [_separator_kind(run[a.end() : b.start()]) for a, b in itertools.pairwise(groups)]
-    for i, first in enumerate(groups):
-        digits = ""
-        kind: str | None = None
-        for j in range(i, len(groups)):
-            if j > i:
-                if kind is None:
-                    kind = kinds[j - 1]
-                elif kinds[j - 1] != kind:
-                    break
-            digits += groups[j].group()
-            if len(digits) > _MAX_WINDOW_DIGITS:
+    matches = list(_GROUP.finditer(run))
+    texts = [m.group() for m in matches]
+    kinds = [_separator_kind(run[a.end() : b.start()]) for a, b in itertools.pairwise(matches)]
+    for i, first in enumerate(matches):
+        length = 0
+        for j in range(i, len(texts)):
+            if j > i + 1 and kinds[j - 1] != kinds[i]:
                 break
-            yield digits, offset + first.start()
+            length += len(texts[j])
+            if length > _MAX_WINDOW_DIGITS:
+                break
+            if length in _LENGTHS_OF_INTEREST:
+                yield "".join(texts[i : j + 1]), offset + first.start()
 
 
 def _label_before(labels: list[tuple[int, str]], start: int) -> str | None:
@@ -196,8 +195,6 @@ def _number_categories(norm: str) -> set[PiiCategory]:
     for run in _RUN.finditer(norm):
         label_start, label = -1, None
         for digits, start in _windows(run.group(), run.start()):
-            if len(digits) not in _LENGTHS_OF_INTEREST:
-                continue
             if start != label_start:
                 label_start, label = start, _label_before(labels, start)
             if _is_national_id(digits, label):

@@ -58,7 +58,8 @@ def _sections(text: str, markdown: bool) -> list[tuple[list[str], str]]:
     splitter = MarkdownHeaderTextSplitter(_HEADERS, strip_headers=True)
     sections = []
     for doc in splitter.split_text(text.replace(_ZWNJ, _ZWNJ_STAND_IN)):
-        headings = [str(doc.metadata[key]).replace(_ZWNJ_STAND_IN, _ZWNJ) for _, key in _HEADERS if key in doc.metadata]
+        found = [str(doc.metadata[key]) for _, key in _HEADERS if key in doc.metadata]
+        headings = [h.replace(_ZWNJ_STAND_IN, _ZWNJ) for h in found]
         sections.append((headings, doc.page_content.replace(_ZWNJ_STAND_IN, _ZWNJ)))
     return sections
 
@@ -80,5 +81,6 @@ def split_document(document_id: str, title: str, text: str, *, markdown: bool = 
                 continue
             occurrence = seen.get(piece, 0)
             seen[piece] = occurrence + 1
-            chunks.append(Chunk(chunk_id_for(document_id, piece, occurrence), len(chunks), chunk_title, piece))
+            chunk_id = chunk_id_for(document_id, piece, occurrence)
+            chunks.append(Chunk(chunk_id, len(chunks), chunk_title, piece))
     return chunks

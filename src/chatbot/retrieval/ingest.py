@@ -182,7 +182,8 @@ async def ingest_paths(
                 progress(done, len(files))
         if folders:
             cur = await conn.execute(
-                "DELETE FROM kb_documents WHERE tenant_id = %s AND source = ANY(%s) AND NOT document_id = ANY(%s)",
+                "DELETE FROM kb_documents"
+                " WHERE tenant_id = %s AND source = ANY(%s) AND NOT document_id = ANY(%s)",
                 (tenant_id, sorted(folders), report.document_ids),
             )
             report.removed = cur.rowcount

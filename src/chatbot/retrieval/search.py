@@ -97,8 +97,8 @@ WITH qlex AS (
     -- Words the tenant has never seen weigh as much as the rarest: "weather insurance"
     -- is mostly about something the knowledge base does not cover.
     SELECT coalesce((SELECT sum(w) FROM groups), 0)
-           + (SELECT count(*) FROM qlex WHERE lex NOT IN (SELECT lex FROM weighted)) * ln(1 + (total.n + 0.5) / 0.5)
-           AS m
+           + (SELECT count(*) FROM qlex WHERE lex NOT IN (SELECT lex FROM weighted))
+             * ln(1 + (total.n + 0.5) / 0.5) AS m
     FROM total
 ), essential AS (
     -- MaxScore pruning: a chunk holding only the lightest words (together under the

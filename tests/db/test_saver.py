@@ -1,0 +1,114 @@
+"""The lock-free pooled checkpointer, and the library behaviour it relies on.
+
+These tests fail loudly when langgraph-checkpoint-postgres changes under us: a version
+outside the verified range, an `AsyncPostgresSaver._cursor` that no longer takes the
+instance lock (then the workaround may be obsolete: see chatbot/db/saver.py), or a saver
+that no longer lets two calls on a pool run at the same time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import psycopg
+import pytest
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import empty_checkpoint
+from langgraph.checkpoint.postgres import aio
+from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+from psycopg.rows import dict_row
+
+from chatbot.db.pool import Pool
+from chatbot.db.saver import PooledPostgresSaver, check_version, installed_version
+
+LockConn = psycopg.AsyncConnection[dict[str, object]]
+# A call stuck behind a lock never answers; one that runs answers in milliseconds.
+BLOCKED_AFTER = 2.0
+
+
+def _config(thread_id: str) -> RunnableConfig:
+    return {"configurable": {"thread_id": thread_id, "checkpoint_ns": ""}}
+
+
+@asynccontextmanager
+async def checkpoint_writes_blocked(database_url: str) -> AsyncIterator[LockConn]:
+    """Hold a lock that makes every checkpoint write wait in Postgres (reads still pass)."""
+    async with await psycopg.AsyncConnection.connect(database_url, row_factory=dict_row) as conn:
+        await conn.execute("lock table checkpoints in exclusive mode")  # opens a transaction
+        yield conn
+        await conn.rollback()
+
+
+async def wait_for_blocked_write(conn: LockConn) -> None:
+    """Return once some session is waiting for the lock on `checkpoints`."""
+    for _ in range(200):
+        row = await (await conn.execute(
+            "select count(*) as n from pg_locks where not granted and relation = 'checkpoints'::regclass"
+        )).fetchone()
+        if row and int(str(row["n"])) > 0:
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError("the checkpoint write never reached Postgres")
+
+
+async def read_while_a_write_waits(saver: AsyncPostgresSaver, database_url: str) -> bool:
+    """Return whether a read answers while another call of the same saver waits in Postgres."""
+    writer_thread = f"w-{uuid.uuid4().hex[:8]}"
+    async with checkpoint_writes_blocked(database_url) as blocker:
+        write = asyncio.create_task(saver.aput(_config(writer_thread), empty_checkpoint(), {}, {}))
+        await wait_for_blocked_write(blocker)
+        try:
+            await asyncio.wait_for(saver.aget_tuple(_config(f"r-{uuid.uuid4().hex[:8]}")), BLOCKED_AFTER)
+            answered = True
+        except TimeoutError:
+            answered = False
+    await asyncio.wait_for(write, 10)  # the write goes through once the table lock is gone
+    assert await saver.aget_tuple(_config(writer_thread)) is not None
+    return answered
+
+
+def test_installed_library_is_a_verified_version() -> None:
+    check_version()  # raises, naming the installed and the verified versions, after an upgrade
+    assert installed_version() >= (3, 2, 0)
+
+
+def test_library_cursor_still_takes_the_instance_lock() -> None:
+    # What PooledPostgresSaver neutralises: the one place the async saver takes `self.lock`.
+    cursor = inspect.getsource(AsyncPostgresSaver._cursor)
+    assert "async with self.lock" in cursor, "AsyncPostgresSaver._cursor no longer takes self.lock"
+    module = inspect.getsource(aio)
+    uses = module.count("self.lock")
+    assert uses == 2, f"self.lock now appears {uses} times in {aio.__file__}; re-verify chatbot.db.saver"
+
+
+async def test_library_saver_on_a_pool_still_serialises_calls(pool: Pool, migrated_database_url: str) -> None:
+    # If this starts failing, upstream fixed the lock (langgraph#7259): drop chatbot.db.saver.
+    saver = AsyncPostgresSaver(pool)
+    assert not await read_while_a_write_waits(saver, migrated_database_url)
+
+
+async def test_pooled_saver_runs_calls_concurrently(pool: Pool, migrated_database_url: str) -> None:
+    saver = PooledPostgresSaver(pool)
+    assert await read_while_a_write_waits(saver, migrated_database_url)
+
+
+async def test_pooled_saver_keeps_the_lock_on_a_single_connection(migrated_database_url: str) -> None:
+    async with await psycopg.AsyncConnection.connect(
+        migrated_database_url, autocommit=True, row_factory=dict_row
+    ) as conn:
+        saver = PooledPostgresSaver(conn)  # type: ignore[arg-type]
+        await saver.aput(_config("single"), empty_checkpoint(), {}, {})
+        lock_is_real = type(saver.lock) is asyncio.Lock
+        read = await saver.aget_tuple(_config("single"))
+    assert lock_is_real
+    assert read is not None
+
+
+def test_pooled_saver_refuses_an_unverified_library(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("chatbot.db.saver.version", lambda _: "3.3.0")
+    with pytest.raises(RuntimeError, match="verified on"):
+        check_version()

@@ -1,0 +1,108 @@
+"""Ingestion is idempotent: unchanged documents keep their chunks, changes and deletions land."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+
+import pytest
+
+from chatbot.caller import CallerContext
+from chatbot.db.pool import Pool
+from chatbot.retrieval.ingest import ingest_paths
+from chatbot.retrieval.search import search_knowledge
+from tests.fixtures.retrieval_kb import chunk_ids, write_docs
+
+DOCS = {
+    "car/body.md": (
+        "# Car body\n\n## Cover\n\nCollision and theft are covered.\n\n"
+        "## Deductible\n\nYou pay 10% of each claim."
+    ),
+    "travel.markdown": "# Travel\n\nMedical costs abroad up to 50,000 euros.",
+    "notes/home.txt": "Home insurance covers fire, lightning and explosion.",
+    "fa/laghv.md": "# لغو\n\nبرای لغو بیمه‌نامه بدنه درخواست را در اپلیکیشن ثبت کنید.",
+    "ignored.pdf": "not a supported format",
+}
+
+
+def new_tenant() -> str:
+    return f"t-{uuid.uuid4().hex[:10]}"
+
+
+async def documents(pool: Pool, tenant: str) -> dict[str, str]:
+    async with pool.connection() as conn:
+        cur = await conn.execute(
+            "SELECT document_id, language FROM kb_documents WHERE tenant_id = %s", (tenant,)
+        )
+        return {row["document_id"]: row["language"] for row in await cur.fetchall()}
+
+
+async def test_first_ingest_adds_every_supported_file(pool: Pool, tmp_path: Path) -> None:
+    tenant = new_tenant()
+    seen: list[tuple[int, int]] = []
+    report = await ingest_paths(pool, tenant, [write_docs(tmp_path / "kb", DOCS)],
+                                progress=lambda done, total: seen.append((done, total)))
+    assert (report.added, report.updated, report.unchanged, report.removed) == (4, 0, 0, 0)
+    assert await documents(pool, tenant) == {
+        "car/body.md": "en", "travel.markdown": "en", "notes/home.txt": "en", "fa/laghv.md": "fa",
+    }
+    assert seen[-1] == (4, 4)
+
+
+async def test_reingest_is_idempotent(pool: Pool, tmp_path: Path) -> None:
+    tenant = new_tenant()
+    root = write_docs(tmp_path / "kb", DOCS)
+    await ingest_paths(pool, tenant, [root])
+    before = await chunk_ids(pool, tenant)
+    report = await ingest_paths(pool, tenant, [root])
+    assert (report.added, report.updated, report.unchanged, report.removed) == (0, 0, 4, 0)
+    after = await chunk_ids(pool, tenant)
+    assert after == before
+    assert len(after) == len(set(after))
+
+
+async def test_a_changed_document_is_updated_and_keeps_unchanged_chunk_ids(
+    pool: Pool, tmp_path: Path
+) -> None:
+    tenant = new_tenant()
+    root = write_docs(tmp_path / "kb", DOCS)
+    await ingest_paths(pool, tenant, [root])
+    before = await chunk_ids(pool, tenant, "car/body.md")
+    changed = DOCS["car/body.md"].replace("You pay 10% of each claim.", "You pay 15% of each claim.")
+    (root / "car/body.md").write_text(changed, encoding="utf-8")
+    report = await ingest_paths(pool, tenant, [root])
+    assert (report.added, report.updated, report.unchanged, report.removed) == (0, 1, 3, 0)
+    after = await chunk_ids(pool, tenant, "car/body.md")
+    assert len(after) == len(before)
+    assert len(set(before) & set(after)) == len(before) - 1  # only the edited section got a new id
+    ctx = CallerContext(tenant, "user-1", "en-US")
+    found = await search_knowledge(pool, ctx, "car body deductible")
+    assert "15%" in found[0].text
+
+
+async def test_a_deleted_file_is_removed_with_its_chunks(pool: Pool, tmp_path: Path) -> None:
+    tenant = new_tenant()
+    root = write_docs(tmp_path / "kb", DOCS)
+    await ingest_paths(pool, tenant, [root])
+    (root / "travel.markdown").unlink()
+    report = await ingest_paths(pool, tenant, [root])
+    assert (report.added, report.updated, report.unchanged, report.removed) == (0, 0, 3, 1)
+    assert "travel.markdown" not in await documents(pool, tenant)
+    assert await chunk_ids(pool, tenant, "travel.markdown") == []
+    ctx = CallerContext(tenant, "user-1", "en-US")
+    assert await search_knowledge(pool, ctx, "medical costs abroad euros") == []
+
+
+async def test_single_files_are_ingested_by_name_and_never_pruned(pool: Pool, tmp_path: Path) -> None:
+    tenant = new_tenant()
+    root = write_docs(tmp_path / "kb", DOCS)
+    await ingest_paths(pool, tenant, [root / "travel.markdown"])
+    await ingest_paths(pool, tenant, [root / "notes" / "home.txt"])
+    assert set(await documents(pool, tenant)) == {"travel.markdown", "home.txt"}
+
+
+async def test_ingest_rejects_bad_tenants_and_missing_paths(pool: Pool, tmp_path: Path) -> None:
+    with pytest.raises(ValueError):
+        await ingest_paths(pool, "bad.tenant", [tmp_path])
+    with pytest.raises(FileNotFoundError):
+        await ingest_paths(pool, new_tenant(), [tmp_path / "missing"])
