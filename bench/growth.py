@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import statistics
 import time
 import uuid
@@ -33,8 +34,14 @@ from chatbot.db.migrate import migrate
 from chatbot.db.pool import make_pool
 
 CHUNKS = [
-    {"chunk_id": f"doc-{i}#c{i}", "document_id": f"doc-{i}", "title": f"Document {i}", "language": "en",
-     "score": 1.0 - i / 10, "text": (f"Chunk {i}. " + "Coverage, deductibles and claim documents. " * 60)[:2000]}
+    {
+        "chunk_id": f"doc-{i}#c{i}",
+        "document_id": f"doc-{i}",
+        "title": f"Document {i}",
+        "language": "en",
+        "score": 1.0 - i / 10,
+        "text": (f"Chunk {i}. " + "Coverage, deductibles and claim documents. " * 60)[:2000],
+    }
     for i in range(5)
 ]
 _SIZE = """
@@ -56,33 +63,39 @@ async def main(turns: int) -> None:
         await pool.open(wait=True)
         try:
             graph = build_graph(AgentDeps(retriever=_chunks)).compile(
-                checkpointer=AsyncPostgresSaver(pool), store=AsyncPostgresStore(pool)  # type: ignore[arg-type]
+                checkpointer=AsyncPostgresSaver(pool),
+                store=AsyncPostgresStore(pool),  # type: ignore[arg-type]
             )
             thread = f"growth-{uuid.uuid4().hex[:8]}"
             sizes, latencies = [0], []
             async with pool.connection() as conn:
                 for turn in range(1, turns + 1):
                     run_id = str(uuid.uuid4())
-                    config: dict[str, Any] = {"configurable": {"thread_id": thread},
-                                              "metadata": {"tenant_id": "bench", "user_id": "u", "run_id": run_id}}
-                    question = HumanMessage(f"Question {turn}: what does car body insurance cover after a collision?",
-                                            id=str(uuid.uuid4()),
-                                            additional_kwargs={META_KEY: {"created_at": now_rfc3339(), "run_id": run_id}})
+                    config: dict[str, Any] = {
+                        "configurable": {"thread_id": thread},
+                        "metadata": {"tenant_id": "bench", "user_id": "u", "run_id": run_id},
+                    }
+                    question = HumanMessage(
+                        f"Question {turn}: what does car body insurance cover after a collision?",
+                        id=str(uuid.uuid4()),
+                        additional_kwargs={META_KEY: {"created_at": now_rfc3339(), "run_id": run_id}},
+                    )
                     started = time.perf_counter()
                     await graph.aupdate_state(config, {"messages": [question]}, as_node=START)
                     context = Context(tenant_id="bench", user_id="u", locale="en-US", run_id=run_id, thread_id=thread)
-                    async for _ in graph.astream(None, config, context=context, stream_mode="custom",
-                                                 durability="exit"):
+                    async for _ in graph.astream(
+                        None, config, context=context, stream_mode="custom", durability="exit"
+                    ):
                         pass
                     latencies.append(time.perf_counter() - started)
                     row = await (await conn.execute(_SIZE, {"t": thread})).fetchone()
                     sizes.append(int(row["bytes"]))
         finally:
             await pool.close()
-    added = [b - a for a, b in zip(sizes, sizes[1:], strict=False)]
+    added = [b - a for a, b in itertools.pairwise(sizes)]
 
     def window(values: list[float], lo: int, hi: int) -> list[float]:
-        return values[lo - 1:hi]
+        return values[lo - 1 : hi]
 
     early_lo, early_hi, late_lo, late_hi = 11, 60, turns - 49, turns
     early_bytes = statistics.mean(window([float(a) for a in added], early_lo, early_hi))
@@ -90,9 +103,13 @@ async def main(turns: int) -> None:
     early_ms = statistics.median(window(latencies, early_lo, early_hi)) * 1000
     late_ms = statistics.median(window(latencies, late_lo, late_hi)) * 1000
     print(f"one thread, {turns} turns, 5 chunks x ~2 KB per turn, offline model, durability=exit")
-    print(f"{'':28}{'turns ' + str(early_lo) + '-' + str(early_hi):>16}{'turns ' + str(late_lo) + '-' + str(late_hi):>18}"
-          f"{'ratio':>9}")
-    print(f"{'bytes added per turn (mean)':28}{early_bytes:>16,.0f}{late_bytes:>18,.0f}{late_bytes / early_bytes:>9.2f}")
+    print(
+        f"{'':28}{'turns ' + str(early_lo) + '-' + str(early_hi):>16}{'turns ' + str(late_lo) + '-' + str(late_hi):>18}"
+        f"{'ratio':>9}"
+    )
+    print(
+        f"{'bytes added per turn (mean)':28}{early_bytes:>16,.0f}{late_bytes:>18,.0f}{late_bytes / early_bytes:>9.2f}"
+    )
     print(f"{'turn latency p50 (ms)':28}{early_ms:>16.1f}{late_ms:>18.1f}{late_ms / early_ms:>9.2f}")
     print(f"total checkpoint bytes after {turns} turns: {sizes[-1]:,}")
 

@@ -128,15 +128,15 @@ async def server(url: str, secret: str) -> AsyncIterator[str]:
     port = free_port()
     env = {**os.environ, "CHATBOT_DATABASE_URL": url, "CHATBOT_SERVICE_SECRET": secret,
            "CHATBOT_LOG_LEVEL": "WARNING", "CHATBOT_MODEL": "offline", "CHATBOT_OFFLINE_TOKEN_DELAY_MS": "0"}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "chatbot.cli", "serve", "--host", "127.0.0.1", "--port", str(port)],
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "chatbot.cli", "serve", "--host", "127.0.0.1", "--port", str(port),
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
     base = f"http://127.0.0.1:{port}"
     try:
         async with httpx.AsyncClient() as probe:
             for _ in range(300):
-                if process.poll() is not None:
+                if process.returncode is not None:
                     raise RuntimeError(f"chatbot serve exited with {process.returncode}")
                 try:
                     if (await probe.get(f"{base}/readyz", timeout=1)).status_code == 200:
@@ -148,13 +148,13 @@ async def server(url: str, secret: str) -> AsyncIterator[str]:
                 raise RuntimeError("chatbot serve did not become ready")
         yield base
     finally:
-        if process.poll() is None:
+        if process.returncode is None:
             os.kill(process.pid, signal.SIGTERM)
             try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
+                await asyncio.wait_for(process.wait(), 20)
+            except TimeoutError:
                 os.kill(process.pid, signal.SIGKILL)
-                process.wait()
+                await process.wait()
 
 
 def http_runner(client: httpx.AsyncClient, settings: Settings) -> RunOnce:
@@ -166,7 +166,8 @@ def http_runner(client: httpx.AsyncClient, settings: Settings) -> RunOnce:
         if token is None:
             token = mint_token(settings, tenant=TENANT, user=user, locale=locale, ttl=3600)
             tokens[(user, locale)] = token
-        async with client.stream("POST", f"/v1/threads/{thread}/runs", json={"message": {"content": question}},
+        body_json = {"message": {"content": question}}
+        async with client.stream("POST", f"/v1/threads/{thread}/runs", json=body_json,
                                  headers={"Authorization": f"Bearer {token}"}) as response:
             body = b"".join([chunk async for chunk in response.aiter_bytes()])
         if response.status_code != 200 or b"event: end" not in body:
@@ -187,8 +188,8 @@ def inproc_runner(graph: Any, durability: str = "exit") -> RunOnce:
         await graph.aupdate_state(config, {"messages": [message]}, as_node=START)
         context = Context(tenant_id=TENANT, user_id=user, locale=locale, run_id=run_id, thread_id=thread)
         outcome = None
-        async for mode, chunk in graph.astream(None, config, context=context, stream_mode=["custom", "updates"],
-                                               durability=durability):
+        async for mode, chunk in graph.astream(None, config, context=context,
+                                               stream_mode=["custom", "updates"], durability=durability):
             if mode == "updates" and "generate" in chunk:
                 outcome = chunk["generate"]["outcome"]
         if outcome is None:
@@ -242,7 +243,8 @@ async def checkpoint_rows(pool: Pool, thread: str) -> dict[str, int]:
 
 async def rows_per_run(pool: Pool, run: RunOnce, label: str, questions: list[tuple[str, str]]) -> None:
     """Print the checkpoint rows the first and the second run of a fresh thread add."""
-    user, thread = f"bench-rows-{label}", f"bench-rows-{label}-{uuid.uuid4().hex[:8]}"
+    user = "bench-rows-" + "".join(c if c.isalnum() else "-" for c in label)
+    thread = f"{user}-{uuid.uuid4().hex[:8]}"
     before = await checkpoint_rows(pool, thread)
     for turn in (1, 2):
         await run(user, thread, *questions[turn])
@@ -260,23 +262,27 @@ async def main(args: argparse.Namespace) -> None:
     settings = Settings(service_secret=secret, database_url="postgresql:///unused")
     async with database() as url:
         pool = make_pool(url, settings, name="bench", min_size=2, max_size=settings.pool_max_size)
-        lock_pool = make_pool(url, settings, name="bench-locks", min_size=1, max_size=settings.lock_pool_max_size)
+        lock_pool = make_pool(url, settings, name="bench-locks", min_size=1,
+                              max_size=settings.lock_pool_max_size)
         await pool.open(wait=True)
         await lock_pool.open(wait=True)
         try:
             await ingest_paths(pool, TENANT, [KB])
             store = AsyncPostgresStore(pool)
-            memory = MemoryWriter(pool=pool, store=store, locks=Locks(lock_pool), max_facts=settings.memory_max_facts)
+            memory = MemoryWriter(pool=pool, store=store, locks=Locks(lock_pool),
+                                  max_facts=settings.memory_max_facts)
 
             async def retriever(caller: CallerContext, query: str) -> list[dict[str, Any]]:
                 return [c.to_state() for c in await search_knowledge(pool, caller, query)]
 
-            deps = AgentDeps(retriever=retriever, memory_sink=memory.submit, context_tokens=settings.context_tokens,
+            deps = AgentDeps(retriever=retriever, memory_sink=memory.submit,
+                             context_tokens=settings.context_tokens,
                              summary_after_turns=settings.summary_after_turns,
                              memory_max_facts=settings.memory_max_facts)
             graphs = {"inproc-stock": AsyncPostgresSaver(pool), "inproc-pooled": PooledPostgresSaver(pool)}
+            limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
             async with server(url, secret) as base, httpx.AsyncClient(
-                base_url=base, timeout=60, limits=httpx.Limits(max_connections=64, max_keepalive_connections=64)
+                base_url=base, timeout=60, limits=limits
             ) as client:
                 runners: dict[str, RunOnce] = {"http": http_runner(client, settings)}
                 for name, saver in graphs.items():
@@ -315,7 +321,8 @@ async def measure(runners: dict[str, RunOnce], targets: list[str], args: argpars
                 # Background memory writes of this slice must not bill the next target.
                 await memory.drain(30)
                 await asyncio.sleep(args.settle)
-        print(f"\nconcurrency {concurrency} ({per_slice * args.slices} runs per target, {args.slices} slices)")
+        print(f"\nconcurrency {concurrency} ({per_slice * args.slices} runs per target, "
+              f"{args.slices} slices)")
         for name in targets:
             print(tallies[name].line(name))
         print_ratios(tallies)
@@ -341,7 +348,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--runs-c1", type=int, default=200, help="runs per target at concurrency 1")
     parser.add_argument("--runs-c16", type=int, default=400, help="runs per target at concurrency 16")
     parser.add_argument("--slices", type=int, default=2, help="interleaved slices per target")
-    parser.add_argument("--turns-per-thread", type=int, default=10, help="runs on a thread before a fresh one")
+    parser.add_argument("--turns-per-thread", type=int, default=10,
+                        help="runs on a thread before a fresh one")
     parser.add_argument("--settle", type=float, default=0.5, help="pause after each slice (seconds)")
     parser.add_argument("--targets", default=",".join(TARGETS), help=f"comma-separated, of {TARGETS}")
     return parser.parse_args()

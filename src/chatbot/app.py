@@ -52,8 +52,9 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         conninfo = await resolve_database_url(settings)
-        pool = make_pool(conninfo, settings, name="main", min_size=settings.pool_min_size,
-                         max_size=settings.pool_max_size)
+        pool = make_pool(
+            conninfo, settings, name="main", min_size=settings.pool_min_size, max_size=settings.pool_max_size
+        )
         lock_pool = make_pool(conninfo, settings, name="locks", min_size=1, max_size=settings.lock_pool_max_size)
         # wait=False: a replica whose database is down still starts, answers /healthz and
         # reports 503 on /readyz until Postgres is back.
@@ -61,10 +62,15 @@ def create_app(
         await lock_pool.open(wait=False)
         try:
             locks = Locks(lock_pool)
-            saver = AsyncPostgresSaver(pool)  # type: ignore[arg-type]
-            store = AsyncPostgresStore(pool)  # type: ignore[arg-type]
-            memory = MemoryWriter(pool=pool, store=store, locks=locks, max_facts=settings.memory_max_facts,
-                                  extractor=memory_extractor or offline_extractor)
+            saver = AsyncPostgresSaver(pool)
+            store = AsyncPostgresStore(pool)
+            memory = MemoryWriter(
+                pool=pool,
+                store=store,
+                locks=locks,
+                max_facts=settings.memory_max_facts,
+                extractor=memory_extractor or offline_extractor,
+            )
             embeddings = load_embeddings(settings.embeddings)
 
             async def retriever(caller: CallerContext, query: str) -> list[dict[str, Any]]:
@@ -73,8 +79,9 @@ def create_app(
 
             deps = AgentDeps(
                 retriever=retriever,
-                chat_model=load_chat_model(settings.model, base_url=settings.model_base_url,
-                                           timeout=settings.model_timeout_seconds),
+                chat_model=load_chat_model(
+                    settings.model, base_url=settings.model_base_url, timeout=settings.model_timeout_seconds
+                ),
                 model_name=settings.model,
                 model_timeout_seconds=settings.model_timeout_seconds,
                 offline_token_delay_ms=settings.offline_token_delay_ms,
@@ -89,8 +96,9 @@ def create_app(
             app.state.pool, app.state.lock_pool, app.state.locks = pool, lock_pool, locks
             app.state.saver, app.state.store, app.state.graph = saver, store, graph
             app.state.memory = memory
-            app.state.runs = RunService(pool=pool, locks=locks, graph=graph,
-                                        limiter=RateLimiter(pool, settings.rate_limit_per_minute))
+            app.state.runs = RunService(
+                pool=pool, locks=locks, graph=graph, limiter=RateLimiter(pool, settings.rate_limit_per_minute)
+            )
             yield
             await app.state.runs.drain(settings.shutdown_grace_seconds)
             await memory.drain(settings.shutdown_grace_seconds)

@@ -111,7 +111,7 @@ def current_caller(request: Request) -> CallerContext:
     caller = getattr(request.state, "caller", None)
     if caller is None:  # a route outside /v1/ asked for a caller: a wiring bug, not a client error
         raise unauthorized("missing bearer token")
-    return caller  # type: ignore[no-any-return]
+    return caller
 
 
 CallerDep = Annotated[CallerContext, Depends(current_caller)]

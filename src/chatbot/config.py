@@ -12,8 +12,21 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 # Secrets that appear in tutorials and .env.example files; a token signed with one of them
 # proves nothing, so outside `dev` they are refused at start-up.
 _KNOWN_WEAK_SECRETS = frozenset(
-    {"secret", "changeme", "change-me", "password", "dev", "development", "test", "jwt-secret",
-     "your-secret-key", "supersecret", "chatbot", "default", "example"}
+    {
+        "secret",
+        "changeme",
+        "change-me",
+        "password",
+        "dev",
+        "development",
+        "test",
+        "jwt-secret",
+        "your-secret-key",
+        "supersecret",
+        "chatbot",
+        "default",
+        "example",
+    }
 )
 MIN_SECRET_LENGTH = 32
 # Request bodies larger than this are refused with 413 before anything parses them.

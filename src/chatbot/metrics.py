@@ -6,7 +6,8 @@ from prometheus_client import Counter, Histogram
 
 RUNS = Counter("chatbot_runs_total", "Runs by terminal status (answered, clarifying, escalate, error).", ["status"])
 RUN_SECONDS = Histogram(
-    "chatbot_run_duration_seconds", "Wall time of a run, lock taken to end sent.",
+    "chatbot_run_duration_seconds",
+    "Wall time of a run, lock taken to end sent.",
     buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
 )
 RUNS_REJECTED = Counter("chatbot_runs_rejected_total", "Runs refused before starting.", ["reason"])

@@ -14,12 +14,18 @@ TOPICS = ["car body", "third-party", "travel", "home", "life", "supplementary he
 
 async def test_a_60_turn_thread_is_summarised_into_the_window_and_the_handoff(isolated_database_url: str) -> None:
     windows: list[Sequence[BaseMessage]] = []
-    async with running_app(isolated_database_url, context_tokens=900, summary_after_turns=20,
-                           agent_overrides={"window_observer": windows.append, "context_tokens": 900}) as client:
+    async with running_app(
+        isolated_database_url,
+        context_tokens=900,
+        summary_after_turns=20,
+        agent_overrides={"window_observer": windows.append, "context_tokens": 900},
+    ) as client:
         headers = auth(locale="en-US")
         for turn in range(1, 61):
             topic = TOPICS[turn % len(TOPICS)]
-            body = {"message": {"content": f"Question number {turn}: how long is the waiting period for {topic} cover?"}}
+            body = {
+                "message": {"content": f"Question number {turn}: how long is the waiting period for {topic} cover?"}
+            }
             response = await client.post("/v1/threads/long/runs", json=body, headers=headers)
             assert response.status_code == 200
         state = (await client.app.state.graph.aget_state({"configurable": {"thread_id": "long"}})).values  # type: ignore[attr-defined]
@@ -30,8 +36,9 @@ async def test_a_60_turn_thread_is_summarised_into_the_window_and_the_handoff(is
         assert summary in system  # the summary is in the model input
         window_text = "\n".join(str(m.content) for m in windows[-1])
         assert "Question number 1:" not in window_text.replace(summary, "")  # early turns only via the summary
-        escalation = await client.post("/v1/threads/long/runs", headers=headers,
-                                       json={"message": {"content": "I want to talk to a human"}})
+        escalation = await client.post(
+            "/v1/threads/long/runs", headers=headers, json={"message": {"content": "I want to talk to a human"}}
+        )
         end = parse_sse(escalation.text)[-1][1]
         assert end["status"] == "escalate"
         after = (await client.app.state.graph.aget_state({"configurable": {"thread_id": "long"}})).values  # type: ignore[attr-defined]

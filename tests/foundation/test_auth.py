@@ -20,10 +20,14 @@ MEMORY = "/v1/users/u1/memory"
 
 def _rsa_pair() -> tuple[str, str]:
     key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    private = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                serialization.NoEncryption()).decode()
-    public = key.public_key().public_bytes(serialization.Encoding.PEM,
-                                           serialization.PublicFormat.SubjectPublicKeyInfo).decode()
+    private = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    ).decode()
+    public = (
+        key.public_key()
+        .public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+        .decode()
+    )
     return private, public
 
 
@@ -36,8 +40,14 @@ def _unsigned(claims: dict[str, object]) -> str:
 
 def _claims() -> dict[str, object]:
     now = int(time.time())
-    return {"iss": "main-backend", "aud": "chatbot-agent", "iat": now, "exp": now + 60,
-            "tenant_id": "acme", "user_id": "u1"}
+    return {
+        "iss": "main-backend",
+        "aud": "chatbot-agent",
+        "iat": now,
+        "exp": now + 60,
+        "tenant_id": "acme",
+        "user_id": "u1",
+    }
 
 
 PRIVATE, PUBLIC = _rsa_pair()
@@ -83,7 +93,9 @@ async def test_valid_token_reaches_the_endpoint(client: httpx.AsyncClient) -> No
 
 async def test_rs256_configuration_accepts_rs256_and_refuses_hs256(migrated_database_url: str) -> None:
     async with running_app(migrated_database_url, jwt_public_key=PUBLIC) as rs_client:
-        good = await rs_client.get(MEMORY, headers={"Authorization": f"Bearer {jwt.encode(_claims(), PRIVATE, algorithm='RS256')}"})
+        good = await rs_client.get(
+            MEMORY, headers={"Authorization": f"Bearer {jwt.encode(_claims(), PRIVATE, algorithm='RS256')}"}
+        )
         assert good.status_code == 200
         hs = await rs_client.get(MEMORY, headers={"Authorization": f"Bearer {make_token()}"})
         assert hs.status_code == 401

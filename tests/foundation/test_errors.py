@@ -45,8 +45,7 @@ async def test_bad_bodies_get_422_problem_details(client: httpx.AsyncClient, bod
 
 @pytest.mark.parametrize("thread_id", ["-starts-with-dash", "has space", "a" * 129, "ünicode"])
 async def test_bad_thread_ids_get_422(client: httpx.AsyncClient, thread_id: str) -> None:
-    response = await client.post(f"/v1/threads/{thread_id}/runs", json={"message": {"content": "hi"}},
-                                 headers=auth())
+    response = await client.post(f"/v1/threads/{thread_id}/runs", json={"message": {"content": "hi"}}, headers=auth())
     assert response.status_code == 422
 
 

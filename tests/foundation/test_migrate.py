@@ -11,16 +11,25 @@ import psycopg
 from tests.fixtures.app import running_app
 
 EXPECTED_TABLES = {
-    "checkpoints", "checkpoint_blobs", "checkpoint_writes", "checkpoint_migrations",
-    "store", "store_migrations", "chatbot_schema_migrations", "run_feedback", "run_rate_windows",
-    "kb_documents", "kb_chunks",
+    "checkpoints",
+    "checkpoint_blobs",
+    "checkpoint_writes",
+    "checkpoint_migrations",
+    "store",
+    "store_migrations",
+    "chatbot_schema_migrations",
+    "run_feedback",
+    "run_rate_windows",
+    "kb_documents",
+    "kb_chunks",
 }
 
 
 def _migrate_process(url: str) -> subprocess.Popen[bytes]:
     env = {**os.environ, "CHATBOT_DATABASE_URL": url}
-    return subprocess.Popen([sys.executable, "-m", "chatbot.cli", "migrate"], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    return subprocess.Popen(
+        [sys.executable, "-m", "chatbot.cli", "migrate"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
 
 
 def _tables(url: str) -> set[str]:
@@ -65,5 +74,3 @@ async def test_readyz_reports_an_unreachable_database(tmp_path: object) -> None:
         response = await client.get("/readyz")
     assert response.status_code == 503
     assert isinstance(response.json()["detail"], str)
-
-

@@ -21,8 +21,9 @@ from tests.fixtures.tokens import auth
 
 
 async def say(client: httpx.AsyncClient, thread: str, content: str, **token: Any) -> list[tuple[str, dict[str, Any]]]:
-    response = await client.post(f"/v1/threads/{thread}/runs", json={"message": {"content": content}},
-                                 headers=auth(**token))
+    response = await client.post(
+        f"/v1/threads/{thread}/runs", json={"message": {"content": content}}, headers=auth(**token)
+    )
     assert response.status_code == 200, response.text
     return parse_sse(response.text)
 
@@ -100,11 +101,13 @@ async def test_slow_memory_work_delays_neither_end_nor_the_next_run(isolated_dat
     async with running_app(isolated_database_url, memory_extractor=slow) as client:
         headers = auth(locale="en-US")
         started = time.monotonic()
-        first = await client.post("/v1/threads/slow/runs", headers=headers,
-                                  json={"message": {"content": "remember that I live in Tabriz"}})
+        first = await client.post(
+            "/v1/threads/slow/runs", headers=headers, json={"message": {"content": "remember that I live in Tabriz"}}
+        )
         answered_in = time.monotonic() - started
-        follow_up = await client.post("/v1/threads/slow/runs", headers=headers,
-                                      json={"message": {"content": "remember that I prefer email"}})
+        follow_up = await client.post(
+            "/v1/threads/slow/runs", headers=headers, json={"message": {"content": "remember that I prefer email"}}
+        )
         assert first.status_code == 200 and follow_up.status_code == 200
         assert answered_in < 1.5  # the 2 s extractor is not on the answer's path
         assert (await memory_of(client, locale="en-US"))["facts"] == []  # not yet written...
@@ -134,10 +137,18 @@ async def test_erasure_leaves_no_row_with_the_user_or_their_words(isolated_datab
         await say(client, "erase-1", f"remember that my cabin is {secret_words}", **victim)
         await say(client, "erase-2", "How do I renew third-party insurance?", **victim)
         await say(client, "keep-1", "remember that I live in Shiraz", tenant="globex", user="erase-me")
-        run_id = parse_sse((await client.post("/v1/threads/erase-2/runs", headers=auth(**victim),
-                                              json={"message": {"content": "thanks"}})).text)[0][1]["run_id"]
-        assert (await client.post(f"/v1/threads/erase-2/runs/{run_id}/feedback", headers=auth(**victim),
-                                  json={"score": "up"})).status_code == 204
+        run_id = parse_sse(
+            (
+                await client.post(
+                    "/v1/threads/erase-2/runs", headers=auth(**victim), json={"message": {"content": "thanks"}}
+                )
+            ).text
+        )[0][1]["run_id"]
+        assert (
+            await client.post(
+                f"/v1/threads/erase-2/runs/{run_id}/feedback", headers=auth(**victim), json={"score": "up"}
+            )
+        ).status_code == 204
         if via == "api":
             await wait_for_fact(client, secret_words, **victim)
         erased = await client.delete("/v1/users/erase-me", headers=auth(**victim))
@@ -149,9 +160,15 @@ async def test_erasure_leaves_no_row_with_the_user_or_their_words(isolated_datab
         kept = await memory_of(client, tenant="globex", user="erase-me")
         assert any("Shiraz" in f["text"] for f in kept["facts"])  # the other tenant's user is untouched
     with psycopg.connect(isolated_database_url) as conn:
-        for table in ("checkpoints", "checkpoint_blobs", "checkpoint_writes", "store", "run_feedback",
-                      "run_rate_windows"):
-            rows = conn.execute(f"select t::text from {table} t").fetchall()  # noqa: S608
+        for table in (
+            "checkpoints",
+            "checkpoint_blobs",
+            "checkpoint_writes",
+            "store",
+            "run_feedback",
+            "run_rate_windows",
+        ):
+            rows = conn.execute(f"select t::text from {table} t").fetchall()
             text = "\n".join(r[0] for r in rows)
             assert secret_words not in text, table
             leftover = [r[0] for r in rows if "erase-me" in r[0] and "globex" not in r[0]]

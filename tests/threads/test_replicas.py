@@ -24,8 +24,9 @@ def _knowledge(migrated_database_url: str) -> None:
 
 async def _messages(base_url: str, thread: str) -> list[dict[str, object]]:
     async with httpx.AsyncClient(base_url=base_url, timeout=10) as client:
-        response = await client.get(f"/v1/threads/{thread}/messages", params={"limit": 100},
-                                    headers=auth(locale="en-US"))
+        response = await client.get(
+            f"/v1/threads/{thread}/messages", params={"limit": 100}, headers=auth(locale="en-US")
+        )
     return response.json()["messages"] if response.status_code == 200 else []
 
 
@@ -36,8 +37,10 @@ async def _run(client: httpx.AsyncClient, thread: str) -> tuple[int, str]:
 
 async def test_two_replicas_never_run_one_thread_twice(replicas: Callable[..., Replica]) -> None:
     a, b = replicas(CHATBOT_OFFLINE_TOKEN_DELAY_MS="5"), replicas(CHATBOT_OFFLINE_TOKEN_DELAY_MS="5")
-    async with httpx.AsyncClient(base_url=a.base_url, timeout=30) as ca, \
-            httpx.AsyncClient(base_url=b.base_url, timeout=30) as cb:
+    async with (
+        httpx.AsyncClient(base_url=a.base_url, timeout=30) as ca,
+        httpx.AsyncClient(base_url=b.base_url, timeout=30) as cb,
+    ):
         threads = [f"pair-{i}" for i in range(20)]
         results = await asyncio.gather(*(asyncio.gather(_run(ca, t), _run(cb, t)) for t in threads))
     for thread, pair in zip(threads, results, strict=True):

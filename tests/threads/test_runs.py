@@ -29,9 +29,12 @@ async def kb_client(kb_database_url: str) -> AsyncIterator[httpx.AsyncClient]:
         yield c
 
 
-async def run_sse(client: httpx.AsyncClient, thread: str, content: str, **token: Any) -> list[tuple[str, dict[str, Any]]]:
-    response = await client.post(f"/v1/threads/{thread}/runs", json={"message": {"content": content}},
-                                 headers=auth(**token))
+async def run_sse(
+    client: httpx.AsyncClient, thread: str, content: str, **token: Any
+) -> list[tuple[str, dict[str, Any]]]:
+    response = await client.post(
+        f"/v1/threads/{thread}/runs", json={"message": {"content": content}}, headers=auth(**token)
+    )
     assert response.status_code == 200, response.text
     assert response.headers["content-type"].startswith("text/event-stream")
     return parse_sse(response.text)
@@ -50,7 +53,9 @@ def check_order(events: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
 
 
 async def test_english_question_is_answered_from_the_knowledge_base(kb_client: httpx.AsyncClient) -> None:
-    events = await run_sse(kb_client, "en-answer", "How do I file a car body claim and which documents do I need?", **EN)
+    events = await run_sse(
+        kb_client, "en-answer", "How do I file a car body claim and which documents do I need?", **EN
+    )
     end = check_order(events)
     assert end["status"] == "answered"
     assert end["citations"] and end["handoff_context"] is None
@@ -73,8 +78,9 @@ async def test_unanswerable_question_gets_a_clarifying_question(
     assert end["citations"] == [] and end["handoff_context"] is None
 
 
-@pytest.mark.parametrize(("content", "token"), [("I want to talk to a human", EN),
-                                                ("می‌خواهم با کارشناس صحبت کنم", {})], ids=["en", "fa"])
+@pytest.mark.parametrize(
+    ("content", "token"), [("I want to talk to a human", EN), ("می‌خواهم با کارشناس صحبت کنم", {})], ids=["en", "fa"]
+)
 async def test_asking_for_a_person_escalates_with_handoff_context(
     kb_client: httpx.AsyncClient, content: str, token: dict[str, str]
 ) -> None:
@@ -99,8 +105,11 @@ async def test_repeatedly_unanswerable_questions_escalate(kb_client: httpx.Async
 async def test_json_mode_returns_the_end_object(kb_client: httpx.AsyncClient) -> None:
     question = "What does travel insurance cover for medical costs abroad?"
     sse_end = check_order(await run_sse(kb_client, "json-a", question, **EN))
-    response = await kb_client.post("/v1/threads/json-b/runs", json={"message": {"content": question}},
-                                    headers={**auth(**EN), "Accept": "application/json"})
+    response = await kb_client.post(
+        "/v1/threads/json-b/runs",
+        json={"message": {"content": question}},
+        headers={**auth(**EN), "Accept": "application/json"},
+    )
     assert response.status_code == 200
     body = response.json()
     assert set(body) == set(sse_end)
@@ -121,8 +130,9 @@ async def test_answer_and_question_are_in_the_transcript_when_end_is_sent(kb_cli
 async def test_another_tenant_gets_404_for_the_thread(kb_client: httpx.AsyncClient) -> None:
     await run_sse(kb_client, "tenant-bound", "How do I renew third-party insurance?", **EN)
     for method, path, body in [("POST", "/runs", {"message": {"content": "hello there"}}), ("GET", "/messages", None)]:
-        response = await kb_client.request(method, f"/v1/threads/tenant-bound{path}", json=body,
-                                           headers=auth(tenant="globex"))
+        response = await kb_client.request(
+            method, f"/v1/threads/tenant-bound{path}", json=body, headers=auth(tenant="globex")
+        )
         assert response.status_code == 404
 
 
@@ -145,7 +155,7 @@ async def test_a_failing_model_sends_error_and_the_next_run_succeeds(kb_database
     failing = ScriptedChatModel(mode="fail")
     async with running_app(kb_database_url, agent_overrides={"chat_model": failing}) as client:
         events = await run_sse(client, "model-fails", "How do I renew third-party insurance?", **EN)
-        assert [n for n, _ in events][0] == "metadata" and events[-1][0] == "error"
+        assert next(n for n, _ in events) == "metadata" and events[-1][0] == "error"
         assert events[-1][1]["status"] == 502
         failing.mode = "answer"
         failing.reply = {"status": "answered", "answer": "Renew within 30 days.", "citations": []}
@@ -157,15 +167,23 @@ async def test_a_failing_model_sends_error_and_the_next_run_succeeds(kb_database
 
 
 async def test_a_hanging_model_times_out_with_504_in_json_mode(kb_database_url: str) -> None:
-    async with running_app(kb_database_url, model_timeout_seconds=0.5,
-                           agent_overrides={"chat_model": ScriptedChatModel(mode="hang"),
-                                            "model_timeout_seconds": 0.5}) as client:
-        response = await client.post("/v1/threads/hangs/runs", json={"message": {"content": "hello, anyone?"}},
-                                      headers={**auth(**EN), "Accept": "application/json"})
+    async with running_app(
+        kb_database_url,
+        model_timeout_seconds=0.5,
+        agent_overrides={"chat_model": ScriptedChatModel(mode="hang"), "model_timeout_seconds": 0.5},
+    ) as client:
+        response = await client.post(
+            "/v1/threads/hangs/runs",
+            json={"message": {"content": "hello, anyone?"}},
+            headers={**auth(**EN), "Accept": "application/json"},
+        )
         assert response.status_code == 504
         assert response.headers["content-type"].startswith("application/problem+json")
-        free = await client.post("/v1/threads/hangs/runs", json={"message": {"content": "hello again"}},
-                                 headers={**auth(**EN), "Accept": "application/json"})
+        free = await client.post(
+            "/v1/threads/hangs/runs",
+            json={"message": {"content": "hello again"}},
+            headers={**auth(**EN), "Accept": "application/json"},
+        )
         assert free.status_code == 504  # the lock was released: not a 409
 
 

@@ -46,7 +46,8 @@ class ModelReply:
 
 _FALLBACK = {
     "fa": "متأسفانه الان نتوانستم پاسخ روشنی آماده کنم. لطفاً سؤالتان را با جزئیات بیشتری دوباره بنویسید.",
-    "en": "Sorry, I couldn't put together a clear answer just now. Could you rephrase your question with a bit more detail?",
+    "en": "Sorry, I couldn't put together a clear answer just now. "
+    "Could you rephrase your question with a bit more detail?",
 }
 
 

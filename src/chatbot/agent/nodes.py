@@ -195,7 +195,6 @@ class Nodes:
             "conversation_summary": summary or offline_summary("", transcript, language),
             "user_profile": state.get("profile") or {},
             "recent_messages": [
-                {"role": "user" if isinstance(m, HumanMessage) else "assistant", "content": text_of(m)}
-                for m in recent
+                {"role": "user" if isinstance(m, HumanMessage) else "assistant", "content": text_of(m)} for m in recent
             ],
         }

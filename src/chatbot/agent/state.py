@@ -29,7 +29,7 @@ def add_message_batches(current: list[AnyMessage], batches: Sequence[Any]) -> li
     """
     merged: list[AnyMessage] = list(current)
     for batch in batches:
-        merged = add_messages(merged, batch)  # type: ignore[assignment]
+        merged = add_messages(merged, batch)  # type: ignore[assignment,arg-type]
     return merged
 
 

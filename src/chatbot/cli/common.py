@@ -50,11 +50,20 @@ def dev_secret(data_dir: Path) -> str:
 def mint_token(settings: Settings, *, tenant: str, user: str, locale: str, ttl: int) -> str:
     """Sign a service token with the configured HS256 secret."""
     if settings.service_secret is None:
-        typer.echo("no CHATBOT_SERVICE_SECRET set: cannot sign tokens (RS256 tokens are signed by the backend)", err=True)
+        typer.echo(
+            "no CHATBOT_SERVICE_SECRET set: cannot sign tokens (RS256 tokens are signed by the backend)", err=True
+        )
         raise typer.Exit(2)
     now = int(time.time())
-    claims = {"iss": settings.jwt_issuer, "aud": settings.jwt_audience, "iat": now, "exp": now + ttl,
-              "tenant_id": tenant, "user_id": user, "locale": locale}
+    claims = {
+        "iss": settings.jwt_issuer,
+        "aud": settings.jwt_audience,
+        "iat": now,
+        "exp": now + ttl,
+        "tenant_id": tenant,
+        "user_id": user,
+        "locale": locale,
+    }
     return jwt.encode(claims, settings.service_secret.get_secret_value(), algorithm="HS256")
 
 

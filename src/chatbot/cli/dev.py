@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import shlex
 from pathlib import Path
 
 import typer
 import uvicorn
+from pydantic import SecretStr
 
 from chatbot.cli import common
 from chatbot.config import Settings
@@ -31,14 +33,18 @@ def dev(
 
     base = common.load_settings(environment="dev")
     secret = base.service_secret.get_secret_value() if base.service_secret else common.dev_secret(base.data_dir)
-    settings = Settings(environment="dev", service_secret=secret, offline_token_delay_ms=token_delay_ms,
-                        database_url=base.database_url)
+    settings = Settings(
+        environment="dev",
+        service_secret=SecretStr(secret),
+        offline_token_delay_ms=token_delay_ms,
+        database_url=base.database_url,
+    )
     configure_logging(settings.log_level)
 
     async def prepare() -> str:
         url = await resolve_database_url(settings)
         await migrate(url)
-        if knowledge.exists():
+        if await asyncio.to_thread(knowledge.exists):
             async with open_pool(settings.model_copy(update={"database_url": url})) as pool:
                 report = await ingest_paths(pool, DEMO_TENANT, [knowledge])
             typer.echo(f"knowledge base {knowledge}: {report}")

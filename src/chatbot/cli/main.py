@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-
 import typer
 import uvicorn
 
@@ -13,8 +12,9 @@ from chatbot.db.migrate import migrate as run_migrations
 from chatbot.db.pool import resolve_database_url
 from chatbot.logs import configure_logging
 
-app = typer.Typer(help="Conversational agent service of the insurance support chatbot.", no_args_is_help=True,
-                  add_completion=False)
+app = typer.Typer(
+    help="Conversational agent service of the insurance support chatbot.", no_args_is_help=True, add_completion=False
+)
 app.command("dev")(dev)
 app.command("ingest")(ingest)
 
@@ -42,8 +42,16 @@ def serve(
     """Run one replica of the service."""
     settings = common.load_settings()  # fail fast, before uvicorn forks, on unsafe settings
     configure_logging(settings.log_level)
-    uvicorn.run("chatbot.app:create_app", factory=True, host=host, port=port, workers=workers,
-                log_config=None, access_log=False, timeout_graceful_shutdown=int(settings.shutdown_grace_seconds))
+    uvicorn.run(
+        "chatbot.app:create_app",
+        factory=True,
+        host=host,
+        port=port,
+        workers=workers,
+        log_config=None,
+        access_log=False,
+        timeout_graceful_shutdown=int(settings.shutdown_grace_seconds),
+    )
 
 
 @app.command()
@@ -86,9 +94,9 @@ def erase_user_command(
         finally:
             await lock_pool.close()
             await pool.close()
-        typer.echo(f"threads_deleted={report.threads_deleted} memory_items_deleted={report.memory_items_deleted} "
-                   f"feedback_deleted={report.feedback_deleted}")
+        typer.echo(
+            f"threads_deleted={report.threads_deleted} memory_items_deleted={report.memory_items_deleted} "
+            f"feedback_deleted={report.feedback_deleted}"
+        )
 
     common.run(_go())
-
-

@@ -83,11 +83,11 @@ async def _acquire_polled(conn: AsyncConnection[Any], timeout: float) -> float:
 async def _apply_all(conn: AsyncConnection[Any]) -> list[str]:
     applied: list[str] = []
     saver_before = await _version(conn, "checkpoint_migrations")
-    await AsyncPostgresSaver(conn).setup()  # type: ignore[arg-type]
+    await AsyncPostgresSaver(conn).setup()
     if await _version(conn, "checkpoint_migrations") != saver_before:
         applied.append("checkpointer")
     store_before = await _version(conn, "store_migrations")
-    await AsyncPostgresStore(conn).setup()  # type: ignore[arg-type]
+    await AsyncPostgresStore(conn).setup()
     if await _version(conn, "store_migrations") != store_before:
         applied.append("store")
     await conn.execute(
@@ -100,7 +100,7 @@ async def _apply_all(conn: AsyncConnection[Any]) -> list[str]:
         if migration.version in done:
             continue
         async with conn.transaction():
-            await conn.execute(migration.sql.encode())  # type: ignore[arg-type]
+            await conn.execute(migration.sql.encode())
             await conn.execute(
                 f"insert into {_OWN_TABLE} (version, name) values (%s, %s)", (migration.version, migration.name)
             )

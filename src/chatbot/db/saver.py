@@ -69,9 +69,7 @@ def check_version() -> None:
 class PooledPostgresSaver(AsyncPostgresSaver):
     """Checkpoint to Postgres like `AsyncPostgresSaver`, letting calls on a pool run concurrently."""
 
-    def __init__(
-        self, conn: Conn, pipe: AsyncPipeline | None = None, serde: SerializerProtocol | None = None
-    ) -> None:
+    def __init__(self, conn: Conn, pipe: AsyncPipeline | None = None, serde: SerializerProtocol | None = None) -> None:
         """Build the saver; on a pool, replace the instance lock by one that never waits."""
         check_version()
         super().__init__(conn, pipe, serde)

@@ -117,6 +117,8 @@ class MemoryWriter:
         return row is not None
 
     async def _apply(self, job: MemoryJob, candidates: MemoryCandidates) -> None:
+        for category in candidates.rejected:  # dropped by the extractor's own guard
+            metrics.PII_REJECTED.labels(str(category)).inc()
         facts = []
         for fact in candidates.facts:
             reason = rejection_reason(fact.text, category=fact.category)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from langchain_core.language_models import BaseChatModel
 
 OFFLINE = "offline"
@@ -24,12 +26,10 @@ def load_chat_model(spec: str, *, base_url: str | None = None, timeout: float = 
         raise ModelConfigError(f"CHATBOT_MODEL must be 'offline' or 'provider:model', got {spec!r}")
     from langchain.chat_models import init_chat_model
 
-    kwargs: dict[str, object] = {"timeout": timeout, "max_retries": 1}
+    kwargs: dict[str, Any] = {"timeout": timeout, "max_retries": 1}
     if base_url:
         kwargs["base_url"] = base_url
     try:
         return init_chat_model(model, model_provider=provider, **kwargs)
     except ImportError as exc:
-        raise ModelConfigError(
-            f"the {provider!r} provider needs its extra: pip install 'chatbot[{provider}]'"
-        ) from exc
+        raise ModelConfigError(f"the {provider!r} provider needs its extra: pip install 'chatbot[{provider}]'") from exc

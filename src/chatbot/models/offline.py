@@ -18,7 +18,10 @@ from chatbot.memory.extraction import extract_offline
 from chatbot.text import normalize_persian
 
 # Asking for a person, in English and Persian (matched on normalised, lower-cased text).
-_PERSON_EN = r"(human|real person|person|someone|somebody|live agent|agent|operator|representative|consultant|staff|specialist|expert)"
+_PERSON_EN = (
+    r"(human|real person|person|someone|somebody|live agent|agent|operator|representative|"
+    r"consultant|staff|specialist|expert)"
+)
 _HUMAN_EN = (
     re.compile(r"\b(talk|speak|chat|connect|transfer|put me through)\w*\b.*\b" + _PERSON_EN + r"\b"),
     re.compile(r"\b(want|need|get me|give me)\b.*\b(human|real person|live agent|operator|representative)\b"),
@@ -80,7 +83,8 @@ _TEXTS = {
         "clarify": "I'm not sure which insurance or topic you mean. Could you tell me a bit more "
         "(for example: third-party liability, car body, supplementary health, travel, home or life)?",
         "vague": "Could you write your question in a little more detail so I can answer it precisely?",
-        "human": "I've asked a member of our support team to take over this conversation. They will be with you shortly.",
+        "human": "I've asked a member of our support team to take over this conversation. "
+        "They will be with you shortly.",
         "stuck": "I'm sorry, I couldn't find an answer to your question. I'm handing this conversation to one of our "
         "specialists.",
         "noted": "Noted: I'll remember that.",

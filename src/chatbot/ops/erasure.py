@@ -32,7 +32,10 @@ async def delete_threads(pool: Pool, saver: Any, thread_ids: Sequence[str]) -> i
 
 async def delete_memory(pool: Pool, tenant_id: str, user_id: str) -> int:
     """Delete the user's profile and facts in one tenant; return how many items went."""
-    prefixes = [_store_prefix(profile_namespace(tenant_id, user_id)), _store_prefix(facts_namespace(tenant_id, user_id))]
+    prefixes = [
+        _store_prefix(profile_namespace(tenant_id, user_id)),
+        _store_prefix(facts_namespace(tenant_id, user_id)),
+    ]
     async with pool.connection() as conn:
         cur = await conn.execute("delete from store where prefix = any(%s)", (prefixes,))
         return cur.rowcount
@@ -85,7 +88,9 @@ async def erase_user(pool: Pool, locks: Locks, tenant_id: str, user_id: str, *, 
             feedback = cur.rowcount
             for table in _CHECKPOINT_TABLES:
                 await conn.execute(f"delete from {table} where thread_id = any(%s)", (thread_ids,))
-            await conn.execute("delete from run_rate_windows where tenant_id = %s and user_id = %s", (tenant_id, user_id))
+            await conn.execute(
+                "delete from run_rate_windows where tenant_id = %s and user_id = %s", (tenant_id, user_id)
+            )
         memory = await delete_memory(pool, tenant_id, user_id)
         return ErasureReport(len(thread_ids), memory, feedback)
     finally:

@@ -1,21 +1,23 @@
-"""Tenant-scoped hybrid search over the knowledge base: one SQL round trip per query.
+"""Tenant-scoped hybrid search over the knowledge base: one SQL statement per query.
 
 Ranking, all inside Postgres:
 1. The query's lexemes (English: `english` config, stemmed; Persian: `simple` over
    normalised text, stop words removed) are looked up in the tenant's vocabulary
    (`kb_terms`). A lexeme the tenant has is used as is; one it lacks (a typo, another
    spelling) is replaced by the tenant's words within trigram similarity
-   `FUZZY_SIMILARITY` of it. Each term is weighted by its inverse chunk frequency, so
+   `FUZZY_SIMILARITY` of it. Each word is weighted by its inverse chunk frequency, so
    "insurance", present everywhere, counts for little and "cancellation" for much.
-2. Chunks matching any term are scored three ways: the summed weight of the query words
-   they contain (`lexical`), `ts_rank_cd` (title hits and proximity), and trigram
-   `word_similarity` of the query against the chunk text (near-verbatim phrasing).
-3. With an embeddings model, the nearest chunks by cosine distance form a fourth list.
-4. The lists are fused by weighted reciprocal rank (k = 60).
+2. A chunk's `coverage` is the weight of the query words it holds over the query's
+   total weight (words the tenant has never seen count as the rarest). Only words that
+   can lift a chunk over `MIN_COVERAGE` are looked up in the GIN index (MaxScore).
+3. The best `LEXICAL_CANDIDATES` by coverage are re-ranked three ways: coverage,
+   `ts_rank_cd` (title hits, proximity) and trigram `word_similarity` of the chunk's
+   heading path against the question.
+4. With an embeddings model, the nearest chunks by cosine distance form a fourth list.
+5. The lists are fused by weighted reciprocal rank (k = 60); `score` is the fused value.
 
-"Nothing relevant" is an empty list: a lexical hit counts only when it covers at least
-`MIN_COVERAGE` of the query's weight (unknown words count as rare ones), and a vector
-hit only above `MIN_VECTOR_SIMILARITY`.
+"Nothing relevant" is an empty list: a lexical hit counts only when its coverage
+reaches `MIN_COVERAGE`, and a vector hit only above `MIN_VECTOR_SIMILARITY`.
 """
 
 from __future__ import annotations
@@ -37,9 +39,9 @@ RRF_K = 60
 MAX_QUERY_CHARS = 1000
 MAX_QUERY_TERMS = 32
 VECTOR_CANDIDATES = 50
-# Lexical hits re-ranked by heading similarity and fused; the rest only by coverage.
+# Lexical hits re-ranked (ts_rank_cd, heading trigrams) and fused; the rest only by coverage.
 RERANK = 50
-LEXICAL_CANDIDATES = 300
+LEXICAL_CANDIDATES = 150
 
 
 @dataclass(frozen=True, slots=True)

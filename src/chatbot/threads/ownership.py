@@ -7,8 +7,7 @@ from chatbot.db.pool import Pool
 from chatbot.errors import Problem
 
 _OWNER = (
-    "select metadata ->> 'tenant_id' as tenant_id from checkpoints "
-    "where thread_id = %s and checkpoint_ns = '' limit 1"
+    "select metadata ->> 'tenant_id' as tenant_id from checkpoints where thread_id = %s and checkpoint_ns = '' limit 1"
 )
 
 

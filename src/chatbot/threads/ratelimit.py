@@ -21,7 +21,10 @@ values (%(t)s, %(u)s, date_trunc('minute', now()), 1)
 on conflict (tenant_id, user_id, window_start) do update set runs = w.runs + 1 where w.runs < %(limit)s
 returning runs
 """
-_RETRY = "select greatest(1, ceil(extract(epoch from (date_trunc('minute', now()) + interval '1 minute' - now())))::int) as retry"
+_RETRY = (
+    "select greatest(1, ceil(extract(epoch from "
+    "(date_trunc('minute', now()) + interval '1 minute' - now())))::int) as retry"
+)
 
 
 class RateLimiter:

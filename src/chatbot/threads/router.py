@@ -20,7 +20,7 @@ router = APIRouter(prefix="/v1/threads", tags=["threads"])
 
 def run_service(request: Request) -> RunService:
     """Return the app's run service."""
-    return request.app.state.runs  # type: ignore[no-any-return]
+    return request.app.state.runs
 
 
 RunsDep = Annotated[RunService, Depends(run_service)]

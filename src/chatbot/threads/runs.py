@@ -19,10 +19,11 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import psycopg
 from langchain_core.messages import HumanMessage
+from langchain_core.runnables import RunnableConfig
 from langgraph.constants import START
 from langgraph.graph.state import CompiledStateGraph
 from psycopg_pool import PoolTimeout
@@ -138,27 +139,31 @@ class RunService:
         task.add_done_callback(self._active.discard)
         return run
 
-    def _config(self, run: Run, caller: CallerContext) -> dict[str, Any]:
+    def _config(self, run: Run, caller: CallerContext) -> RunnableConfig:
         # Identity goes to checkpoint metadata (the record of who wrote the turn), never to state.
         return {
             "configurable": {"thread_id": run.thread_id},
             "metadata": {"tenant_id": caller.tenant_id, "user_id": caller.user_id, "run_id": run.run_id},
         }
 
-    async def _execute(self, run: Run, caller: CallerContext, lease: Lease, config: dict[str, Any]) -> None:
+    async def _execute(self, run: Run, caller: CallerContext, lease: Lease, config: RunnableConfig) -> None:
         started = time.perf_counter()
         first_token: float | None = None
         terminal: RunEvent | None = None
         status = "error"
         context = Context(
-            tenant_id=caller.tenant_id, user_id=caller.user_id, locale=caller.locale,
-            run_id=run.run_id, thread_id=run.thread_id,
+            tenant_id=caller.tenant_id,
+            user_id=caller.user_id,
+            locale=caller.locale,
+            run_id=run.run_id,
+            thread_id=run.thread_id,
         )
         try:
             outcome: dict[str, Any] = {}
-            async for mode, chunk in self.graph.astream(
+            stream = self.graph.astream(
                 None, config, context=context, stream_mode=["custom", "updates"], durability="exit"
-            ):
+            )
+            async for mode, chunk in cast(AsyncIterator[tuple[str, dict[str, Any]]], stream):
                 if mode == "custom":
                     if first_token is None and chunk["event"] == "token":
                         first_token = time.perf_counter()
@@ -166,21 +171,25 @@ class RunService:
                 elif "generate" in chunk:
                     outcome = chunk["generate"]["outcome"]
             status = outcome["status"]
-            terminal = RunEvent("end", {
-                "run_id": run.run_id,
-                "thread_id": run.thread_id,
-                "status": status,
-                "message": {"id": outcome["message_id"], "content": outcome["content"]},
-                "citations": outcome.get("citations", []),
-                "handoff_context": outcome.get("handoff_context"),
-            })
+            terminal = RunEvent(
+                "end",
+                {
+                    "run_id": run.run_id,
+                    "thread_id": run.thread_id,
+                    "status": status,
+                    "message": {"id": outcome["message_id"], "content": outcome["content"]},
+                    "citations": outcome.get("citations", []),
+                    "handoff_context": outcome.get("handoff_context"),
+                },
+            )
         except BaseException as exc:
             code, detail = _failure(exc)
             terminal = RunEvent("error", problem_body(code, detail))
             if not isinstance(exc, Exception):  # cancelled: shutdown went past its grace period
                 raise
-            log.warning("run failed", extra={"thread_id": run.thread_id, "run_id": run.run_id,
-                                             "error": type(exc).__name__})
+            log.warning(
+                "run failed", extra={"thread_id": run.thread_id, "run_id": run.run_id, "error": type(exc).__name__}
+            )
         finally:
             # Release before `end` goes out: a follow-up sent right after `end` must be accepted.
             await lease.release()
@@ -189,11 +198,17 @@ class RunService:
             metrics.RUNS.labels(status).inc()
             elapsed = time.perf_counter() - started
             metrics.RUN_SECONDS.observe(elapsed)
-            log.info("run finished", extra={
-                "thread_id": run.thread_id, "run_id": run.run_id, "tenant_id": caller.tenant_id,
-                "status": status, "duration_ms": round(elapsed * 1000, 1),
-                "ttft_ms": None if first_token is None else round((first_token - started) * 1000, 1),
-            })
+            log.info(
+                "run finished",
+                extra={
+                    "thread_id": run.thread_id,
+                    "run_id": run.run_id,
+                    "tenant_id": caller.tenant_id,
+                    "status": status,
+                    "duration_ms": round(elapsed * 1000, 1),
+                    "ttft_ms": None if first_token is None else round((first_token - started) * 1000, 1),
+                },
+            )
 
     async def drain(self, timeout: float) -> None:
         """Let in-flight runs finish (graceful shutdown); cancel what is left after `timeout`."""

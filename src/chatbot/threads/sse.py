@@ -14,8 +14,7 @@ JSON_MEDIA_TYPE = "application/json"
 def encode_events(events: Iterable[RunEvent]) -> bytes:
     """Frame events as SSE (`event:` + one-line JSON `data:`), UTF-8."""
     return "".join(
-        f"event: {e.event}\ndata: {json.dumps(e.data, ensure_ascii=False, separators=(',', ':'))}\n\n"
-        for e in events
+        f"event: {e.event}\ndata: {json.dumps(e.data, ensure_ascii=False, separators=(',', ':'))}\n\n" for e in events
     ).encode()
 
 
