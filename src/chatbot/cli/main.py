@@ -8,6 +8,7 @@ import uvicorn
 from chatbot.cli import common
 from chatbot.cli.dev import dev
 from chatbot.cli.ingest import ingest
+from chatbot.cli.retention import retention
 from chatbot.db.migrate import migrate as run_migrations
 from chatbot.db.pool import resolve_database_url
 from chatbot.logs import configure_logging
@@ -17,6 +18,7 @@ app = typer.Typer(
 )
 app.command("dev")(dev)
 app.command("ingest")(ingest)
+app.command("retention")(retention)
 
 
 @app.command()

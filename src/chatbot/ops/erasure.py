@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from chatbot.db.pool import Pool
 from chatbot.memory.namespaces import facts_namespace, profile_namespace
@@ -18,7 +17,7 @@ def _store_prefix(namespace: tuple[str, ...]) -> str:
     return ".".join(namespace)
 
 
-async def delete_threads(pool: Pool, saver: Any, thread_ids: Sequence[str]) -> int:
+async def delete_threads(pool: Pool, thread_ids: Sequence[str]) -> int:
     """Delete every checkpoint, blob and write of the threads, and their feedback, at once."""
     if not thread_ids:
         return 0

@@ -44,7 +44,7 @@ async def delete_thread(request: Request, thread_id: ThreadId, caller: CallerDep
     if lease is None:
         raise Problem(409, "a run is in flight on this thread")
     try:
-        await delete_threads(state.pool, state.saver, [thread_id])
+        await delete_threads(state.pool, [thread_id])
     finally:
         await lease.release()
     return Response(status_code=204)

@@ -1,0 +1,84 @@
+"""Retention: delete threads whose newest checkpoint is older than a cut-off, in batches.
+
+No checkpoint table has a timestamp column, but `checkpoint_id` is a time-ordered UUIDv6,
+so "newest checkpoint older than X" is a group-by on it against the UUIDv6 of X (DESIGN.md
+measured 27 ms for 120k rows). Threads with a run in flight are skipped (their lock is
+held), and the others are deleted while their locks are held, so a run cannot start on a
+thread half-way through its deletion.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import datetime
+
+from chatbot.db.pool import Pool
+from chatbot.ops.erasure import delete_threads
+from chatbot.threads.locks import Lease, Locks
+
+_UUID_EPOCH_OFFSET = 0x01B21DD213814000  # 100-ns intervals from 1582-10-15 to 1970-01-01
+_STALE = """
+select thread_id from checkpoints
+where checkpoint_ns = '' and thread_id > %s
+group by thread_id having max(checkpoint_id) < %s
+order by thread_id limit %s
+"""
+_STILL_STALE = """
+select thread_id from checkpoints
+where checkpoint_ns = '' and thread_id = any(%s)
+group by thread_id having max(checkpoint_id) < %s
+"""
+
+
+def uuid6_floor(moment: datetime) -> str:
+    """Return the smallest UUIDv6 of `moment`: every checkpoint id written before it sorts lower."""
+    timestamp = int(moment.timestamp() * 10_000_000) + _UUID_EPOCH_OFFSET
+    value = ((timestamp >> 12) & 0xFFFFFFFFFFFF) << 80 | (0x6000 | (timestamp & 0x0FFF)) << 64 | 0x8000 << 48
+    return str(uuid.UUID(int=value))
+
+
+@dataclass(frozen=True, slots=True)
+class RetentionReport:
+    """What a retention pass found and did."""
+
+    stale: int
+    deleted: int
+    skipped_in_flight: int
+
+
+async def purge_stale_threads(
+    pool: Pool, locks: Locks, cutoff: datetime, *, batch_size: int = 200, dry_run: bool = False
+) -> RetentionReport:
+    """Delete (or, with `dry_run`, count) threads untouched since `cutoff`."""
+    floor = uuid6_floor(cutoff)
+    stale = deleted = skipped = 0
+    after = ""
+    while True:
+        async with pool.connection() as conn:
+            rows = await (await conn.execute(_STALE, (after, floor, batch_size))).fetchall()
+        if not rows:
+            break
+        batch = [r["thread_id"] for r in rows]
+        after = batch[-1]
+        stale += len(batch)
+        if dry_run:
+            continue
+        leases: list[Lease] = []
+        locked: list[str] = []
+        try:
+            for thread_id in batch:
+                lease = await locks.try_thread(thread_id)
+                if lease is None:
+                    skipped += 1
+                    continue
+                leases.append(lease)
+                locked.append(thread_id)
+            # Re-checked under the locks: a run may have finished on a thread since the scan.
+            async with pool.connection() as conn:
+                rows = await (await conn.execute(_STILL_STALE, (locked, floor))).fetchall()
+            deleted += await delete_threads(pool, [r["thread_id"] for r in rows])
+        finally:
+            for lease in leases:
+                await lease.release()
+    return RetentionReport(stale, deleted, skipped)

@@ -1,0 +1,47 @@
+"""`make dev`'s demo tenant answers from the sample knowledge base, with correct citations."""
+
+from __future__ import annotations
+
+import asyncio
+
+import psycopg
+import pytest
+
+from tests.fixtures.app import parse_sse, running_app
+from tests.fixtures.knowledge import load_demo_kb
+from tests.fixtures.tokens import auth
+
+CASES = [
+    ("How do I file a car body claim and which documents do I need?", "en-US", "en/car-body-claims.md"),
+    ("What does travel insurance cover for medical costs abroad?", "en-US", "en/travel.md"),
+    ("بیمه شخص ثالث را تا چند روز بعد از پایان می‌توانم تمدید کنم؟", "fa-IR", "fa/shakhs-sales.md"),
+    ("برای لغو بیمه‌نامه بدنه چه کار کنم؟", "fa-IR", "fa/laghv.md"),
+]
+
+
+@pytest.fixture(scope="module")
+def demo_url(migrated_database_url: str) -> str:
+    asyncio.run(load_demo_kb(migrated_database_url))
+    return migrated_database_url
+
+
+@pytest.mark.parametrize(("question", "locale", "document"), CASES, ids=[c[2] for c in CASES])
+async def test_demo_question_is_answered_with_the_right_citation(
+    demo_url: str, question: str, locale: str, document: str
+) -> None:
+    async with running_app(demo_url) as client:
+        response = await client.post(
+            f"/v1/threads/demo-{document.replace('/', '-')}/runs",
+            json={"message": {"content": question}},
+            headers=auth(locale=locale),
+        )
+    end = parse_sse(response.text)[-1][1]
+    assert end["status"] == "answered"
+    cited = end["citations"]
+    assert len(cited) == 1 and cited[0].startswith(f"{document}#")
+    # The answer quotes the cited chunk as written, figures and all.
+    with psycopg.connect(demo_url) as conn:
+        row = conn.execute(
+            "select text from kb_chunks where tenant_id = 'acme' and chunk_id = %s", (cited[0],)
+        ).fetchone()
+    assert row is not None and row[0].strip() in end["message"]["content"]
