@@ -35,7 +35,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import httpx
 import psycopg
@@ -43,6 +43,7 @@ from langchain_core.messages import HumanMessage
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from langgraph.constants import START
 from langgraph.store.postgres.aio import AsyncPostgresStore
+from pydantic import SecretStr
 
 import chatbot.app
 from chatbot.agent.context import Context
@@ -85,6 +86,33 @@ class Tally:
         p99 = ms[min(len(ms) - 1, round(0.99 * (len(ms) - 1)))]
         return (f"  {name:<14} {len(ms) / self.wall:7.1f} runs/s   p50 {statistics.median(ms):6.1f} ms"
                 f"   p99 {p99:6.1f} ms   ({len(ms)} runs, {self.failed} failed)")
+
+
+class TimedLock(asyncio.Lock):
+    """The stock saver's lock, timed: how long calls waited for it and held it."""
+
+    def __init__(self) -> None:
+        """Start with zeroed counters."""
+        super().__init__()
+        self.reset()
+
+    def reset(self) -> None:
+        """Zero the counters."""
+        self.acquisitions, self.waited, self.held, self._since = 0, 0.0, 0.0, 0.0
+
+    async def acquire(self) -> Literal[True]:
+        """Acquire the lock, adding the time spent waiting for it."""
+        started = time.perf_counter()
+        await super().acquire()
+        self._since = time.perf_counter()
+        self.waited += self._since - started
+        self.acquisitions += 1
+        return True
+
+    def release(self) -> None:
+        """Release the lock, adding the time it was held."""
+        self.held += time.perf_counter() - self._since
+        super().release()
 
 
 def load_questions() -> list[tuple[str, str]]:
@@ -259,7 +287,7 @@ async def main(args: argparse.Namespace) -> None:
     """Set up the database, the server and the in-process graphs; measure; print."""
     questions = load_questions()
     secret = secrets.token_urlsafe(48)
-    settings = Settings(service_secret=secret, database_url="postgresql:///unused")
+    settings = Settings(service_secret=SecretStr(secret), database_url="postgresql:///unused")
     async with database() as url:
         pool = make_pool(url, settings, name="bench", min_size=2, max_size=settings.pool_max_size)
         lock_pool = make_pool(url, settings, name="bench-locks", min_size=1,
@@ -279,7 +307,9 @@ async def main(args: argparse.Namespace) -> None:
                              context_tokens=settings.context_tokens,
                              summary_after_turns=settings.summary_after_turns,
                              memory_max_facts=settings.memory_max_facts)
-            graphs = {"inproc-stock": AsyncPostgresSaver(pool), "inproc-pooled": PooledPostgresSaver(pool)}
+            stock = AsyncPostgresSaver(pool)
+            stock.lock = lock = TimedLock()
+            graphs = {"inproc-stock": stock, "inproc-pooled": PooledPostgresSaver(pool)}
             limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
             async with server(url, secret) as base, httpx.AsyncClient(
                 base_url=base, timeout=60, limits=limits
@@ -289,7 +319,7 @@ async def main(args: argparse.Namespace) -> None:
                     runners[name] = inproc_runner(build_graph(deps).compile(checkpointer=saver, store=store))
                 targets = [t for t in args.targets.split(",") if t]
                 print(f"chatbot serve uses {_server_saver()}; 2 shared cores: compare ratios, not absolutes")
-                await measure(runners, targets, args, questions, memory)
+                await measure(runners, targets, args, questions, memory, lock)
                 print("\ncheckpoint rows per run (one fresh thread, the service's two steps)")
                 await rows_per_run(pool, runners["http"], "http (exit)", questions)
                 await rows_per_run(pool, inproc_runner(build_graph(deps).compile(
@@ -307,12 +337,13 @@ def _server_saver() -> str:
 
 
 async def measure(runners: dict[str, RunOnce], targets: list[str], args: argparse.Namespace,
-                  questions: list[tuple[str, str]], memory: MemoryWriter) -> None:
+                  questions: list[tuple[str, str]], memory: MemoryWriter, lock: TimedLock) -> None:
     """Run every target at concurrency 1 and 16, slices interleaved; print figures and ratios."""
     for name in targets:  # warm-up: connections, prepared statements, imports; discarded
         await run_slice(runners[name], f"warm-{name}", 16, 4, questions, args.turns_per_thread, Tally())
     for concurrency, total in ((1, args.runs_c1), (16, args.runs_c16)):
         tallies = {name: Tally() for name in targets}
+        lock.reset()
         per_slice = total // args.slices
         for s in range(args.slices):
             for name in targets[s % len(targets):] + targets[:s % len(targets)]:
@@ -326,6 +357,12 @@ async def measure(runners: dict[str, RunOnce], targets: list[str], args: argpars
         for name in targets:
             print(tallies[name].line(name))
         print_ratios(tallies)
+        stock = tallies.get("inproc-stock")
+        if stock and stock.latencies and lock.acquisitions:
+            runs, mean = len(stock.latencies), statistics.fmean(stock.latencies)
+            print(f"  inproc-stock saver lock: {lock.acquisitions / runs:.1f} acquisitions/run, held "
+                  f"{lock.held / runs * 1000:.1f} ms/run, waited {lock.waited / runs * 1000:.1f} ms/run "
+                  f"= {lock.waited / runs / mean:.0%} of the mean run ({mean * 1000:.1f} ms)")
 
 
 def print_ratios(tallies: dict[str, Tally]) -> None:

@@ -8,7 +8,6 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import FastAPI
-from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from langgraph.store.postgres.aio import AsyncPostgresStore
 
 from chatbot.agent.deps import AgentDeps
@@ -17,6 +16,7 @@ from chatbot.auth import ServiceAuthMiddleware, TokenVerifier
 from chatbot.caller import CallerContext
 from chatbot.config import Settings
 from chatbot.db.pool import make_pool, resolve_database_url
+from chatbot.db.saver import PooledPostgresSaver
 from chatbot.errors import install_problem_handlers
 from chatbot.health import router as health_router
 from chatbot.limits import BodySizeLimitMiddleware
@@ -62,7 +62,7 @@ def create_app(
         await lock_pool.open(wait=False)
         try:
             locks = Locks(lock_pool)
-            saver = AsyncPostgresSaver(pool)
+            saver = PooledPostgresSaver(pool)
             store = AsyncPostgresStore(pool)
             memory = MemoryWriter(
                 pool=pool,
