@@ -20,6 +20,7 @@ from chatbot.db.saver import PooledPostgresSaver
 from chatbot.errors import install_problem_handlers
 from chatbot.health import router as health_router
 from chatbot.limits import BodySizeLimitMiddleware
+from chatbot.memory.model_extraction import model_extractor
 from chatbot.memory.router import router as memory_router
 from chatbot.memory.writer import Extractor, MemoryWriter, offline_extractor
 from chatbot.models.factory import load_chat_model
@@ -48,6 +49,13 @@ def create_app(
     observe the model window).
     """
     settings = settings or Settings()
+    # Loaded here, not in the lifespan: a missing provider extra fails at start-up, loudly.
+    chat_model = load_chat_model(
+        settings.model, base_url=settings.model_base_url, timeout=settings.model_timeout_seconds
+    )
+    extractor = memory_extractor or (
+        offline_extractor if chat_model is None else model_extractor(chat_model, timeout=settings.model_timeout_seconds)
+    )
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -69,7 +77,7 @@ def create_app(
                 store=store,
                 locks=locks,
                 max_facts=settings.memory_max_facts,
-                extractor=memory_extractor or offline_extractor,
+                extractor=extractor,
             )
             embeddings = load_embeddings(settings.embeddings)
 
@@ -79,9 +87,7 @@ def create_app(
 
             deps = AgentDeps(
                 retriever=retriever,
-                chat_model=load_chat_model(
-                    settings.model, base_url=settings.model_base_url, timeout=settings.model_timeout_seconds
-                ),
+                chat_model=chat_model,
                 model_name=settings.model,
                 model_timeout_seconds=settings.model_timeout_seconds,
                 offline_token_delay_ms=settings.offline_token_delay_ms,
