@@ -27,7 +27,7 @@ from bench._pg import bench_database
 from chatbot.agent.context import Context
 from chatbot.agent.deps import AgentDeps
 from chatbot.agent.graph import build_graph
-from chatbot.agent.state import META_KEY, now_rfc3339
+from chatbot.agent.state import META_KEY, now_rfc3339, user_turn
 from chatbot.caller import CallerContext
 from chatbot.config import Settings
 from chatbot.db.migrate import migrate
@@ -81,7 +81,7 @@ async def main(turns: int) -> None:
                         additional_kwargs={META_KEY: {"created_at": now_rfc3339(), "run_id": run_id}},
                     )
                     started = time.perf_counter()
-                    await graph.aupdate_state(config, {"messages": [question]}, as_node=START)
+                    await graph.aupdate_state(config, user_turn(question), as_node=START)
                     context = Context(tenant_id="bench", user_id="u", locale="en-US", run_id=run_id, thread_id=thread)
                     async for _ in graph.astream(
                         None, config, context=context, stream_mode="custom", durability="exit"

@@ -49,7 +49,7 @@ import chatbot.app
 from chatbot.agent.context import Context
 from chatbot.agent.deps import AgentDeps
 from chatbot.agent.graph import build_graph
-from chatbot.agent.state import META_KEY, now_rfc3339
+from chatbot.agent.state import META_KEY, now_rfc3339, user_turn
 from chatbot.caller import CallerContext
 from chatbot.cli.common import mint_token
 from chatbot.config import Settings
@@ -213,7 +213,7 @@ def inproc_runner(graph: Any, durability: str = "exit") -> RunOnce:
                   "metadata": {"tenant_id": TENANT, "user_id": user, "run_id": run_id}}
         message = HumanMessage(content=question, id=str(uuid.uuid4()),
                                additional_kwargs={META_KEY: {"created_at": now_rfc3339(), "run_id": run_id}})
-        await graph.aupdate_state(config, {"messages": [message]}, as_node=START)
+        await graph.aupdate_state(config, user_turn(message), as_node=START)
         context = Context(tenant_id=TENANT, user_id=user, locale=locale, run_id=run_id, thread_id=thread)
         outcome = None
         async for mode, chunk in graph.astream(None, config, context=context,

@@ -1,28 +1,43 @@
-"""The transcript channel stores deltas, yet every past checkpoint can still be read back."""
+"""The model sees a bounded recent list; the record keeps every message and every checkpoint."""
 
 from __future__ import annotations
 
+from chatbot.agent.state import RECENT_MESSAGES
 from tests.fixtures.app import running_app
 from tests.fixtures.tokens import auth
 
 
-async def test_past_checkpoints_replay_the_transcript_as_it_was(isolated_database_url: str) -> None:
+async def test_long_threads_keep_the_whole_record_and_bound_what_runs_load(isolated_database_url: str) -> None:
+    turns = RECENT_MESSAGES // 2 + 15
     async with running_app(isolated_database_url) as client:
-        for turn in range(1, 61):  # past the channel's snapshot interval
+        for turn in range(1, turns + 1):
             response = await client.post(
                 "/v1/threads/replay/runs",
                 headers=auth(),
                 json={"message": {"content": f"question {turn} about car body cover"}},
             )
             assert response.status_code == 200
+        pages, before = [], None
+        while True:
+            params = {"limit": 100} | ({"before": before} if before else {})
+            page = (await client.get("/v1/threads/replay/messages", params=params, headers=auth())).json()
+            pages = page["messages"] + pages
+            if not page["has_more"]:
+                break
+            before = page["next_before"]
+        assert len(pages) == 2 * turns  # nothing persisted was trimmed
+        assert [m["content"] for m in pages[::2]] == [f"question {t} about car body cover" for t in range(1, turns + 1)]
+
         graph = client.app.state.graph  # type: ignore[attr-defined]
         config = {"configurable": {"thread_id": "replay"}}
-        current = (await graph.aget_state(config)).values["messages"]
-        assert len(current) == 120
-        seen = 0
+        recent = (await graph.aget_state(config)).values["messages"]
+        ids = [m["id"] for m in pages]
+        assert [m.id for m in recent] == ids[-RECENT_MESSAGES:]  # runs load a bounded list
+        checkpoints = 0
         async for snapshot in graph.aget_state_history(config):
-            messages = snapshot.values.get("messages", [])
-            # Each past checkpoint holds exactly the prefix of the transcript it had then.
-            assert [m.id for m in messages] == [m.id for m in current[: len(messages)]]
-            seen += 1
-        assert seen == 120  # two checkpoints per run
+            window = [m.id for m in snapshot.values.get("messages", [])]
+            # Every past checkpoint replays: its recent list is a contiguous run of the record.
+            start = ids.index(window[0])
+            assert window == ids[start : start + len(window)]
+            checkpoints += 1
+        assert checkpoints == 2 * turns  # two checkpoint writes per run

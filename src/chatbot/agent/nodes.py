@@ -15,7 +15,7 @@ from chatbot.agent.context import Context
 from chatbot.agent.deps import AgentDeps, MemoryJob
 from chatbot.agent.modelcall import ModelReply, ask_model
 from chatbot.agent.prompts import system_prompt
-from chatbot.agent.state import META_KEY, ConversationState, Outcome, now_rfc3339
+from chatbot.agent.state import META_KEY, WINDOW_HISTORY, ConversationState, Outcome, now_rfc3339
 from chatbot.agent.summary import fold_summary, messages_to_fold, offline_summary
 from chatbot.agent.tokens import token_counter_for
 from chatbot.agent.window import Window, WindowInputs, build_window
@@ -74,17 +74,17 @@ class Nodes:
         history = messages[:-1]
         chunks = state.get("retrieved_chunks") or []
         summary = state.get("summary", "")
-        upto = state.get("summarized_upto", 0)
+        turns = state.get("turns", 0) + 1
         window = self._window(state, history, question, summary, chunks, ctx.language)
-        update: dict[str, Any] = {}
-        if len(messages) // 2 > self.deps.summary_after_turns:
-            start, end = messages_to_fold(len(history), upto, window.first_kept)
+        update: dict[str, Any] = {"turns": turns}
+        if turns > self.deps.summary_after_turns:
+            start, end = self._fold_range(history, state.get("summarized_through"), window)
             if end > start:
                 folded = await fold_summary(summary, history[start:end], ctx.language, self.deps.chat_model)
                 metrics.SUMMARY_FOLDS.labels("ok" if folded != summary else "unchanged").inc()
-                if folded != summary:
-                    summary, upto = folded, end
-                    update |= {"summary": summary, "summarized_upto": upto}
+                if folded != summary:  # a failed fold keeps the old summary; the next turn retries
+                    summary = folded
+                    update |= {"summary": summary, "summarized_through": str(history[end - 1].id)}
                     window = self._window(state, history, question, summary, chunks, ctx.language)
         if self.deps.window_observer is not None:
             self.deps.window_observer(window.messages)
@@ -117,6 +117,7 @@ class Nodes:
         }
         return update | {
             "messages": [answer],
+            "turn": [question, answer],
             "outcome": outcome,
             "retrieved_chunks": [],  # turn-scoped: chunk text never outlives its turn
             "unanswered_streak": 0 if reply.status == "answered" else streak + 1,
@@ -138,6 +139,19 @@ class Nodes:
         )
         return {}
 
+    @staticmethod
+    def _fold_range(history: list[Any], summarized_through: str | None, window: Window) -> tuple[int, int]:
+        """Return [start, end) of the history messages that left the window unsummarised."""
+        end = max(0, len(history) - WINDOW_HISTORY) + window.first_kept
+        start = 0
+        if summarized_through:
+            for index in range(len(history) - 1, -1, -1):
+                if history[index].id == summarized_through:
+                    start = index + 1
+                    break
+            # Not found: it has left the recent list, so everything in it is newer.
+        return messages_to_fold(len(history), start, end)
+
     def _window(
         self,
         state: ConversationState,
@@ -153,7 +167,9 @@ class Nodes:
             facts=state.get("facts") or [],
             summary=summary,
             chunks=chunks,
-            history=history,
+            # Never the oldest messages of the recent list: they are folded into the summary
+            # before the list drops them (see state.py).
+            history=history[-WINDOW_HISTORY:],
             question=question,
         )
         window = build_window(inputs, budget=self.deps.context_tokens, counter=self.counter)

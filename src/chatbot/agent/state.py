@@ -1,10 +1,15 @@
 """The conversation state persisted in checkpoints.
 
-`messages` is the whole transcript and is never trimmed in state (trimming happens only
-when the model window is built). It lives in a `DeltaChannel`: a stock `add_messages`
-channel stores the whole list again at every version, so the bytes each turn adds grow
-with the thread (50 turns = 2.5 MB, DESIGN.md); a delta channel stores only the turn's new
-messages plus a periodic snapshot, so a turn costs the same at turn 500 as at turn 5.
+Two channels hold the conversation, for two readers:
+- `messages` is the model's view: the most recent `RECENT_MESSAGES` messages. A stock
+  `add_messages` channel stores the whole list again at every version and makes every run
+  load and deserialise the whole thread (50 turns = 2.5 MB, DESIGN.md; a run at turn 500
+  took 4x a run at turn 50 here). Bounded, in a `DeltaChannel` that stores only each
+  write plus a periodic snapshot, a turn costs the same at turn 500 as at turn 5.
+- `turn` is the record: this run's messages (the user's, then the answer). It is a plain
+  last-value channel, and the checkpointer keeps every version of it as a row of its own,
+  so the versions in order are the whole transcript; `threads/transcript.py` reads them.
+  Nothing is trimmed from the record; trimming happens only when the model window is built.
 """
 
 from __future__ import annotations
@@ -21,16 +26,28 @@ Status = Literal["answered", "clarifying", "escalate"]
 META_KEY = "chatbot"  # additional_kwargs key of our per-message metadata
 
 
-def add_message_batches(current: list[AnyMessage], batches: Sequence[Any]) -> list[AnyMessage]:
-    """Fold write batches into the transcript with `add_messages` semantics.
+# Enough for any model window (the window builder sees at most WINDOW_HISTORY messages)
+# plus a margin from which the rolling summary folds messages before they leave.
+RECENT_MESSAGES = 120
+WINDOW_HISTORY = RECENT_MESSAGES - 20
 
-    `DeltaChannel` replays many writes in one call; folding them one by one keeps the
-    result independent of how writes were batched, which the channel requires.
+
+def add_recent_batches(current: list[AnyMessage], batches: Sequence[Any]) -> list[AnyMessage]:
+    """Fold write batches in with `add_messages` semantics and keep the newest messages.
+
+    `DeltaChannel` replays many writes in one call, so the reducer must not depend on how
+    writes were batched: folding them one by one and keeping the last N does not (the last
+    N of the last N plus more is the last N of everything), as messages are only appended.
     """
     merged: list[AnyMessage] = list(current)
     for batch in batches:
         merged = add_messages(merged, batch)  # type: ignore[assignment,arg-type]
-    return merged
+    return merged[-RECENT_MESSAGES:]
+
+
+def user_turn(message: BaseMessage) -> dict[str, Any]:
+    """Return the state update that records the user's message of a new run."""
+    return {"messages": [message], "turn": [message]}
 
 
 class Outcome(TypedDict, total=False):
@@ -46,11 +63,16 @@ class Outcome(TypedDict, total=False):
 class ConversationState(TypedDict, total=False):
     """State of one thread."""
 
-    messages: Annotated[list[AnyMessage], DeltaChannel(add_message_batches, snapshot_frequency=50)]
+    messages: Annotated[list[AnyMessage], DeltaChannel(add_recent_batches, snapshot_frequency=50)]
+    """The most recent messages, oldest first: what the model window is built from."""
+    turn: list[AnyMessage]
+    """This run's messages; every version is kept, and in order they are the transcript."""
+    turns: int
+    """Runs that reached `generate` on this thread (counted, as the transcript is not loaded)."""
     summary: str
     """Rolling summary of the turns that fell out of the model window."""
-    summarized_upto: int
-    """Number of leading messages the summary covers, so each fold reads only new ones."""
+    summarized_through: str
+    """Id of the newest message the summary covers, so each fold reads only newer ones."""
     retrieved_chunks: list[dict[str, Any]]
     """This turn's chunks (text included); reset every turn and cleared once answered."""
     profile: dict[str, Any]

@@ -31,7 +31,7 @@ from psycopg_pool import PoolTimeout
 from chatbot import metrics
 from chatbot.agent.context import Context
 from chatbot.agent.modelcall import ModelFailure, ModelTimeout
-from chatbot.agent.state import META_KEY, now_rfc3339
+from chatbot.agent.state import META_KEY, now_rfc3339, user_turn
 from chatbot.caller import CallerContext
 from chatbot.db.pool import Pool
 from chatbot.errors import Problem, problem_body
@@ -126,7 +126,7 @@ class RunService:
                 id=str(uuid.uuid4()),
                 additional_kwargs={META_KEY: {"created_at": now_rfc3339(), "run_id": run.run_id}},
             )
-            await self.graph.aupdate_state(config, {"messages": [message]}, as_node=START)
+            await self.graph.aupdate_state(config, user_turn(message), as_node=START)
         except BaseException as exc:
             await lease.release()
             if isinstance(exc, DATABASE_ERRORS):

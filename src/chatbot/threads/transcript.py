@@ -1,4 +1,4 @@
-"""The transcript as the backend sees it: user and assistant messages read from checkpoint state."""
+"""The transcript as the backend sees it: user and assistant messages read from the checkpoints."""
 
 from __future__ import annotations
 
@@ -7,10 +7,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
-from langgraph.graph.state import CompiledStateGraph
+from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from chatbot.agent.nodes import text_of
 from chatbot.agent.state import message_meta
+from chatbot.db.pool import Pool
 from chatbot.errors import Problem
 
 
@@ -60,11 +61,39 @@ def page_of(messages: Sequence[dict[str, Any]], *, limit: int, before: str | Non
     return Page(page, has_more, page[0]["id"] if has_more and page else None)
 
 
-async def read_transcript(graph: CompiledStateGraph[Any, Any, Any, Any], thread_id: str) -> list[dict[str, Any]]:
-    """Return every user and assistant message of the thread, oldest first."""
-    state = await graph.aget_state({"configurable": {"thread_id": thread_id}})
+# Every version of the `turn` channel is a row of its own (see agent/state.py). Versions
+# are "<zero-padded counter>.<random>"; the counter orders them.
+_TURN_VERSIONS = (
+    "select version, type, blob from checkpoint_blobs where thread_id = %s and checkpoint_ns = '' and channel = 'turn'"
+)
+
+
+def _version_order(version: str) -> int:
+    return int(version.split(".", 1)[0])
+
+
+async def read_messages(pool: Pool, serde: SerializerProtocol, thread_id: str) -> list[BaseMessage]:
+    """Return every message of the thread, oldest first, from the kept versions of `turn`.
+
+    A run writes `turn` twice (the user's message, then the message and the answer), so a
+    later version restates an earlier one: messages are merged by id, in first-seen order.
+    """
+    async with pool.connection() as conn:
+        rows = await (await conn.execute(_TURN_VERSIONS, (thread_id,))).fetchall()
+    rows.sort(key=lambda row: _version_order(row["version"]))
+    by_id: dict[str, BaseMessage] = {}
+    for row in rows:
+        if row["blob"] is None or row["type"] == "empty":
+            continue
+        for message in serde.loads_typed((row["type"], bytes(row["blob"]))) or []:
+            by_id[str(message.id)] = message  # dicts keep first-insertion order on update
+    return list(by_id.values())
+
+
+async def read_transcript(pool: Pool, serde: SerializerProtocol, thread_id: str) -> list[dict[str, Any]]:
+    """Return every user and assistant message of the thread in its API form, oldest first."""
     out = []
-    for message in state.values.get("messages", []):
+    for message in await read_messages(pool, serde, thread_id):
         public = public_message(message)
         if public is not None:
             out.append(public)

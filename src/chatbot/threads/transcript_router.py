@@ -28,7 +28,7 @@ async def list_messages(
 ) -> dict[str, Any]:
     """Return one page of the thread's user and assistant messages, oldest first."""
     await check_thread_access(request.app.state.pool, thread_id, caller, must_exist=True)
-    messages = await read_transcript(request.app.state.graph, thread_id)
+    messages = await read_transcript(request.app.state.pool, request.app.state.saver.serde, thread_id)
     page = page_of(messages, limit=limit, before=before)
     return {"messages": page.messages, "has_more": page.has_more, "next_before": page.next_before}
 
