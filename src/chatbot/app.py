@@ -60,8 +60,14 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         conninfo = await resolve_database_url(settings)
+        # Session advisory locks live on the lock pool only (threads/locks.py).
         pool = make_pool(
-            conninfo, settings, name="main", min_size=settings.pool_min_size, max_size=settings.pool_max_size
+            conninfo,
+            settings,
+            name="main",
+            min_size=settings.pool_min_size,
+            max_size=settings.pool_max_size,
+            takes_locks=False,
         )
         lock_pool = make_pool(conninfo, settings, name="locks", min_size=1, max_size=settings.lock_pool_max_size)
         # wait=False: a replica whose database is down still starts, answers /healthz and
