@@ -7,6 +7,7 @@ import uvicorn
 
 from chatbot.cli import common
 from chatbot.cli.dev import dev
+from chatbot.cli.feedback import feedback_app
 from chatbot.cli.ingest import ingest
 from chatbot.cli.retention import retention
 from chatbot.db.migrate import migrate as run_migrations
@@ -19,6 +20,7 @@ app = typer.Typer(
 app.command("dev")(dev)
 app.command("ingest")(ingest)
 app.command("retention")(retention)
+app.add_typer(feedback_app, name="feedback")
 
 
 @app.command()

@@ -1,0 +1,88 @@
+"""Export rated runs for the evaluation dataset: feedback joined with the turn it rates.
+
+The feedback table holds only the rating; the question, the answer, its citations and its
+status are read from the thread's transcript in the checkpoints (the record the messages
+endpoint reads, not the bounded recent list in graph state), where every user and
+assistant message carries its run id.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+from langgraph.checkpoint.base import BaseCheckpointSaver
+
+from chatbot.agent.nodes import text_of
+from chatbot.agent.state import message_meta
+from chatbot.db.pool import Pool
+from chatbot.threads.transcript import read_messages
+
+# One thread's ratings after another, so each thread's state is read once.
+_RATED = """
+select thread_id, run_id::text as run_id, tenant_id, score, comment, updated_at
+from run_feedback where updated_at >= %s
+order by thread_id, updated_at, run_id
+"""
+
+
+def parse_since(value: str) -> datetime:
+    """Return the UTC instant of an ISO date (midnight UTC) or datetime (UTC unless it says otherwise)."""
+    text = value.strip()
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise ValueError(f"not an ISO date or datetime: {value!r}") from None
+    if moment.tzinfo is None:  # a bare date is its midnight
+        moment = moment.replace(tzinfo=UTC)
+    return moment.astimezone(UTC)
+
+
+def rfc3339(moment: datetime) -> str:
+    """Return a timestamp as RFC 3339 in UTC with milliseconds."""
+    return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def _turn(messages: Sequence[BaseMessage], run_id: str) -> dict[str, Any]:
+    """Return the question, answer, citations and status a run left in the transcript."""
+    question: str | None = None
+    answer: str | None = None
+    citations: list[str] = []
+    status: str | None = None
+    for message in messages:
+        meta = message_meta(message)
+        if meta.get("run_id") != run_id:
+            continue
+        if isinstance(message, HumanMessage) and question is None:
+            question = text_of(message)
+        elif isinstance(message, AIMessage) and not message.tool_calls:
+            answer = text_of(message)
+            citations = [str(c) for c in meta.get("citations", [])]
+            status = meta.get("status")
+    # A run that failed leaves its question and no answer: answer and status stay null.
+    return {"user_message": question, "answer": answer, "citations": citations, "status": status}
+
+
+async def export_feedback(
+    pool: Pool, saver: BaseCheckpointSaver[Any], since: datetime
+) -> AsyncIterator[dict[str, Any]]:
+    """Yield one record per run rated (or re-rated) at or after `since`, grouped by thread."""
+    async with pool.connection() as conn:
+        rows = await (await conn.execute(_RATED, (since,))).fetchall()
+    thread_id: str | None = None
+    messages: list[BaseMessage] = []
+    for row in rows:
+        if row["thread_id"] != thread_id:
+            thread_id = row["thread_id"]
+            messages = await read_messages(pool, saver.serde, thread_id)
+        yield {
+            "thread_id": row["thread_id"],
+            "run_id": row["run_id"],
+            "tenant_id": row["tenant_id"],
+            "score": row["score"],
+            "comment": row["comment"],
+            "rated_at": rfc3339(row["updated_at"]),
+            **_turn(messages, row["run_id"]),
+        }

@@ -1,0 +1,221 @@
+"""The feedback export: one JSON line per rated run, matching what was asked, answered and rated."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+from typer.testing import CliRunner
+
+from chatbot.agent.state import RECENT_MESSAGES
+from chatbot.cli.main import app as cli
+from chatbot.db.pool import Pool, make_pool
+from chatbot.threads.export import export_feedback
+from tests.fixtures.app import running_app
+from tests.fixtures.knowledge import load_demo_kb
+from tests.fixtures.models import ScriptedChatModel
+from tests.fixtures.postgres import settings_for
+from tests.fixtures.tokens import auth
+
+EN = {"locale": "en-US"}
+RFC3339_UTC = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$")
+KEYS = {
+    "thread_id",
+    "run_id",
+    "tenant_id",
+    "score",
+    "comment",
+    "rated_at",
+    "user_message",
+    "answer",
+    "citations",
+    "status",
+}
+
+
+async def ask(client: httpx.AsyncClient, thread: str, content: str, **token: Any) -> dict[str, Any]:
+    """Run one turn in JSON mode and return its `end` object (or problem details)."""
+    response = await client.post(
+        f"/v1/threads/{thread}/runs",
+        json={"message": {"content": content}},
+        headers={**auth(**token), "Accept": "application/json"},
+    )
+    return dict(response.json())
+
+
+async def rate(
+    client: httpx.AsyncClient, thread: str, run_id: str, score: str, comment: str | None, **token: Any
+) -> None:
+    """Rate one run; the service must accept it."""
+    response = await client.post(
+        f"/v1/threads/{thread}/runs/{run_id}/feedback", json={"score": score, "comment": comment}, headers=auth(**token)
+    )
+    assert response.status_code == 204, response.text
+
+
+def line_of(
+    thread: str, tenant: str, question: str, end: dict[str, Any], score: str, comment: str | None
+) -> dict[str, Any]:
+    """Return the export line a rated, finished run should produce (without `rated_at`)."""
+    return {
+        "thread_id": thread,
+        "run_id": end["run_id"],
+        "tenant_id": tenant,
+        "score": score,
+        "comment": comment,
+        "user_message": question,
+        "answer": end["message"]["content"],
+        "citations": end["citations"],
+        "status": end["status"],
+    }
+
+
+async def open_test_pool(url: str) -> Pool:
+    """Open a pool with the service's connection options."""
+    pool = make_pool(url, settings_for(url), name="export-test", min_size=1, max_size=4)
+    await pool.open(wait=True)
+    return pool
+
+
+async def exported(pool: Pool, since: datetime) -> list[dict[str, Any]]:
+    """Return every record the export yields for `since`."""
+    return [record async for record in export_feedback(pool, AsyncPostgresSaver(pool), since)]
+
+
+def without_rated_at(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Check every record's keys and `rated_at`; return the records without `rated_at`."""
+    for record in records:
+        assert set(record) == KEYS
+        assert RFC3339_UTC.match(record["rated_at"]), record["rated_at"]
+    return [{k: v for k, v in r.items() if k != "rated_at"} for r in records]
+
+
+def by_run(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Index records by run id."""
+    return {r["run_id"]: r for r in records}
+
+
+async def test_export_lines_match_what_was_rated(isolated_database_url: str) -> None:
+    url = isolated_database_url
+    await load_demo_kb(url)
+    q1, q2, q3 = (
+        "How do I renew third-party insurance?",
+        "What does travel insurance cover for medical costs abroad?",
+        "How do I cancel my car body policy?",
+    )
+    fa = "بیمه شخص ثالث را تا چند روز بعد از پایان می‌توانم تمدید کنم؟"
+    async with running_app(url) as client:
+        a1, a2, a3 = [await ask(client, "exp-a", q, **EN) for q in (q1, q2, q3)]
+        b1 = await ask(client, "exp-b", fa)  # Persian, answered in Persian
+        g1 = await ask(client, "exp-g", "qwzx plorf", tenant="globex", **EN)  # no knowledge base: clarifying
+        await rate(client, "exp-a", a1["run_id"], "up", "Clear, with the 30-day window.", **EN)
+        await rate(client, "exp-a", a3["run_id"], "down", None, **EN)
+        await rate(client, "exp-a", a3["run_id"], "up", "On second thought, fine.", **EN)  # replaces the first
+        await rate(client, "exp-b", b1["run_id"], "up", "عالی بود")
+        await rate(client, "exp-g", g1["run_id"], "down", "Did not understand me.", tenant="globex", **EN)
+    async with running_app(url, agent_overrides={"chat_model": ScriptedChatModel(mode="fail")}) as client:
+        failed = await ask(client, "exp-f", "Is anyone there?", **EN)
+        assert failed["status"] == 502
+        page = (await client.get("/v1/threads/exp-f/messages", headers=auth(**EN))).json()
+        failed_run = page["messages"][0]["run_id"]
+        await rate(client, "exp-f", failed_run, "down", "No answer at all.", **EN)
+
+    assert a1["status"] == "answered" and a1["citations"] and g1["status"] == "clarifying"
+    expected = [
+        line_of("exp-a", "acme", q1, a1, "up", "Clear, with the 30-day window."),
+        line_of("exp-a", "acme", q3, a3, "up", "On second thought, fine."),
+        line_of("exp-b", "acme", fa, b1, "up", "عالی بود"),
+        {
+            "thread_id": "exp-f",
+            "run_id": failed_run,
+            "tenant_id": "acme",
+            "score": "down",
+            "comment": "No answer at all.",
+            "user_message": "Is anyone there?",
+            "answer": None,
+            "citations": [],
+            "status": None,
+        },
+        line_of("exp-g", "globex", "qwzx plorf", g1, "down", "Did not understand me."),
+    ]
+    pool = await open_test_pool(url)
+    try:
+        records = await exported(pool, datetime.now(UTC) - timedelta(hours=1))
+        assert sorted(without_rated_at(records), key=lambda r: (r["thread_id"], r["run_id"])) == sorted(
+            expected, key=lambda r: (r["thread_id"], r["run_id"])
+        )
+        assert a2["run_id"] not in by_run(records)  # never rated, never exported
+        assert [r["thread_id"] for r in records] == sorted(r["thread_id"] for r in records)  # grouped by thread
+        rated_at = datetime.fromisoformat(by_run(records)[a3["run_id"]]["rated_at"])
+        assert rated_at >= datetime.fromisoformat(by_run(records)[a1["run_id"]]["rated_at"])
+
+        assert await exported(pool, datetime.now(UTC) + timedelta(minutes=1)) == []
+        cut = max(datetime.fromisoformat(r["rated_at"]) for r in records) + timedelta(milliseconds=5)
+        await asyncio.sleep(0.02)
+        async with running_app(url) as client:
+            await rate(client, "exp-a", a1["run_id"], "down", "Changed my mind.", **EN)
+        [changed] = without_rated_at(await exported(pool, cut))  # only what was rated since the cut
+        assert changed == line_of("exp-a", "acme", q1, a1, "down", "Changed my mind.")
+    finally:
+        await pool.close()
+
+
+async def test_a_run_older_than_the_models_recent_list_exports_in_full(isolated_database_url: str) -> None:
+    url = isolated_database_url
+    turns = RECENT_MESSAGES // 2 + 3  # the first turn is no longer in the graph state's recent messages
+    async with running_app(url) as client:
+        ends = [await ask(client, "long", f"qwzx plorf {i}", tenant="globex", **EN) for i in range(turns)]
+        await rate(client, "long", ends[0]["run_id"], "down", "First answer.", tenant="globex", **EN)
+        await rate(client, "long", ends[-1]["run_id"], "up", None, tenant="globex", **EN)
+    pool = await open_test_pool(url)
+    try:
+        records = without_rated_at(await exported(pool, datetime.now(UTC) - timedelta(hours=1)))
+    finally:
+        await pool.close()
+    assert sorted(records, key=lambda r: r["run_id"]) == sorted(
+        [
+            line_of("long", "globex", "qwzx plorf 0", ends[0], "down", "First answer."),
+            line_of("long", "globex", f"qwzx plorf {turns - 1}", ends[-1], "up", None),
+        ],
+        key=lambda r: r["run_id"],
+    )
+
+
+async def prepare_cli_thread(url: str) -> tuple[str, dict[str, Any]]:
+    """Create one answered run and rate it; return its question and `end` object."""
+    await load_demo_kb(url)
+    question = "How do I file a car body claim and which documents do I need?"
+    async with running_app(url) as client:
+        end = await ask(client, "cli-thread", question, **EN)
+        await rate(client, "cli-thread", end["run_id"], "up", "Helpful list of documents.", **EN)
+    return question, end
+
+
+def test_the_command_writes_json_lines(isolated_database_url: str, tmp_path: Path) -> None:
+    question, end = asyncio.run(prepare_cli_thread(isolated_database_url))
+    expected = line_of("cli-thread", "acme", question, end, "up", "Helpful list of documents.")
+    runner = CliRunner()
+    env = {"CHATBOT_DATABASE_URL": isolated_database_url}
+    target = tmp_path / "feedback.jsonl"
+
+    to_file = runner.invoke(cli, ["feedback", "export", "--since", "2000-01-01", "--output", str(target)], env=env)
+    assert to_file.exit_code == 0, to_file.output
+    lines = target.read_text(encoding="utf-8").splitlines()
+    assert without_rated_at([json.loads(line) for line in lines]) == [expected]
+
+    to_stdout = runner.invoke(cli, ["feedback", "export", "--since", "2000-01-01T00:00:00+03:30"], env=env)
+    assert to_stdout.exit_code == 0
+    assert without_rated_at([json.loads(line) for line in to_stdout.stdout.splitlines()]) == [expected]
+
+    tomorrow = (datetime.now(UTC) + timedelta(days=1)).date().isoformat()
+    none = runner.invoke(cli, ["feedback", "export", "--since", tomorrow], env=env)
+    assert none.exit_code == 0 and none.stdout == ""
+
+    bad = runner.invoke(cli, ["feedback", "export", "--since", "last week"], env=env)
+    assert bad.exit_code == 2
