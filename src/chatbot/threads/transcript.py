@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,22 +45,6 @@ class Page:
     next_before: str | None
 
 
-def page_of(messages: Sequence[dict[str, Any]], *, limit: int, before: str | None) -> Page:
-    """Return the newest `limit` messages older than `before` (or the newest overall)."""
-    end = len(messages)
-    if before is not None:
-        for index, message in enumerate(messages):
-            if message["id"] == before:
-                end = index
-                break
-        else:
-            raise Problem(422, "unknown `before` message id")
-    start = max(0, end - limit)
-    page = list(messages[start:end])
-    has_more = start > 0
-    return Page(page, has_more, page[0]["id"] if has_more and page else None)
-
-
 # Every version of the `turn` channel is a row of its own (see agent/state.py). Versions
 # are "<zero-padded counter>.<random>"; the counter orders them.
 _TURN_VERSIONS = (
@@ -70,6 +54,59 @@ _TURN_VERSIONS = (
 
 def _version_order(version: str) -> int:
     return int(version.split(".", 1)[0])
+
+
+# Newest first, a batch at a time: the newest page costs the same at turn 1000 as at 10.
+# "C" collation: versions compare by their fixed-width counter whatever the database's.
+_TURN_VERSIONS_BEFORE = (
+    "select version, type, blob from checkpoint_blobs "
+    "where thread_id = %s and checkpoint_ns = '' and channel = 'turn' and version collate \"C\" < %s "
+    'order by version collate "C" desc limit %s'
+)
+_AFTER_EVERY_VERSION = "a"  # sorts after every version (they start with a digit)
+
+
+async def _newest_first(
+    pool: Pool, serde: SerializerProtocol, thread_id: str, *, batch: int = 32
+) -> AsyncIterator[BaseMessage]:
+    """Yield the thread's messages newest first, reading the record a batch of versions at a time."""
+    seen: set[str] = set()
+    bound = _AFTER_EVERY_VERSION
+    while True:
+        async with pool.connection() as conn:
+            rows = await (await conn.execute(_TURN_VERSIONS_BEFORE, (thread_id, bound, batch))).fetchall()
+        for row in rows:
+            if row["blob"] is None or row["type"] == "empty":
+                continue
+            for message in reversed(serde.loads_typed((row["type"], bytes(row["blob"]))) or []):
+                if str(message.id) not in seen:  # the newest version of a message wins
+                    seen.add(str(message.id))
+                    yield message
+        if len(rows) < batch:
+            return
+        bound = rows[-1]["version"]
+
+
+async def read_page(pool: Pool, serde: SerializerProtocol, thread_id: str, *, limit: int, before: str | None) -> Page:
+    """Return the newest `limit` user/assistant messages older than `before`, oldest first."""
+    page: list[dict[str, Any]] = []
+    reached = before is None
+    has_more = False
+    async for message in _newest_first(pool, serde, thread_id):
+        public = public_message(message)
+        if public is None:
+            continue
+        if not reached:
+            reached = public["id"] == before
+            continue
+        if len(page) == limit:
+            has_more = True
+            break
+        page.append(public)
+    if not reached:
+        raise Problem(422, "unknown `before` message id")
+    page.reverse()
+    return Page(page, has_more, page[0]["id"] if has_more and page else None)
 
 
 async def read_messages(pool: Pool, serde: SerializerProtocol, thread_id: str) -> list[BaseMessage]:
@@ -88,13 +125,3 @@ async def read_messages(pool: Pool, serde: SerializerProtocol, thread_id: str) -
         for message in serde.loads_typed((row["type"], bytes(row["blob"]))) or []:
             by_id[str(message.id)] = message  # dicts keep first-insertion order on update
     return list(by_id.values())
-
-
-async def read_transcript(pool: Pool, serde: SerializerProtocol, thread_id: str) -> list[dict[str, Any]]:
-    """Return every user and assistant message of the thread in its API form, oldest first."""
-    out = []
-    for message in await read_messages(pool, serde, thread_id):
-        public = public_message(message)
-        if public is not None:
-            out.append(public)
-    return out

@@ -13,7 +13,7 @@ from chatbot.ops.erasure import delete_threads
 from chatbot.threads.feedback import run_exists, save_feedback
 from chatbot.threads.ownership import check_thread_access, thread_tenant
 from chatbot.threads.schemas import FeedbackRequest, ThreadId
-from chatbot.threads.transcript import page_of, read_transcript
+from chatbot.threads.transcript import read_page
 
 router = APIRouter(prefix="/v1/threads", tags=["threads"])
 
@@ -28,8 +28,8 @@ async def list_messages(
 ) -> dict[str, Any]:
     """Return one page of the thread's user and assistant messages, oldest first."""
     await check_thread_access(request.app.state.pool, thread_id, caller, must_exist=True)
-    messages = await read_transcript(request.app.state.pool, request.app.state.saver.serde, thread_id)
-    page = page_of(messages, limit=limit, before=before)
+    state = request.app.state
+    page = await read_page(state.pool, state.saver.serde, thread_id, limit=limit, before=before)
     return {"messages": page.messages, "has_more": page.has_more, "next_before": page.next_before}
 
 
