@@ -112,3 +112,15 @@ def test_pooled_saver_refuses_an_unverified_library(monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr("chatbot.db.saver.version", lambda _: "3.3.0")
     with pytest.raises(RuntimeError, match="verified on"):
         check_version()
+
+
+def test_the_delta_walk_page_size_we_tune_is_still_the_one_the_library_reads() -> None:
+    """Fail loudly if the library stops paging the delta-channel walk by its module constant."""
+    import langgraph.checkpoint.postgres.aio as library
+
+    from chatbot.db.saver import DELTA_WALK_PAGE, _tune_delta_walk_page
+
+    _tune_delta_walk_page()
+    source = inspect.getsource(library.AsyncPostgresSaver.aget_delta_channel_history)
+    assert "_DELTA_PAGE_SIZE" in source
+    assert library._DELTA_PAGE_SIZE == DELTA_WALK_PAGE

@@ -15,7 +15,14 @@ from chatbot.agent.context import Context
 from chatbot.agent.deps import AgentDeps, MemoryJob
 from chatbot.agent.modelcall import ModelReply, ask_model
 from chatbot.agent.prompts import system_prompt
-from chatbot.agent.state import META_KEY, WINDOW_HISTORY, ConversationState, Outcome, now_rfc3339
+from chatbot.agent.state import (
+    FOLD_BATCH,
+    META_KEY,
+    WINDOW_HISTORY,
+    ConversationState,
+    Outcome,
+    now_rfc3339,
+)
 from chatbot.agent.summary import fold_summary, messages_to_fold, offline_summary
 from chatbot.agent.tokens import token_counter_for
 from chatbot.agent.window import Window, WindowInputs, build_window
@@ -79,7 +86,10 @@ class Nodes:
         update: dict[str, Any] = {"turns": turns}
         if turns > self.deps.summary_after_turns:
             start, end = self._fold_range(history, state.get("summarized_through"), window)
-            if end > start:
+            # Folded a batch at a time: one summariser call (and one window rebuild) per few
+            # turns, not every turn. Nothing leaves the recent list unsummarised: once it is
+            # full, at least 2 * FOLD_BATCH messages lie before the window.
+            if end - start >= FOLD_BATCH:
                 folded = await fold_summary(summary, history[start:end], ctx.language, self.deps.chat_model)
                 metrics.SUMMARY_FOLDS.labels("ok" if folded != summary else "unchanged").inc()
                 if folded != summary:  # a failed fold keeps the old summary; the next turn retries

@@ -26,10 +26,12 @@ Status = Literal["answered", "clarifying", "escalate"]
 META_KEY = "chatbot"  # additional_kwargs key of our per-message metadata
 
 
-# Enough for any model window (the window builder sees at most WINDOW_HISTORY messages)
-# plus a margin from which the rolling summary folds messages before they leave.
-RECENT_MESSAGES = 120
-WINDOW_HISTORY = RECENT_MESSAGES - 20
+# The model window sees at most WINDOW_HISTORY messages (30 turns; older ones reach it
+# through the rolling summary). The recent list keeps a margin beyond that from which the
+# summary folds messages, FOLD_BATCH at a time, before the list drops them.
+WINDOW_HISTORY = 60
+FOLD_BATCH = 8
+RECENT_MESSAGES = WINDOW_HISTORY + 2 * FOLD_BATCH + 4
 
 
 def add_recent_batches(current: list[AnyMessage], batches: Sequence[Any]) -> list[AnyMessage]:
