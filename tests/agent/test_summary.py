@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import itertools
 import random
@@ -146,3 +147,12 @@ async def test_sixty_turn_thread_folds_each_dropped_turn_once() -> None:
     assert all(a[1] == b[0] for a, b in itertools.pairwise(folded_ranges))
     last_folded_question = str(history[upto - 2].content)[:20]
     assert last_folded_question in summary
+
+
+async def test_a_hanging_summariser_keeps_the_previous_summary_within_the_timeout() -> None:
+    from tests.fixtures.models import ScriptedChatModel
+
+    started = asyncio.get_running_loop().time()
+    folded = await fold_summary("old summary", turns(4), "en", ScriptedChatModel(mode="hang"), timeout=0.2)
+    assert folded == "old summary"
+    assert asyncio.get_running_loop().time() - started < 2

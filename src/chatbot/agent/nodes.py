@@ -90,7 +90,13 @@ class Nodes:
             # turns, not every turn. Nothing leaves the recent list unsummarised: once it is
             # full, at least 2 * FOLD_BATCH messages lie before the window.
             if end - start >= FOLD_BATCH:
-                folded = await fold_summary(summary, history[start:end], ctx.language, self.deps.chat_model)
+                folded = await fold_summary(
+                    summary,
+                    history[start:end],
+                    ctx.language,
+                    self.deps.chat_model,
+                    timeout=self.deps.model_timeout_seconds,
+                )
                 metrics.SUMMARY_FOLDS.labels("ok" if folded != summary else "unchanged").inc()
                 if folded != summary:  # a failed fold keeps the old summary; the next turn retries
                     summary = folded

@@ -6,6 +6,7 @@ covers (`summarized_upto`), and each fold reads only the messages dropped since 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 from collections.abc import Sequence
@@ -143,11 +144,17 @@ def _transcript(dropped: Sequence[BaseMessage], language: str) -> str:
 
 
 async def fold_summary(
-    previous: str, dropped: Sequence[BaseMessage], language: str, model: BaseChatModel | None
+    previous: str,
+    dropped: Sequence[BaseMessage],
+    language: str,
+    model: BaseChatModel | None,
+    *,
+    timeout: float = 30.0,
 ) -> str:
     """Return `previous` extended with the `dropped` messages, by `model` or offline.
 
-    A failing model call keeps `previous` unchanged: a summary is never worth a failed run.
+    A failing or hanging model call keeps `previous` unchanged: a summary is never worth a
+    failed run, nor a thread held past the model timeout.
     """
     if not dropped:
         return previous
@@ -158,7 +165,8 @@ async def fold_summary(
     prompt = f"{heading_prev}:\n{previous.strip() or '-'}\n\n{heading_new}:\n{_transcript(dropped, language)}"
     try:
         instructions = SystemMessage(SUMMARY_PROMPTS[language_key(language)])
-        reply = await model.ainvoke([instructions, HumanMessage(prompt)])
+        async with asyncio.timeout(timeout):
+            reply = await model.ainvoke([instructions, HumanMessage(prompt)])
         text = str(reply.text).strip()
     except Exception:  # any provider error; asyncio.CancelledError is not one and propagates
         log.warning("summary fold failed; keeping the previous summary", exc_info=True)
