@@ -46,3 +46,33 @@ async def test_a_60_turn_thread_is_summarised_into_the_window_and_the_handoff(is
         # Nothing persisted was trimmed: the transcript still holds every turn.
         page = (await client.get("/v1/threads/long/messages", params={"limit": 100}, headers=headers)).json()
         assert len(page["messages"]) == 100 and page["has_more"]
+
+
+async def test_a_raising_summariser_leaves_every_run_successful(isolated_database_url: str) -> None:
+    from tests.fixtures.models import ScriptedChatModel
+
+    model = ScriptedChatModel(mode="summary-fails", reply={"status": "answered", "answer": "Noted.", "citations": []})
+    async with running_app(
+        isolated_database_url,
+        context_tokens=400,
+        summary_after_turns=2,
+        agent_overrides={"chat_model": model, "context_tokens": 400, "summary_after_turns": 2},
+    ) as client:
+        headers = auth(locale="en-US")
+        failed_folds_before = _failed_folds(await client.get("/metrics"))
+        for turn in range(1, 16):
+            body = {"message": {"content": f"Turn {turn}: tell me about the waiting period of travel cover please"}}
+            response = await client.post("/v1/threads/no-summary/runs", json=body, headers=headers)
+            assert parse_sse(response.text)[-1][0] == "end"
+            assert parse_sse(response.text)[-1][1]["status"] == "answered"
+        state = (await client.app.state.graph.aget_state({"configurable": {"thread_id": "no-summary"}})).values  # type: ignore[attr-defined]
+        assert _failed_folds(await client.get("/metrics")) > failed_folds_before  # folds were tried
+    assert state.get("summary", "") == ""  # every fold failed, so the old (empty) summary stayed
+    assert state["turns"] == 15
+
+
+def _failed_folds(metrics: object) -> float:
+    for line in metrics.text.splitlines():  # type: ignore[attr-defined]
+        if line.startswith('chatbot_summary_folds_total{outcome="unchanged"}'):
+            return float(line.split()[-1])
+    return 0.0
