@@ -6,7 +6,7 @@ import asyncio
 import uuid
 from typing import Any
 
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.config import get_stream_writer
 from langgraph.runtime import Runtime
 
@@ -22,6 +22,7 @@ from chatbot.agent.state import (
     ConversationState,
     Outcome,
     now_rfc3339,
+    text_of,
 )
 from chatbot.agent.summary import fold_summary, messages_to_fold, offline_summary
 from chatbot.agent.tokens import token_counter_for
@@ -30,14 +31,6 @@ from chatbot.memory.namespaces import PROFILE_KEY, facts_namespace, profile_name
 from chatbot.models.offline import Reply, offline_reply, split_tokens
 
 RECENT_IN_HANDOFF = 10
-
-
-def text_of(message: BaseMessage) -> str:
-    """Return a message's text content (joining text parts of multi-part content)."""
-    content = message.content
-    if isinstance(content, str):
-        return content
-    return "".join(part.get("text", "") if isinstance(part, dict) else str(part) for part in content)
 
 
 class Nodes:
@@ -80,28 +73,8 @@ class Nodes:
             raise ValueError("a run must end its input with the user's message")
         history = messages[:-1]
         chunks = state.get("retrieved_chunks") or []
-        summary = state.get("summary", "")
         turns = state.get("turns", 0) + 1
-        window = self._window(state, history, question, summary, chunks, ctx.language)
-        update: dict[str, Any] = {"turns": turns}
-        if turns > self.deps.summary_after_turns:
-            start, end = self._fold_range(history, state.get("summarized_through"), window)
-            # Folded a batch at a time: one summariser call (and one window rebuild) per few
-            # turns, not every turn. Nothing leaves the recent list unsummarised: once it is
-            # full, at least 2 * FOLD_BATCH messages lie before the window.
-            if end - start >= FOLD_BATCH:
-                folded = await fold_summary(
-                    summary,
-                    history[start:end],
-                    ctx.language,
-                    self.deps.chat_model,
-                    timeout=self.deps.model_timeout_seconds,
-                )
-                metrics.SUMMARY_FOLDS.labels("ok" if folded != summary else "unchanged").inc()
-                if folded != summary:  # a failed fold keeps the old summary; the next turn retries
-                    summary = folded
-                    update |= {"summary": summary, "summarized_through": str(history[end - 1].id)}
-                    window = self._window(state, history, question, summary, chunks, ctx.language)
+        window, summary, update = await self._window_and_summary(state, history, question, chunks, turns, ctx)
         if self.deps.window_observer is not None:
             self.deps.window_observer(window.messages)
         streak = state.get("unanswered_streak", 0)
@@ -125,13 +98,13 @@ class Nodes:
         outcome: Outcome = {
             "status": reply.status,
             "message_id": str(answer.id),
-            "content": reply.content,
             "citations": reply.citations,
             "handoff_context": self._handoff(reply, state, question, summary, ctx.language)
             if reply.status == "escalate"
             else None,
         }
         return update | {
+            "turns": turns,
             "messages": [answer],
             "turn": [question, answer],
             "outcome": outcome,
@@ -154,6 +127,35 @@ class Nodes:
             )
         )
         return {}
+
+    async def _window_and_summary(
+        self,
+        state: ConversationState,
+        history: list[Any],
+        question: HumanMessage,
+        chunks: list[dict[str, Any]],
+        turns: int,
+        ctx: Context,
+    ) -> tuple[Window, str, dict[str, Any]]:
+        """Build the model window, folding what left it into the summary when a batch is due."""
+        summary = state.get("summary", "")
+        window = self._window(state, history, question, summary, chunks, ctx.language)
+        if turns <= self.deps.summary_after_turns:
+            return window, summary, {}
+        start, end = self._fold_range(history, state.get("summarized_through"), window)
+        # Folded a batch at a time: one summariser call (and one window rebuild) per few
+        # turns, not every turn. Nothing leaves the recent list unsummarised: once it is
+        # full, at least 2 * FOLD_BATCH messages lie before the window.
+        if end - start < FOLD_BATCH:
+            return window, summary, {}
+        folded = await fold_summary(
+            summary, history[start:end], ctx.language, self.deps.chat_model, timeout=self.deps.model_timeout_seconds
+        )
+        metrics.SUMMARY_FOLDS.labels("ok" if folded != summary else "unchanged").inc()
+        if folded == summary:  # a failed fold keeps the old summary; a later turn retries
+            return window, summary, {}
+        window = self._window(state, history, question, folded, chunks, ctx.language)
+        return window, folded, {"summary": folded, "summarized_through": str(history[end - 1].id)}
 
     @staticmethod
     def _fold_range(history: list[Any], summarized_through: str | None, window: Window) -> tuple[int, int]:

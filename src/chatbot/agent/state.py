@@ -57,7 +57,6 @@ class Outcome(TypedDict, total=False):
 
     status: Status
     message_id: str
-    content: str
     citations: list[str]
     handoff_context: dict[str, Any] | None
 
@@ -96,3 +95,11 @@ def message_meta(message: BaseMessage) -> dict[str, Any]:
     """Return our metadata stored on a persisted message (empty when absent)."""
     meta = message.additional_kwargs.get(META_KEY)
     return meta if isinstance(meta, dict) else {}
+
+
+def text_of(message: BaseMessage) -> str:
+    """Return a message's text content (joining text parts of multi-part content)."""
+    content = message.content
+    if isinstance(content, str):
+        return content
+    return "".join(part.get("text", "") if isinstance(part, dict) else str(part) for part in content)

@@ -15,8 +15,7 @@ from typing import Any
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langgraph.checkpoint.base import BaseCheckpointSaver
 
-from chatbot.agent.nodes import text_of
-from chatbot.agent.state import message_meta
+from chatbot.agent.state import message_meta, text_of
 from chatbot.db.pool import Pool
 from chatbot.threads.transcript import read_messages
 

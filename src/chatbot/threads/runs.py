@@ -31,7 +31,7 @@ from psycopg_pool import PoolTimeout
 from chatbot import metrics
 from chatbot.agent.context import Context
 from chatbot.agent.modelcall import ModelFailure, ModelTimeout
-from chatbot.agent.state import META_KEY, now_rfc3339, user_turn
+from chatbot.agent.state import META_KEY, now_rfc3339, text_of, user_turn
 from chatbot.caller import CallerContext
 from chatbot.db.pool import Pool
 from chatbot.errors import Problem, problem_body
@@ -160,6 +160,7 @@ class RunService:
         )
         try:
             outcome: dict[str, Any] = {}
+            content = ""
             stream = self.graph.astream(
                 None, config, context=context, stream_mode=["custom", "updates"], durability="exit"
             )
@@ -170,6 +171,7 @@ class RunService:
                     run.events.put_nowait(RunEvent(chunk["event"], chunk["data"]))
                 elif "generate" in chunk:
                     outcome = chunk["generate"]["outcome"]
+                    content = text_of(chunk["generate"]["messages"][0])
             status = outcome["status"]
             terminal = RunEvent(
                 "end",
@@ -177,7 +179,7 @@ class RunService:
                     "run_id": run.run_id,
                     "thread_id": run.thread_id,
                     "status": status,
-                    "message": {"id": outcome["message_id"], "content": outcome["content"]},
+                    "message": {"id": outcome["message_id"], "content": content},
                     "citations": outcome.get("citations", []),
                     "handoff_context": outcome.get("handoff_context"),
                 },

@@ -9,8 +9,7 @@ from typing import Any
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from chatbot.agent.nodes import text_of
-from chatbot.agent.state import message_meta
+from chatbot.agent.state import message_meta, text_of
 from chatbot.db.pool import Pool
 from chatbot.errors import Problem
 
