@@ -17,3 +17,7 @@ WINDOW_SHORTENED = Counter(
     "chatbot_window_shortened_total", "Model windows that had to shorten part of the current turn.", ["part"]
 )
 SUMMARY_FOLDS = Counter("chatbot_summary_folds_total", "Rolling-summary folds by outcome.", ["outcome"])
+
+# Expose every terminal status from the start, so dashboards see zeros rather than gaps.
+for _status in ("answered", "clarifying", "escalate", "error"):
+    RUNS.labels(_status)

@@ -175,3 +175,10 @@ async def test_erasure_leaves_no_row_with_the_user_or_their_words(isolated_datab
             assert leftover == [], table
         blobs = conn.execute("select blob from checkpoint_blobs union all select blob from checkpoint_writes")
         assert not any(b[0] and secret_words.encode() in bytes(b[0]) for b in blobs.fetchall())
+
+
+@pytest.mark.parametrize("other", ["u2", "u1.evil", "U1", "u1 ", "x" * 200])
+async def test_another_users_memory_or_erasure_is_forbidden(client: httpx.AsyncClient, other: str) -> None:
+    for method in ("GET", "DELETE"):
+        assert (await client.request(method, f"/v1/users/{other}/memory", headers=auth())).status_code == 403
+    assert (await client.delete(f"/v1/users/{other}", headers=auth())).status_code == 403

@@ -426,7 +426,7 @@ async def test_a_comment_of_exactly_2000_characters_is_kept(
 
 
 @pytest.mark.parametrize("run_id", ["not-a-uuid", "1234", "g" * 32])
-async def test_a_malformed_run_id_gets_422(client: httpx.AsyncClient, run_id: str) -> None:
+async def test_a_run_id_that_is_no_uuid_is_no_run_of_the_thread(client: httpx.AsyncClient, run_id: str) -> None:
     await ask(client, "fb-malformed", "How do I renew third-party insurance?", **EN)
     response = await rate(client, "fb-malformed", run_id, **EN)
-    assert response.status_code == 422
+    assert response.status_code == 404  # the contract: 404 when run_id is not a run of this thread

@@ -5,7 +5,7 @@ from __future__ import annotations
 import uuid
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Request, Response
+from fastapi import APIRouter, Path, Query, Request, Response
 
 from chatbot.auth import CallerDep
 from chatbot.errors import Problem
@@ -52,12 +52,25 @@ async def delete_thread(request: Request, thread_id: ThreadId, caller: CallerDep
 
 @router.post("/{thread_id}/runs/{run_id}/feedback", status_code=204)
 async def post_feedback(
-    request: Request, thread_id: ThreadId, run_id: uuid.UUID, body: FeedbackRequest, caller: CallerDep
+    request: Request,
+    thread_id: ThreadId,
+    run_id: Annotated[str, Path(max_length=64)],
+    body: FeedbackRequest,
+    caller: CallerDep,
 ) -> Response:
     """Record (or replace) the user's rating of one run."""
     pool = request.app.state.pool
     await check_thread_access(pool, thread_id, caller, must_exist=True)
-    if not await run_exists(pool, thread_id, str(run_id), caller.tenant_id):
+    # Run ids are UUIDs we generated: anything else cannot be a run of this thread (404).
+    if not _is_uuid(run_id) or not await run_exists(pool, thread_id, str(uuid.UUID(run_id)), caller.tenant_id):
         raise Problem(404, "run not found on this thread")
-    await save_feedback(pool, thread_id, str(run_id), caller, body.score, body.comment)
+    await save_feedback(pool, thread_id, str(uuid.UUID(run_id)), caller, body.score, body.comment)
     return Response(status_code=204)
+
+
+def _is_uuid(value: str) -> bool:
+    try:
+        uuid.UUID(value)
+    except ValueError:
+        return False
+    return True
