@@ -6,36 +6,16 @@ import asyncio
 import copy
 import itertools
 import random
-from typing import Any
 
 import pytest
-from langchain_core.callbacks import CallbackManagerForLLMRun
-from langchain_core.language_models import BaseChatModel
 from langchain_core.language_models.fake_chat_models import FakeListChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
-from langchain_core.outputs import ChatResult
 
 from chatbot.agent.summary import SUMMARY_MAX_CHARS, fold_summary, messages_to_fold, offline_summary
 from chatbot.agent.tokens import token_counter_for
 from chatbot.agent.window import WindowInputs, build_window
+from tests.fixtures.models import ScriptedChatModel
 from tests.fixtures.token_corpus import PERSIAN_PARAGRAPHS
-
-
-class RaisingModel(BaseChatModel):
-    """A chat model whose every call fails, as a provider outage would."""
-
-    @property
-    def _llm_type(self) -> str:
-        return "raising"
-
-    def _generate(
-        self,
-        messages: list[BaseMessage],
-        stop: list[str] | None = None,
-        run_manager: CallbackManagerForLLMRun | None = None,
-        **kwargs: Any,
-    ) -> ChatResult:
-        raise RuntimeError("provider unavailable")
 
 
 def turns(n: int, *, offset: int = 0) -> list[BaseMessage]:
@@ -113,7 +93,7 @@ async def test_fold_summary_with_a_model_uses_its_reply() -> None:
 
 
 async def test_failing_or_empty_summariser_keeps_the_previous_summary() -> None:
-    assert await fold_summary("- قبلی", turns(2), "fa", RaisingModel()) == "- قبلی"
+    assert await fold_summary("- قبلی", turns(2), "fa", ScriptedChatModel(mode="fail")) == "- قبلی"
     assert await fold_summary("- قبلی", turns(2), "fa", FakeListChatModel(responses=["  "])) == "- قبلی"
 
 
@@ -150,8 +130,6 @@ async def test_sixty_turn_thread_folds_each_dropped_turn_once() -> None:
 
 
 async def test_a_hanging_summariser_keeps_the_previous_summary_within_the_timeout() -> None:
-    from tests.fixtures.models import ScriptedChatModel
-
     started = asyncio.get_running_loop().time()
     folded = await fold_summary("old summary", turns(4), "en", ScriptedChatModel(mode="hang"), timeout=0.2)
     assert folded == "old summary"
