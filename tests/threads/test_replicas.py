@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import signal
 import time
 from collections.abc import Callable
 
@@ -92,3 +93,24 @@ async def test_a_client_that_disconnects_leaves_the_thread_usable(replicas: Call
         assert code == 200 and "event: end" in text
     roles = [m["role"] for m in await _messages(replica.base_url, "gone")]
     assert roles in (["user", "assistant", "user", "assistant"], ["user", "user", "assistant"])
+
+
+async def test_a_replica_shut_down_mid_stream_finishes_the_run_and_frees_the_thread(
+    replicas: Callable[..., Replica],
+) -> None:
+    stopping = replicas(CHATBOT_OFFLINE_TOKEN_DELAY_MS="40")
+    survivor = replicas()
+    async with httpx.AsyncClient(base_url=stopping.base_url, timeout=30) as client:
+        async with client.stream("POST", "/v1/threads/drained/runs", json=QUESTION, headers=HEADERS) as response:
+            seen = b""
+            async for chunk in response.aiter_raw():
+                seen += chunk
+                if b"event: token" in seen:
+                    stopping.process.send_signal(signal.SIGTERM)  # graceful: drain, then exit
+                    break
+    await asyncio.to_thread(stopping.process.wait, 30)
+    async with httpx.AsyncClient(base_url=survivor.base_url, timeout=30) as client:
+        code, text = await _run(client, "drained")
+    assert code == 200 and "event: end" in text
+    roles = [m["role"] for m in await _messages(survivor.base_url, "drained")]
+    assert roles == ["user", "assistant", "user", "assistant"]  # the interrupted run was completed
