@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -88,7 +89,9 @@ def create_app(
             embeddings = load_embeddings(settings.embeddings)
 
             async def retriever(caller: CallerContext, query: str) -> list[dict[str, Any]]:
-                found = await search_knowledge(pool, caller, query, embeddings=embeddings)
+                # Bounded like a model call: an embeddings provider can hang too.
+                async with asyncio.timeout(settings.model_timeout_seconds):
+                    found = await search_knowledge(pool, caller, query, embeddings=embeddings)
                 return [c.to_state() for c in found]
 
             deps = AgentDeps(

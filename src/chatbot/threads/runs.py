@@ -81,7 +81,7 @@ class Run:
 
 
 def _failure(exc: BaseException) -> tuple[int, str]:
-    if isinstance(exc, ModelTimeout):
+    if isinstance(exc, ModelTimeout | TimeoutError):
         return 504, "the model did not answer in time"
     if isinstance(exc, ModelFailure):
         return 502, "the model failed to answer"
