@@ -11,7 +11,7 @@ import pytest
 
 from tests.fixtures.app import parse_sse, running_app
 from tests.fixtures.knowledge import load_demo_kb
-from tests.fixtures.models import ScriptedChatModel
+from tests.fixtures.models import ScriptedChatModel, StreamingChatModel
 from tests.fixtures.tokens import auth
 
 EN = {"locale": "en-US"}
@@ -205,3 +205,16 @@ async def test_rate_limit_answers_429_with_retry_after(kb_database_url: str) -> 
         assert codes == [200, 200, 429]
         other = await client.post("/v1/threads/rl-x/runs", json=body, headers=auth(user="someone-else", **EN))
         assert other.status_code == 200
+
+
+async def test_a_streaming_model_streams_its_answer_and_cites_only_retrieved_chunks(kb_database_url: str) -> None:
+    answer = "You can renew third-party insurance up to 30 days after it ends; no inspection is needed."
+    model = StreamingChatModel(mode="answer", reply={"status": "answered", "answer": answer,
+                                                     "citations": ["made-up#1"]})
+    async with running_app(kb_database_url, agent_overrides={"chat_model": model}) as client:
+        events = await run_sse(client, "streams", "How do I renew third-party insurance?", **EN)
+    end = check_order(events)
+    tokens = [d["content"] for n, d in events if n == "token"]
+    assert len(tokens) > 5  # arrived in pieces, as the model produced them
+    assert end["message"]["content"] == answer and end["status"] == "answered"
+    assert end["citations"] == []  # an id that was not retrieved this turn is dropped

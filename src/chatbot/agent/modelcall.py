@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -34,6 +34,10 @@ class StructuredAnswer(BaseModel):
     citations: list[str] = Field(default_factory=list, description="chunk_id of every chunk the answer uses")
 
 
+# As JSON schema (not the pydantic class) so that streaming yields partial dicts.
+_ANSWER_SCHEMA = StructuredAnswer.model_json_schema()
+
+
 @dataclass(frozen=True, slots=True)
 class ModelReply:
     """A validated model answer."""
@@ -58,29 +62,61 @@ async def ask_model(
     known_chunk_ids: set[str],
     language: str,
     timeout: float,
+    on_delta: Callable[[str], None],
 ) -> ModelReply:
-    """Ask for a structured answer; unusable output becomes a clarifying question."""
+    """Ask for a structured answer, streaming its `answer` field as it arrives.
+
+    The schema is passed as JSON schema so the parser yields partial dicts while the
+    model streams its tool-call arguments: the answer reaches the user token by token,
+    and status and citations are validated once the object is complete. Whatever was
+    streamed is what the answer's content becomes, so the deltas always add up to it.
+    Unusable output becomes a clarifying question.
+    """
+    streamed = ""
+    last: object = None
     try:
-        structured = model.with_structured_output(StructuredAnswer)
+        structured = model.with_structured_output(_ANSWER_SCHEMA)
         async with asyncio.timeout(timeout):
-            raw = await structured.ainvoke(list(window))
+            if not _streams(model):  # one complete object; nothing partial to forward
+                last = await structured.ainvoke(list(window))
+            else:
+                async for partial in structured.astream(list(window)):
+                    last = partial
+                    answer = partial.get("answer") if isinstance(partial, dict) else None
+                    if isinstance(answer, str) and len(answer) > len(streamed) and answer.startswith(streamed):
+                        on_delta(answer[len(streamed) :])
+                        streamed = answer
     except TimeoutError:
         raise ModelTimeout("model timed out") from None
     except (ValidationError, ValueError) as exc:  # output that does not fit the schema
         log.warning("model output rejected", extra={"error": type(exc).__name__})
-        raw = None
+        last = None
     except Exception as exc:
         raise ModelFailure(type(exc).__name__) from None
-    parsed = raw if isinstance(raw, StructuredAnswer) else _coerce(raw)
-    if parsed is None or not parsed.answer.strip():
-        return ModelReply("clarifying", _FALLBACK.get(language, _FALLBACK["en"]), [], None)
+    parsed = _coerce(last)
+    if parsed is None or not (streamed or parsed.answer).strip():
+        if streamed:  # the user has seen it: keep the record faithful, ask for more detail
+            return ModelReply("clarifying", streamed, [], None)
+        fallback = _FALLBACK.get(language, _FALLBACK["en"])
+        on_delta(fallback)
+        return ModelReply("clarifying", fallback, [], None)
+    if parsed.answer.startswith(streamed) and len(parsed.answer) > len(streamed):
+        on_delta(parsed.answer[len(streamed) :])
+        streamed = parsed.answer
     # Cite only chunks this turn actually retrieved: a model can invent ids.
     citations = [c for c in dict.fromkeys(parsed.citations) if c in known_chunk_ids]
     reason = "model_escalated" if parsed.status == "escalate" else None
-    return ModelReply(parsed.status, parsed.answer.strip(), citations, reason)
+    return ModelReply(parsed.status, streamed, citations, reason)
+
+
+def _streams(model: BaseChatModel) -> bool:
+    """Tell whether the model implements streaming (else astream yields no partial objects)."""
+    return type(model)._astream is not BaseChatModel._astream or type(model)._stream is not BaseChatModel._stream
 
 
 def _coerce(raw: object) -> StructuredAnswer | None:
+    if isinstance(raw, StructuredAnswer):
+        return raw
     if isinstance(raw, dict):
         try:
             return StructuredAnswer.model_validate(raw)

@@ -207,16 +207,15 @@ class Nodes:
 
     async def _ask_model(self, window: Window, chunks: list[dict[str, Any]], language: str) -> Reply:
         assert self.deps.chat_model is not None
+        writer = get_stream_writer()
         reply: ModelReply = await ask_model(
             self.deps.chat_model,
             window.messages,
             known_chunk_ids={str(c["chunk_id"]) for c in chunks},
             language=language,
             timeout=self.deps.model_timeout_seconds,
+            on_delta=lambda delta: writer({"event": "token", "data": {"content": delta}}),
         )
-        writer = get_stream_writer()
-        for piece in split_tokens(reply.content):
-            writer({"event": "token", "data": {"content": piece}})
         return Reply(reply.status, reply.content, reply.citations, reply.escalation_reason)
 
     def _handoff(
