@@ -1,0 +1,43 @@
+"""`chatbot erase-user` is the erasure endpoint's command-line twin."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+
+import psycopg
+
+from tests.fixtures.app import running_app
+from tests.fixtures.tokens import auth
+
+
+def test_erase_user_command_removes_the_users_threads_in_one_tenant(isolated_database_url: str) -> None:
+    async def converse() -> None:
+        async with running_app(isolated_database_url) as client:
+            for tenant in ("acme", "globex"):
+                response = await client.post(
+                    "/v1/threads/t-" + tenant + "/runs",
+                    headers=auth(tenant=tenant, user="cli-user"),
+                    json={"message": {"content": "remember that I live in Yazd"}},
+                )
+                assert response.status_code == 200
+            await client.app.state.memory.drain(5)  # type: ignore[attr-defined]
+
+    asyncio.run(converse())
+    env = {**os.environ, "CHATBOT_DATABASE_URL": isolated_database_url}
+    done = subprocess.run(
+        [sys.executable, "-m", "chatbot.cli", "erase-user", "--tenant", "acme", "--user", "cli-user"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr[-500:]
+    assert "threads_deleted=1" in done.stdout and "memory_items_deleted=2" in done.stdout
+    with psycopg.connect(isolated_database_url) as conn:
+        threads = {r[0] for r in conn.execute("select distinct thread_id from checkpoints").fetchall()}
+        prefixes = {r[0] for r in conn.execute("select prefix from store").fetchall()}
+    assert threads == {"t-globex"}
+    assert all(p.startswith("globex.") for p in prefixes) and prefixes
