@@ -50,8 +50,11 @@ async def test_a_fact_from_thread_a_is_in_the_model_input_of_thread_b(isolated_d
         await say(client, "thread-a", "remember that my car is a Peugeot 206", locale="en-US")
         assert await wait_for_fact(client, "Peugeot 206", locale="en-US") < 1.0
         await say(client, "thread-b", "Which insurance should I buy?", locale="en-US")
-    system = str(windows[-1][0].content)
-    assert "Peugeot 206" in system
+        system = str(windows[-1][0].content)
+        assert "Peugeot 206" in system
+        profile = (await memory_of(client, locale="en-US"))["profile"]
+        handoff = (await say(client, "thread-b", "I want to talk to a human", locale="en-US"))[-1][1]["handoff_context"]
+    assert profile and handoff["user_profile"] == profile  # the profile is read back too
 
 
 async def test_memory_is_separate_per_tenant_and_per_user(isolated_database_url: str) -> None:

@@ -27,7 +27,7 @@ from chatbot.agent.state import (
 from chatbot.agent.summary import fold_summary, messages_to_fold, offline_summary
 from chatbot.agent.tokens import token_counter_for
 from chatbot.agent.window import Window, WindowInputs, build_window
-from chatbot.memory.namespaces import PROFILE_KEY, facts_namespace, profile_namespace
+from chatbot.memory.namespaces import PROFILE_KEY, facts_namespace, profile_namespace, user_prefix
 from chatbot.models.offline import Reply, offline_reply, split_tokens
 
 RECENT_IN_HANDOFF = 10
@@ -46,13 +46,20 @@ class Nodes:
         profile: dict[str, Any] = {}
         facts: list[str] = []
         if runtime.store is not None:
-            item = await runtime.store.aget(profile_namespace(ctx.tenant_id, ctx.user_id), PROFILE_KEY)
-            profile = dict(item.value) if item else {}
-            # asearch returns 10 items unless told otherwise.
+            # One search over the user's prefix returns the profile and the facts in a single
+            # round trip; the explicit limit matters (asearch returns 10 items by default).
             found = await runtime.store.asearch(
-                facts_namespace(ctx.tenant_id, ctx.user_id), limit=self.deps.memory_max_facts
+                user_prefix(ctx.tenant_id, ctx.user_id), limit=self.deps.memory_max_facts + 1
             )
-            facts = [str(it.value.get("text", "")) for it in found if it.value.get("text")]
+            profile_ns, facts_ns = (
+                profile_namespace(ctx.tenant_id, ctx.user_id),
+                facts_namespace(ctx.tenant_id, ctx.user_id),
+            )
+            for item in found:
+                if item.namespace == profile_ns and item.key == PROFILE_KEY:
+                    profile = dict(item.value)
+                elif item.namespace == facts_ns and item.value.get("text"):
+                    facts.append(str(item.value["text"]))
         return {"profile": profile, "facts": facts, "retrieved_chunks": [], "outcome": {}}
 
     async def retrieve(self, state: ConversationState, runtime: Runtime[Context]) -> dict[str, Any]:
