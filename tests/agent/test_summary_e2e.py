@@ -76,3 +76,22 @@ def _failed_folds(metrics: object) -> float:
         if line.startswith('chatbot_summary_folds_total{outcome="unchanged"}'):
             return float(line.split()[-1])
     return 0.0
+
+
+async def test_each_fold_reads_only_turns_no_earlier_fold_read(isolated_database_url: str) -> None:
+    from tests.fixtures.models import ScriptedChatModel
+
+    model = ScriptedChatModel(mode="summary-records", reply={"status": "answered", "answer": "Noted.", "citations": []})
+    overrides = {"chat_model": model, "context_tokens": 400, "summary_after_turns": 2}
+    async with running_app(isolated_database_url, context_tokens=400, agent_overrides=overrides) as client:
+        for turn in range(1, 31):
+            body = {"message": {"content": f"Question-{turn:02d} about the waiting period of travel cover"}}
+            response = await client.post("/v1/threads/folds/runs", json=body, headers=auth(locale="en-US"))
+            assert parse_sse(response.text)[-1][1]["status"] == "answered"
+    assert len(model.prompts) >= 2
+    seen: set[str] = set()
+    for prompt in model.prompts:
+        folded = {f"Question-{t:02d}" for t in range(1, 31) if f"Question-{t:02d}" in prompt}
+        assert folded and not folded & seen  # only newly dropped turns, never one folded before
+        seen |= folded
+    assert f"- summary {len(model.prompts) - 1}" in model.prompts[-1]  # and it extends the previous summary

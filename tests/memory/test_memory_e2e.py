@@ -185,3 +185,16 @@ async def test_another_users_memory_or_erasure_is_forbidden(client: httpx.AsyncC
     for method in ("GET", "DELETE"):
         assert (await client.request(method, f"/v1/users/{other}/memory", headers=auth())).status_code == 403
     assert (await client.delete(f"/v1/users/{other}", headers=auth())).status_code == 403
+
+
+async def test_queued_memory_work_is_finished_on_shutdown(isolated_database_url: str) -> None:
+    async def slow(job: MemoryJob) -> MemoryCandidates:
+        await asyncio.sleep(0.5)
+        return await offline_extractor(job)
+
+    async with running_app(isolated_database_url, memory_extractor=slow) as client:
+        await say(client, "shutdown", "remember that I live in Kerman", locale="en-US")
+        # Leaving the block shuts the app down with the memory job still queued.
+    with psycopg.connect(isolated_database_url) as conn:
+        values = [r[0] for r in conn.execute("select value::text from store").fetchall()]
+    assert any("Kerman" in v for v in values)
