@@ -6,7 +6,8 @@ import asyncio
 import secrets
 import sys
 import time
-from collections.abc import Coroutine
+from collections.abc import AsyncIterator, Coroutine
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -15,6 +16,8 @@ import typer
 from pydantic import ValidationError
 
 from chatbot.config import Settings
+from chatbot.db.pool import Pool, make_pool, open_pool, resolve_database_url
+from chatbot.threads.locks import Locks
 
 T = TypeVar("T")
 DEV_SECRET_FILE = "dev-secret"
@@ -65,6 +68,19 @@ def mint_token(settings: Settings, *, tenant: str, user: str, locale: str, ttl: 
         "locale": locale,
     }
     return jwt.encode(claims, settings.service_secret.get_secret_value(), algorithm="HS256")
+
+
+@asynccontextmanager
+async def open_pool_and_locks(settings: Settings, *, locks: int) -> AsyncIterator[tuple[Pool, Locks]]:
+    """Open a small main pool and a lock pool of `locks` connections for a maintenance command."""
+    url = await resolve_database_url(settings)
+    async with open_pool(settings.model_copy(update={"database_url": url})) as pool:
+        lock_pool = make_pool(url, settings, name="cli-locks", min_size=1, max_size=locks)
+        await lock_pool.open(wait=True)
+        try:
+            yield pool, Locks(lock_pool)
+        finally:
+            await lock_pool.close()
 
 
 def fail(message: str, code: int = 1) -> None:

@@ -29,9 +29,12 @@ def ingest(
                 bar.update(task, completed=done, total=total)
 
             async with open_pool(settings) as pool:
-                report = await ingest_paths(pool, tenant, paths, embeddings=load_embeddings(settings.embeddings),
-                                            progress=progress)
-        typer.echo(f"added={report.added} updated={report.updated} unchanged={report.unchanged} "
-                   f"removed={report.removed} chunks_written={report.chunks_written}")
+                report = await ingest_paths(
+                    pool, tenant, paths, embeddings=load_embeddings(settings.embeddings), progress=progress
+                )
+        typer.echo(
+            f"added={report.added} updated={report.updated} unchanged={report.unchanged} "
+            f"removed={report.removed} chunks_written={report.chunks_written}"
+        )
 
     common.run(_go())

@@ -78,26 +78,17 @@ def erase_user_command(
     user: str = typer.Option(..., "--user"),
 ) -> None:
     """Erase a user's threads, memory and feedback in one tenant (the erasure endpoint's twin)."""
-    from chatbot.db.pool import make_pool
     from chatbot.ops.erasure import ErasureBusy, erase_user
-    from chatbot.threads.locks import Locks
 
     settings = common.load_settings(environment="dev")  # needs no token key
 
     async def _go() -> None:
-        url = await resolve_database_url(settings)
-        pool = make_pool(url, settings, name="erase", min_size=1, max_size=4)
-        lock_pool = make_pool(url, settings, name="erase-locks", min_size=1, max_size=64)
-        await pool.open(wait=True)
-        await lock_pool.open(wait=True)
-        try:
-            report = await erase_user(pool, Locks(lock_pool), tenant, user)
-        except ErasureBusy as exc:
-            common.fail(f"not erased: {exc}", 3)
-            return
-        finally:
-            await lock_pool.close()
-            await pool.close()
+        async with common.open_pool_and_locks(settings, locks=64) as (pool, locks):
+            try:
+                report = await erase_user(pool, locks, tenant, user)
+            except ErasureBusy as exc:
+                common.fail(f"not erased: {exc}", 3)
+                return
         typer.echo(
             f"threads_deleted={report.threads_deleted} memory_items_deleted={report.memory_items_deleted} "
             f"feedback_deleted={report.feedback_deleted}"

@@ -15,24 +15,14 @@ def retention(
     batch_size: int = typer.Option(200, min=1, help="Threads deleted per transaction."),
 ) -> None:
     """Delete threads whose newest checkpoint is older than DAYS, skipping runs in flight."""
-    from chatbot.db.pool import make_pool, resolve_database_url
     from chatbot.ops.retention import purge_stale_threads
-    from chatbot.threads.locks import Locks
 
     settings = common.load_settings(environment="dev")  # needs no token key
     cutoff = datetime.now(UTC) - timedelta(days=older_than)
 
     async def _go() -> None:
-        url = await resolve_database_url(settings)
-        pool = make_pool(url, settings, name="retention", min_size=1, max_size=2)
-        lock_pool = make_pool(url, settings, name="retention-locks", min_size=1, max_size=batch_size + 1)
-        await pool.open(wait=True)
-        await lock_pool.open(wait=True)
-        try:
-            report = await purge_stale_threads(pool, Locks(lock_pool), cutoff, batch_size=batch_size, dry_run=dry_run)
-        finally:
-            await lock_pool.close()
-            await pool.close()
+        async with common.open_pool_and_locks(settings, locks=batch_size + 1) as (pool, locks):
+            report = await purge_stale_threads(pool, locks, cutoff, batch_size=batch_size, dry_run=dry_run)
         verb = "would delete" if dry_run else "deleted"
         typer.echo(
             f"stale={report.stale} {verb}={report.stale if dry_run else report.deleted} "

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
+
+from psycopg import AsyncConnection
 
 from chatbot.db.pool import Pool
 from chatbot.memory.namespaces import facts_namespace, profile_namespace
@@ -17,14 +20,18 @@ def _store_prefix(namespace: tuple[str, ...]) -> str:
     return ".".join(namespace)
 
 
+async def _delete_thread_rows(conn: AsyncConnection[Any], thread_ids: list[str]) -> None:
+    for table in _CHECKPOINT_TABLES:
+        await conn.execute(f"delete from {table} where thread_id = any(%s)", (thread_ids,))
+
+
 async def delete_threads(pool: Pool, thread_ids: Sequence[str]) -> int:
     """Delete every checkpoint, blob and write of the threads, and their feedback, at once."""
     if not thread_ids:
         return 0
     ids = list(thread_ids)
     async with pool.connection() as conn, conn.transaction():
-        for table in _CHECKPOINT_TABLES:
-            await conn.execute(f"delete from {table} where thread_id = any(%s)", (ids,))
+        await _delete_thread_rows(conn, ids)
         await conn.execute("delete from run_feedback where thread_id = any(%s)", (ids,))
     return len(ids)
 
@@ -85,8 +92,7 @@ async def erase_user(pool: Pool, locks: Locks, tenant_id: str, user_id: str, *, 
                 (tenant_id, user_id, thread_ids),
             )
             feedback = cur.rowcount
-            for table in _CHECKPOINT_TABLES:
-                await conn.execute(f"delete from {table} where thread_id = any(%s)", (thread_ids,))
+            await _delete_thread_rows(conn, thread_ids)
             await conn.execute(
                 "delete from run_rate_windows where tenant_id = %s and user_id = %s", (tenant_id, user_id)
             )

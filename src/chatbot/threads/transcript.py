@@ -44,17 +44,9 @@ class Page:
     next_before: str | None
 
 
-# Every version of the `turn` channel is a row of its own (see agent/state.py). Versions
-# are "<zero-padded counter>.<random>"; the counter orders them.
-_TURN_VERSIONS = (
-    "select version, type, blob from checkpoint_blobs where thread_id = %s and checkpoint_ns = '' and channel = 'turn'"
-)
-
-
-def _version_order(version: str) -> int:
-    return int(version.split(".", 1)[0])
-
-
+# Every version of the `turn` channel is a row of its own (see agent/state.py). A run
+# writes `turn` twice (the user's message, then the message and the answer), so a later
+# version restates an earlier one: the newest version of each message wins.
 # Newest first, a batch at a time: the newest page costs the same at turn 1000 as at 10.
 # "C" collation: versions compare by their fixed-width counter whatever the database's.
 _TURN_VERSIONS_BEFORE = (
@@ -109,18 +101,6 @@ async def read_page(pool: Pool, serde: SerializerProtocol, thread_id: str, *, li
 
 
 async def read_messages(pool: Pool, serde: SerializerProtocol, thread_id: str) -> list[BaseMessage]:
-    """Return every message of the thread, oldest first, from the kept versions of `turn`.
-
-    A run writes `turn` twice (the user's message, then the message and the answer), so a
-    later version restates an earlier one: messages are merged by id, in first-seen order.
-    """
-    async with pool.connection() as conn:
-        rows = await (await conn.execute(_TURN_VERSIONS, (thread_id,))).fetchall()
-    rows.sort(key=lambda row: _version_order(row["version"]))
-    by_id: dict[str, BaseMessage] = {}
-    for row in rows:
-        if row["blob"] is None or row["type"] == "empty":
-            continue
-        for message in serde.loads_typed((row["type"], bytes(row["blob"]))) or []:
-            by_id[str(message.id)] = message  # dicts keep first-insertion order on update
-    return list(by_id.values())
+    """Return every message of the thread, oldest first."""
+    newest_first = [message async for message in _newest_first(pool, serde, thread_id)]
+    return newest_first[::-1]
