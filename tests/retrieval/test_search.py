@@ -103,24 +103,28 @@ async def test_nonsense_finds_nothing(pool: Pool, two_tenants: tuple[str, str]) 
         assert await search_knowledge(pool, caller(a), query) == []
 
 
-async def test_arabic_letter_query_finds_persian_spelling(pool: Pool, tmp_path: Path) -> None:
-    tenant = new_tenant()
-    await ingest_docs(pool, tmp_path, tenant, {
-        "takmili.md": "# بیمه تکمیلی\n\nسقف دندانپزشکی بیمه تکمیلی ده میلیون تومان است.",
-        "other.md": "# بیمه عمر\n\nسرمایه فوت به ذینفعان پرداخت می‌شود.",
-    })
-    found = await search_knowledge(pool, caller(tenant), "سقف دندانپزشكي بيمه تكميلي")
-    assert found and found[0].document_id == "takmili.md"
+OTHER_DOC = "# بیمه عمر\n\nسرمایه فوت به ذینفعان پرداخت می‌شود."
 
 
-async def test_persian_query_finds_arabic_letter_spelling(pool: Pool, tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("name", "text", "query"),
+    [
+        (
+            "takmili.md",
+            "# بیمه تکمیلی\n\nسقف دندانپزشکی بیمه تکمیلی ده میلیون تومان است.",
+            "سقف دندانپزشكي بيمه تكميلي",
+        ),
+        ("pay.md", "# پرداخت\n\nپرداخت اينترنتي با همه كارت‌هاي بانكي ممكن است.", "پرداخت اینترنتی با کارت بانکی"),
+    ],
+    ids=["arabic-letter query, persian text", "persian query, arabic-letter text"],
+)
+async def test_arabic_and_persian_letter_forms_meet(
+    pool: Pool, tmp_path: Path, name: str, text: str, query: str
+) -> None:
     tenant = new_tenant()
-    await ingest_docs(pool, tmp_path, tenant, {
-        "pay.md": "# پرداخت\n\nپرداخت اينترنتي با همه كارت‌هاي بانكي ممكن است.",
-        "other.md": "# بیمه عمر\n\nسرمایه فوت به ذینفعان پرداخت می‌شود.",
-    })
-    found = await search_knowledge(pool, caller(tenant), "پرداخت اینترنتی با کارت بانکی")
-    assert found and found[0].document_id == "pay.md"
+    await ingest_docs(pool, tmp_path, tenant, {name: text, "other.md": OTHER_DOC})
+    found = await search_knowledge(pool, caller(tenant), query)
+    assert found and found[0].document_id == name
 
 
 async def test_persian_digits_are_found_with_ascii_digits(pool: Pool, tmp_path: Path) -> None:
