@@ -52,12 +52,12 @@ from chatbot.agent.state import META_KEY, now_rfc3339, user_turn
 from chatbot.caller import CallerContext
 from chatbot.cli.common import mint_token
 from chatbot.config import Settings
-from chatbot.db.pool import Pool, make_pool
+from chatbot.db.locks import Locks
+from chatbot.db.pool import Pool, connection_kwargs, make_pool
 from chatbot.db.saver import PooledPostgresSaver
 from chatbot.memory.writer import MemoryWriter
 from chatbot.retrieval.ingest import ingest_paths
 from chatbot.retrieval.search import search_knowledge
-from chatbot.threads.locks import Locks
 
 ROOT = Path(__file__).resolve().parent.parent
 KB = ROOT / "knowledge" / "demo"
@@ -265,14 +265,12 @@ async def main(args: argparse.Namespace) -> None:
     settings = Settings(service_secret=SecretStr(secret), database_url="postgresql:///unused")
     async with bench_database("bench") as url:
         pool = make_pool(url, settings, name="bench", min_size=2, max_size=settings.pool_max_size)
-        lock_pool = make_pool(url, settings, name="bench-locks", min_size=1,
-                              max_size=settings.lock_pool_max_size)
+        locks = Locks(url, connection_kwargs(settings))
         await pool.open(wait=True)
-        await lock_pool.open(wait=True)
         try:
             await ingest_paths(pool, TENANT, [KB])
             store = AsyncPostgresStore(pool)
-            memory = MemoryWriter(pool=pool, store=store, locks=Locks(lock_pool),
+            memory = MemoryWriter(pool=pool, store=store, locks=locks,
                                   max_facts=settings.memory_max_facts)
 
             async def retriever(caller: CallerContext, query: str) -> list[dict[str, Any]]:
@@ -302,7 +300,7 @@ async def main(args: argparse.Namespace) -> None:
                     "inproc durability=async", questions)
             await memory.drain(30)
         finally:
-            await lock_pool.close()
+            await locks.close()
             await pool.close()
 
 

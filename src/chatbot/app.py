@@ -16,8 +16,9 @@ from chatbot.agent.graph import build_graph
 from chatbot.auth import ServiceAuthMiddleware, TokenVerifier
 from chatbot.caller import CallerContext
 from chatbot.config import Settings
-from chatbot.db.pool import make_pool, resolve_database_url
-from chatbot.db.saver import PooledPostgresSaver
+from chatbot.db.locks import Locks
+from chatbot.db.pool import connection_kwargs, make_pool, resolve_database_url
+from chatbot.db.saver import FencedPostgresSaver
 from chatbot.errors import install_problem_handlers
 from chatbot.health import router as health_router
 from chatbot.limits import BodySizeLimitMiddleware
@@ -28,8 +29,8 @@ from chatbot.models.factory import load_chat_model
 from chatbot.ops.router import router as users_router
 from chatbot.retrieval.embeddings import load_embeddings
 from chatbot.retrieval.search import search_knowledge
-from chatbot.threads.locks import Locks
 from chatbot.threads.ratelimit import RateLimiter
+from chatbot.threads.rejoin import RunRecords
 from chatbot.threads.router import router as threads_router
 from chatbot.threads.runs import RunService
 from chatbot.threads.transcript_router import router as transcript_router
@@ -61,7 +62,6 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         conninfo = await resolve_database_url(settings)
-        # Session advisory locks live on the lock pool only (threads/locks.py).
         pool = make_pool(
             conninfo,
             settings,
@@ -70,14 +70,17 @@ def create_app(
             max_size=settings.pool_max_size,
             takes_locks=False,
         )
-        lock_pool = make_pool(conninfo, settings, name="locks", min_size=1, max_size=settings.lock_pool_max_size)
+        # Every thread and user lock of the replica, on a few sessions of their own (db/locks.py):
+        # at most pool_max_size + lock_connections connections, whatever is in flight.
+        locks = Locks(
+            settings.lock_database_url or conninfo, connection_kwargs(settings), sessions=settings.lock_connections
+        )
         # wait=False: a replica whose database is down still starts, answers /healthz and
         # reports 503 on /readyz until Postgres is back.
         await pool.open(wait=False)
-        await lock_pool.open(wait=False)
+        await locks.open()
         try:
-            locks = Locks(lock_pool)
-            saver = PooledPostgresSaver(pool)
+            saver = FencedPostgresSaver(pool)
             store = AsyncPostgresStore(pool)
             memory = MemoryWriter(
                 pool=pool,
@@ -108,17 +111,22 @@ def create_app(
             if agent_overrides:
                 deps = AgentDeps(**{**deps.__dict__, **agent_overrides})
             graph = build_graph(deps).compile(checkpointer=saver, store=store)
-            app.state.pool, app.state.lock_pool, app.state.locks = pool, lock_pool, locks
+            app.state.pool, app.state.locks = pool, locks
             app.state.saver, app.state.store, app.state.graph = saver, store, graph
             app.state.memory = memory
             app.state.runs = RunService(
-                pool=pool, locks=locks, graph=graph, limiter=RateLimiter(pool, settings.rate_limit_per_minute)
+                pool=pool,
+                locks=locks,
+                graph=graph,
+                limiter=RateLimiter(pool, settings.rate_limit_per_minute),
+                max_in_flight=settings.max_runs_in_flight,
             )
+            app.state.run_records = RunRecords(pool, saver.serde)
             yield
             await app.state.runs.drain(settings.shutdown_grace_seconds)
             await memory.drain(settings.shutdown_grace_seconds)
         finally:
-            await lock_pool.close()
+            await locks.close()
             await pool.close()
 
     app = FastAPI(title="Insurance chatbot agent service", version="0.1.0", lifespan=lifespan)

@@ -51,7 +51,16 @@ class Settings(BaseSettings):
 
     pool_min_size: int = Field(default=2, ge=1)
     pool_max_size: int = Field(default=16, ge=2)
-    lock_pool_max_size: int = Field(default=64, ge=1)
+    # Session features (advisory locks) need a direct or session-pooled URI; the main URI may
+    # be PgBouncer in transaction mode (with prepare_threshold None). Unset: the main URI.
+    lock_database_url: str | None = None
+    # Dedicated sessions that hold every thread and user lock of the replica (db/locks.py).
+    # A replica opens at most pool_max_size + lock_connections (<= 4) connections.
+    lock_connections: int = Field(default=2, ge=1, le=4)
+    # Past this many runs in flight on one replica, new runs get 503 with Retry-After at once.
+    max_runs_in_flight: int = Field(default=1000, ge=1)
+    # A `: keep-alive` comment goes out when no event was due for this long.
+    sse_keepalive_seconds: float = Field(default=10.0, gt=0)
     # 0 prepares every statement; None disables prepared statements (PgBouncer transaction mode).
     prepare_threshold: int | None = 0
     pool_max_idle_seconds: float = Field(default=240.0, gt=0)
@@ -79,7 +88,9 @@ class Settings(BaseSettings):
             return None
         return value
 
-    @field_validator("database_url", "jwt_public_key", "embeddings", "model_base_url", mode="before")
+    @field_validator(
+        "database_url", "lock_database_url", "jwt_public_key", "embeddings", "model_base_url", mode="before"
+    )
     @classmethod
     def _blank_is_unset(cls, value: object) -> object:
         return None if isinstance(value, str) and not value.strip() else value

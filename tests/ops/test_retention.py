@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 
 import psycopg
 
-from chatbot.db.pool import make_pool
+from chatbot.db.pool import connection_kwargs
 from chatbot.ops.retention import purge_stale_threads
 from chatbot.threads.locks import Locks
 from tests.fixtures.app import running_app
@@ -39,11 +39,7 @@ async def test_retention_deletes_idle_threads_and_skips_busy_ones(isolated_datab
         cutoff = datetime.now(UTC) + timedelta(seconds=1)  # everything so far counts as old
         await asyncio.sleep(1.2)
         await _turn(client, "fresh")
-        lock_pool = make_pool(
-            isolated_database_url, settings_for(isolated_database_url), name="l", min_size=1, max_size=8
-        )
-        await lock_pool.open(wait=True)
-        locks = Locks(lock_pool)
+        locks = Locks(isolated_database_url, connection_kwargs(settings_for(isolated_database_url)))
         busy = await locks.try_thread("busy")  # a run in flight, from retention's point of view
         assert busy is not None
         try:
@@ -54,7 +50,7 @@ async def test_retention_deletes_idle_threads_and_skips_busy_ones(isolated_datab
             report = await purge_stale_threads(pool, locks, cutoff, batch_size=2)
         finally:
             await busy.release()
-            await lock_pool.close()
+            await locks.close()
         assert (report.stale, report.deleted, report.skipped_in_flight) == (3, 2, 1)
         assert _threads(isolated_database_url) == {"busy", "fresh"}
         gone = await client.get("/v1/threads/old-1/messages", headers=auth())

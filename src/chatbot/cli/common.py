@@ -16,8 +16,8 @@ import typer
 from pydantic import ValidationError
 
 from chatbot.config import Settings
-from chatbot.db.pool import Pool, make_pool, open_pool, resolve_database_url
-from chatbot.threads.locks import Locks
+from chatbot.db.locks import Locks
+from chatbot.db.pool import Pool, connection_kwargs, open_pool, resolve_database_url
 
 T = TypeVar("T")
 DEV_SECRET_FILE = "dev-secret"
@@ -71,16 +71,15 @@ def mint_token(settings: Settings, *, tenant: str, user: str, locale: str, ttl: 
 
 
 @asynccontextmanager
-async def open_pool_and_locks(settings: Settings, *, locks: int) -> AsyncIterator[tuple[Pool, Locks]]:
-    """Open a small main pool and a lock pool of `locks` connections for a maintenance command."""
+async def open_pool_and_locks(settings: Settings) -> AsyncIterator[tuple[Pool, Locks]]:
+    """Open a small main pool and one lock session for a maintenance command."""
     url = await resolve_database_url(settings)
     async with open_pool(settings.model_copy(update={"database_url": url})) as pool:
-        lock_pool = make_pool(url, settings, name="cli-locks", min_size=1, max_size=locks)
-        await lock_pool.open(wait=True)
+        locks = Locks(settings.lock_database_url or url, connection_kwargs(settings), sessions=1)
         try:
-            yield pool, Locks(lock_pool)
+            yield pool, locks
         finally:
-            await lock_pool.close()
+            await locks.close()
 
 
 def fail(message: str, code: int = 1) -> None:

@@ -83,7 +83,7 @@ def erase_user_command(
     settings = common.load_settings(environment="dev")  # needs no token key
 
     async def _go() -> None:
-        async with common.open_pool_and_locks(settings, locks=64) as (pool, locks):
+        async with common.open_pool_and_locks(settings) as (pool, locks):
             try:
                 report = await erase_user(pool, locks, tenant, user)
             except ErasureBusy as exc:

@@ -21,7 +21,7 @@ def retention(
     cutoff = datetime.now(UTC) - timedelta(days=older_than)
 
     async def _go() -> None:
-        async with common.open_pool_and_locks(settings, locks=batch_size + 1) as (pool, locks):
+        async with common.open_pool_and_locks(settings) as (pool, locks):
             report = await purge_stale_threads(pool, locks, cutoff, batch_size=batch_size, dry_run=dry_run)
         verb = "would delete" if dry_run else "deleted"
         typer.echo(

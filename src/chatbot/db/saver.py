@@ -19,13 +19,22 @@ from __future__ import annotations
 
 import asyncio
 import re
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from contextvars import ContextVar
 from importlib.metadata import version
-from typing import Literal
+from typing import Any, Literal
 
+import psycopg
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMetadata
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver, Conn
 from langgraph.checkpoint.serde.base import SerializerProtocol
-from psycopg import AsyncPipeline
+from psycopg import AsyncCursor, AsyncPipeline
+from psycopg.rows import DictRow, dict_row
 from psycopg_pool import AsyncConnectionPool
+
+from chatbot.db.locks import Fence, LeaseLost
 
 PACKAGE = "langgraph-checkpoint-postgres"
 # Verified: 3.2.0 (the `_cursor` of this line takes `self.lock` and nothing else does).
@@ -94,3 +103,69 @@ class PooledPostgresSaver(AsyncPostgresSaver):
         # allows only on one) still needs the lock to keep coroutines off it.
         if isinstance(conn, AsyncConnectionPool):
             self.lock = _PoolLock()
+
+
+# Where a run's config carries its thread lease's fence (db/locks.py). Keys starting with
+# "__" are never copied into checkpoint metadata by the library.
+FENCE_KEY = "__chatbot_fence__"
+_FENCE_LOST = "CB001"  # SQLSTATE raised by chatbot_hold_fence (migration 0005)
+_writing_under: ContextVar[Fence | None] = ContextVar("chatbot_fence", default=None)
+
+
+def fenced(config: RunnableConfig, fence: Fence) -> RunnableConfig:
+    """Return `config` with the fence every checkpoint write of the run must pass."""
+    return {**config, "configurable": {**config.get("configurable", {}), FENCE_KEY: fence}}
+
+
+class FencedPostgresSaver(PooledPostgresSaver):
+    """Refuse a run's checkpoint writes once its thread lock has passed to another holder.
+
+    The check runs in the write's own transaction (one pipeline, no extra round trip) and
+    share-locks the thread's fence row, so a new holder's token update waits for a write
+    already under way, and a write after it fails with `LeaseLost`. Writes without a
+    fence in their config (tools, tests, migrations) are not checked.
+    """
+
+    async def aput(
+        self,
+        config: RunnableConfig,
+        checkpoint: Checkpoint,
+        metadata: CheckpointMetadata,
+        new_versions: ChannelVersions,
+    ) -> RunnableConfig:
+        """Save a checkpoint, fenced when the config carries a fence."""
+        async with _fenced_write(config):
+            return await super().aput(config, checkpoint, metadata, new_versions)
+
+    async def aput_writes(
+        self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
+    ) -> None:
+        """Save pending writes, fenced when the config carries a fence."""
+        async with _fenced_write(config):
+            await super().aput_writes(config, writes, task_id, task_path)
+
+    @asynccontextmanager
+    async def _cursor(self, *, pipeline: bool = False) -> AsyncIterator[AsyncCursor[DictRow]]:
+        fence = _writing_under.get()
+        if fence is None or not isinstance(self.conn, AsyncConnectionPool):
+            async with super()._cursor(pipeline=pipeline) as cur:
+                yield cur
+            return
+        async with self.conn.connection() as conn, conn.pipeline(), conn.transaction():
+            await conn.execute("select chatbot_hold_fence(%s, %s)", (fence.thread_id, fence.token))
+            async with conn.cursor(binary=True, row_factory=dict_row) as cur:
+                yield cur
+
+
+@asynccontextmanager
+async def _fenced_write(config: RunnableConfig) -> AsyncIterator[None]:
+    """Make `_cursor` check the config's fence (if any) for the writes inside."""
+    token = _writing_under.set(config["configurable"].get(FENCE_KEY))
+    try:
+        yield
+    except psycopg.Error as exc:
+        if exc.sqlstate == _FENCE_LOST:
+            raise LeaseLost("the run's thread lock passed to another holder") from exc
+        raise
+    finally:
+        _writing_under.reset(token)

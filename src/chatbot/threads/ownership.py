@@ -1,37 +1,58 @@
-"""Which tenant a thread belongs to: recorded in its checkpoint metadata, nowhere else."""
+"""Whose thread it is: the tenant and user recorded in its first checkpoint, nowhere else.
+
+The owner is the caller whose run created the thread. It is read from the thread's first
+checkpoint (checkpoint ids are time-ordered), so every replica and every call agrees on it,
+and a run re-checks it under the thread lock before writing (threads/runs.py): two first
+runs on one new thread id from different callers can never share the thread.
+"""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from chatbot.caller import CallerContext
 from chatbot.db.pool import Pool
 from chatbot.errors import Problem
 
 _OWNER = (
-    "select metadata ->> 'tenant_id' as tenant_id from checkpoints where thread_id = %s and checkpoint_ns = '' limit 1"
+    "select metadata ->> 'tenant_id' as tenant_id, metadata ->> 'user_id' as user_id from checkpoints "
+    "where thread_id = %s and checkpoint_ns = '' order by checkpoint_id limit 1"
 )
 
 
-async def thread_tenant(pool: Pool, thread_id: str) -> str | None:
-    """Return the tenant that created the thread, or None when the thread does not exist."""
+@dataclass(frozen=True, slots=True)
+class Owner:
+    """The caller that created a thread."""
+
+    tenant_id: str
+    user_id: str
+
+    def is_caller(self, caller: CallerContext) -> bool:
+        """Return True when `caller` is this owner."""
+        return self.tenant_id == caller.tenant_id and self.user_id == caller.user_id
+
+
+async def thread_owner(pool: Pool, thread_id: str) -> Owner | None:
+    """Return who created the thread, or None when the thread does not exist."""
     async with pool.connection() as conn:
         row = await (await conn.execute(_OWNER, (thread_id,))).fetchone()
-    return None if row is None else row["tenant_id"]
+    return None if row is None else Owner(row["tenant_id"], row["user_id"])
 
 
 def thread_not_found() -> Problem:
-    """Return the 404 for a thread that does not exist or belongs to another tenant."""
+    """Return the 404 for a thread that does not exist or belongs to another caller."""
     return Problem(404, "thread not found")
 
 
 async def check_thread_access(pool: Pool, thread_id: str, caller: CallerContext, *, must_exist: bool) -> bool:
-    """Return whether the thread exists; raise 404 when it belongs to another tenant.
+    """Return whether the thread exists; raise 404 when it belongs to another caller.
 
-    A thread of another tenant answers exactly like a missing one, so tenants cannot
-    probe each other's session ids.
+    A thread of another tenant, or of another user of the same tenant, answers exactly
+    like a missing one, so callers cannot probe each other's session ids.
     """
-    tenant = await thread_tenant(pool, thread_id)
-    if tenant is not None and tenant != caller.tenant_id:
+    owner = await thread_owner(pool, thread_id)
+    if owner is not None and not owner.is_caller(caller):
         raise thread_not_found()
-    if tenant is None and must_exist:
+    if owner is None and must_exist:
         raise thread_not_found()
-    return tenant is not None
+    return owner is not None

@@ -1,19 +1,23 @@
-"""HTTP endpoints of threads: runs (this module), messages, deletion and feedback."""
+"""HTTP endpoints of runs: start one (this module's POST) and rejoin its stream."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import uuid
+from collections.abc import Callable
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Header, Request
+from fastapi import APIRouter, Depends, Header, Path, Request
 from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.responses import Response
 
 from chatbot.auth import CallerDep
-from chatbot.errors import PROBLEM_JSON
-from chatbot.threads.runs import Run, RunService
+from chatbot.errors import PROBLEM_JSON, Problem
+from chatbot.threads.ownership import check_thread_access
+from chatbot.threads.rejoin import RunRecords, follower_listener, parse_last_event_id, replay_listener
+from chatbot.threads.runs import RunService
 from chatbot.threads.schemas import RunRequest, ThreadId
-from chatbot.threads.sse import SSE_MEDIA_TYPE, encode_events, wants_json
+from chatbot.threads.sse import SSE_MEDIA_TYPE, sse_body, wants_json
+from chatbot.threads.stream import Listener
 
 router = APIRouter(prefix="/v1/threads", tags=["threads"])
 
@@ -23,7 +27,38 @@ def run_service(request: Request) -> RunService:
     return request.app.state.runs
 
 
+def run_records(request: Request) -> RunRecords:
+    """Return the reader of runs' records."""
+    return request.app.state.run_records
+
+
+def keepalive_seconds(request: Request) -> float:
+    """Return how long a stream may stay silent before a keep-alive comment."""
+    return float(request.app.state.settings.sse_keepalive_seconds)
+
+
 RunsDep = Annotated[RunService, Depends(run_service)]
+RecordsDep = Annotated[RunRecords, Depends(run_records)]
+KeepAliveDep = Annotated[float, Depends(keepalive_seconds)]
+
+
+def stream_location(thread_id: str, run_id: str) -> str:
+    """Return where a run's stream can be rejoined."""
+    return f"/v1/threads/{thread_id}/runs/{run_id}/stream"
+
+
+def _sse_response(
+    listener: Listener, keepalive: float, on_close: Callable[[], object] | None = None
+) -> StreamingResponse:
+    return StreamingResponse(
+        sse_body(listener, keepalive, on_close),
+        media_type=SSE_MEDIA_TYPE,
+        headers={
+            "Cache-Control": "no-cache",
+            "X-Accel-Buffering": "no",
+            "Location": stream_location(listener.thread_id, listener.run_id),
+        },
+    )
 
 
 @router.post("/{thread_id}/runs", response_model=None)
@@ -32,24 +67,45 @@ async def create_run(
     body: RunRequest,
     caller: CallerDep,
     runs: RunsDep,
+    keepalive: KeepAliveDep,
     accept: Annotated[str | None, Header()] = None,
 ) -> Response:
     """Run the graph on the user's message; stream it (SSE) or answer with its `end` object."""
-    run = await runs.start(thread_id, caller, body.message.content)
+    listener = await runs.start(thread_id, caller, body.message.content)
     if wants_json(accept):
-        result = await run.result()
+        result = await listener.terminal()
+        location = {"Location": stream_location(thread_id, listener.run_id)}
         if result.event == "end":
-            return JSONResponse(result.data)
-        return JSONResponse(result.data, status_code=result.data["status"], media_type=PROBLEM_JSON)
-    return StreamingResponse(
-        _sse(run),
-        media_type=SSE_MEDIA_TYPE,
-        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-    )
+            return JSONResponse(result.data, headers=location)
+        return JSONResponse(result.data, status_code=result.data["status"], media_type=PROBLEM_JSON, headers=location)
+    return _sse_response(listener, keepalive)
 
 
-async def _sse(run: Run) -> AsyncIterator[bytes]:
-    # If the client goes away this generator is cancelled; the run's own task goes on
-    # and persists the turn, and its lock is released when it ends.
-    async for batch in run.stream():
-        yield encode_events(batch)
+@router.get("/{thread_id}/runs/{run_id}/stream", response_model=None)
+async def rejoin_run(
+    thread_id: ThreadId,
+    run_id: Annotated[str, Path(max_length=64)],
+    caller: CallerDep,
+    runs: RunsDep,
+    records: RecordsDep,
+    keepalive: KeepAliveDep,
+    last_event_id: Annotated[str | None, Header(max_length=200)] = None,
+) -> Response:
+    """Rejoin a run's stream from the offset of `Last-Event-ID`: live, followed, or replayed."""
+    await check_thread_access(records.pool, thread_id, caller, must_exist=True)
+    try:
+        run_id = str(uuid.UUID(run_id))
+    except ValueError:
+        raise Problem(404, "run not found on this thread") from None
+    delivered = parse_last_event_id(last_event_id, run_id)
+    local = runs.local(thread_id, run_id)
+    if local is not None:
+        listener = local.listen(delivered)
+        return _sse_response(listener, keepalive, lambda: local.leave(listener))
+    replayed = await records.replay(thread_id, run_id)
+    if replayed is not None:
+        return _sse_response(replay_listener(run_id, thread_id, delivered, replayed), keepalive)
+    if not await records.exists(thread_id, run_id):
+        raise Problem(404, "run not found on this thread")
+    listener, feeder = follower_listener(records, run_id, thread_id, delivered)
+    return _sse_response(listener, keepalive, feeder.cancel)

@@ -3,7 +3,14 @@
 A run executes in a task of its own, not in the request: a client that disconnects
 mid-stream does not cancel it, so the turn either completes and persists or (on a crash)
 leaves the thread as the last completed run left it, plus the user's message. Events go
-through a queue that the SSE response (or the JSON waiter) reads.
+to a `RunStream` (threads/stream.py) that the SSE response, a rejoin or the JSON waiter
+listen to.
+
+A run in flight holds no connection: its thread lock is one of many on the replica's
+shared lock sessions (db/locks.py), and the checkpointer and store borrow pool
+connections only for their statements. Every checkpoint write of the run is fenced by
+its lease (db/saver.py): a run whose lock session dropped and whose thread another
+holder took fails with 503 instead of writing.
 
 Checkpoint writes per run: two. The user's message is written first, on its own, as the
 output of START (durable before the `metadata` event goes out); the graph then runs with
@@ -18,7 +25,6 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 from typing import Any, cast
 
 import psycopg
@@ -33,58 +39,29 @@ from chatbot.agent.context import Context
 from chatbot.agent.modelcall import ModelFailure, ModelTimeout
 from chatbot.agent.state import META_KEY, now_rfc3339, text_of, user_turn
 from chatbot.caller import CallerContext
+from chatbot.db.locks import Lease, LeaseLost, Locks
 from chatbot.db.pool import Pool
+from chatbot.db.saver import fenced
 from chatbot.errors import Problem, problem_body
-from chatbot.threads.locks import Lease, Locks
-from chatbot.threads.ownership import check_thread_access
+from chatbot.threads.ownership import check_thread_access, thread_not_found, thread_owner
 from chatbot.threads.ratelimit import RateLimiter
+from chatbot.threads.stream import Listener, RunStream
 
 log = logging.getLogger("chatbot.runs")
 
 DATABASE_ERRORS = (psycopg.OperationalError, PoolTimeout)
+# What a refused run is told to wait: runs of a busy replica end within seconds.
+BUSY_RETRY_AFTER_SECONDS = 2
 
 
-@dataclass(frozen=True, slots=True)
-class RunEvent:
-    """One event of a run's stream."""
-
-    event: str
-    data: dict[str, Any]
-
-
-@dataclass(slots=True)
-class Run:
-    """A started run: its ids, its event queue and its task."""
-
-    run_id: str
-    thread_id: str
-    events: asyncio.Queue[RunEvent] = field(default_factory=asyncio.Queue)
-    task: asyncio.Task[None] | None = None
-
-    async def stream(self) -> AsyncIterator[list[RunEvent]]:
-        """Yield events in batches (whatever is queued), ending after `end` or `error`."""
-        while True:
-            batch = [await self.events.get()]
-            while not self.events.empty():
-                batch.append(self.events.get_nowait())
-            yield batch
-            if batch[-1].event in ("end", "error"):
-                return
-
-    async def result(self) -> RunEvent:
-        """Wait for the run and return its `end` or `error` event."""
-        async for batch in self.stream():
-            last = batch[-1]
-            if last.event in ("end", "error"):
-                return last
-        raise RuntimeError("run stream ended without a terminal event")
-
-
-def _failure(exc: BaseException) -> tuple[int, str]:
+def failure_problem(exc: BaseException) -> tuple[int, str]:
+    """Return the status and detail a failed run's `error` event carries."""
     if isinstance(exc, ModelTimeout | TimeoutError):
         return 504, "the model did not answer in time"
     if isinstance(exc, ModelFailure):
         return 502, "the model failed to answer"
+    if isinstance(exc, LeaseLost):
+        return 503, "the run lost its thread lock (a database connection dropped); send the message again"
     if isinstance(exc, DATABASE_ERRORS):
         return 503, "the database is unavailable"
     return 500, "the run failed"
@@ -94,16 +71,52 @@ class RunService:
     """Start runs on threads, one at a time per thread, across every replica."""
 
     def __init__(
-        self, *, pool: Pool, locks: Locks, graph: CompiledStateGraph[Any, Any, Any, Any], limiter: RateLimiter
+        self,
+        *,
+        pool: Pool,
+        locks: Locks,
+        graph: CompiledStateGraph[Any, Any, Any, Any],
+        limiter: RateLimiter,
+        max_in_flight: int = 1000,
     ) -> None:
         self.pool = pool
         self.locks = locks
         self.graph = graph
         self.limiter = limiter
-        self._active: set[asyncio.Task[None]] = set()
+        self.max_in_flight = max_in_flight
+        self._starting = 0
+        self._runs: dict[str, RunStream] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
 
-    async def start(self, thread_id: str, caller: CallerContext, content: str) -> Run:
-        """Check access, limits and the thread lock; persist the message; start the run."""
+    @property
+    def in_flight(self) -> int:
+        """Return the runs this replica is starting or executing."""
+        return self._starting + len(self._tasks)
+
+    def local(self, thread_id: str, run_id: str) -> RunStream | None:
+        """Return the stream of a run executing on this replica, if it is one."""
+        stream = self._runs.get(run_id)
+        return stream if stream is not None and stream.thread_id == thread_id else None
+
+    async def start(self, thread_id: str, caller: CallerContext, content: str) -> Listener:
+        """Check capacity, access, limits and the thread lock; persist the message; start the run.
+
+        Return the listener of the caller that started it: every event from `metadata` on.
+        """
+        if self.in_flight >= self.max_in_flight:
+            # Refused before anything is read or written: a burst past capacity must not
+            # slow down every run already in flight.
+            metrics.RUNS_REJECTED.labels("busy").inc()
+            raise Problem(
+                503, "too many runs in flight on this replica", headers={"Retry-After": str(BUSY_RETRY_AFTER_SECONDS)}
+            )
+        self._starting += 1
+        try:
+            return await self._start(thread_id, caller, content)
+        finally:
+            self._starting -= 1
+
+    async def _start(self, thread_id: str, caller: CallerContext, content: str) -> Listener:
         try:
             await check_thread_access(self.pool, thread_id, caller, must_exist=False)
             retry = await self.limiter.retry_after(caller)
@@ -116,97 +129,95 @@ class RunService:
             metrics.RUNS_REJECTED.labels("in_flight").inc()
             raise Problem(409, "a run is already in flight on this thread")
         try:
+            # Decided again under the lock: another caller's first run on this thread id may
+            # have created the thread since the check above.
+            owner = await thread_owner(self.pool, thread_id)
+            if owner is not None and not owner.is_caller(caller):
+                raise thread_not_found()
             retry = await self.limiter.consume(caller)
             if retry is not None:
                 raise _rate_limited(retry)
-            run = Run(run_id=str(uuid.uuid4()), thread_id=thread_id)
-            config = self._config(run, caller)
+            stream = RunStream(str(uuid.uuid4()), thread_id)
+            assert lease.fence is not None
+            config = fenced(self._config(stream, caller), lease.fence)
             message = HumanMessage(
                 content=content,
                 id=str(uuid.uuid4()),
-                additional_kwargs={META_KEY: {"created_at": now_rfc3339(), "run_id": run.run_id}},
+                additional_kwargs={META_KEY: {"created_at": now_rfc3339(), "run_id": stream.run_id}},
             )
             await self.graph.aupdate_state(config, user_turn(message), as_node=START)
         except BaseException as exc:
             await lease.release()
-            if isinstance(exc, DATABASE_ERRORS):
+            if isinstance(exc, DATABASE_ERRORS | LeaseLost):
                 raise Problem(503, "the database is unavailable") from None
             raise
-        run.events.put_nowait(RunEvent("metadata", {"run_id": run.run_id, "thread_id": thread_id}))
-        task = asyncio.create_task(self._execute(run, caller, lease, config), name=f"run-{run.run_id}")
-        run.task = task
-        self._active.add(task)
-        task.add_done_callback(self._active.discard)
-        return run
+        self._runs[stream.run_id] = stream
+        listener = stream.listen(from_start=True)
+        task = asyncio.create_task(self._execute(stream, caller, lease, config), name=f"run-{stream.run_id}")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return listener
 
-    def _config(self, run: Run, caller: CallerContext) -> RunnableConfig:
+    def _config(self, stream: RunStream, caller: CallerContext) -> RunnableConfig:
         # Identity goes to checkpoint metadata (the record of who wrote the turn), never to state.
         return {
-            "configurable": {"thread_id": run.thread_id},
-            "metadata": {"tenant_id": caller.tenant_id, "user_id": caller.user_id, "run_id": run.run_id},
+            "configurable": {"thread_id": stream.thread_id},
+            "metadata": {"tenant_id": caller.tenant_id, "user_id": caller.user_id, "run_id": stream.run_id},
         }
 
-    async def _execute(self, run: Run, caller: CallerContext, lease: Lease, config: RunnableConfig) -> None:
+    async def _execute(self, stream: RunStream, caller: CallerContext, lease: Lease, config: RunnableConfig) -> None:
         started = time.perf_counter()
         first_token: float | None = None
-        terminal: RunEvent | None = None
+        terminal: tuple[str, dict[str, Any]] | None = None
         status = "error"
         context = Context(
             tenant_id=caller.tenant_id,
             user_id=caller.user_id,
             locale=caller.locale,
-            run_id=run.run_id,
-            thread_id=run.thread_id,
+            run_id=stream.run_id,
+            thread_id=stream.thread_id,
         )
+        error: str | None = None
         try:
             outcome: dict[str, Any] = {}
             content = ""
-            stream = self.graph.astream(
+            events = self.graph.astream(
                 None, config, context=context, stream_mode=["custom", "updates"], durability="exit"
             )
-            async for mode, chunk in cast(AsyncIterator[tuple[str, dict[str, Any]]], stream):
+            async for mode, chunk in cast(AsyncIterator[tuple[str, dict[str, Any]]], events):
                 if mode == "custom":
                     if first_token is None and chunk["event"] == "token":
                         first_token = time.perf_counter()
-                    run.events.put_nowait(RunEvent(chunk["event"], chunk["data"]))
+                    stream.publish(chunk["event"], chunk["data"])
                 elif "generate" in chunk:
                     outcome = chunk["generate"]["outcome"]
                     content = text_of(chunk["generate"]["messages"][0])
             status = outcome["status"]
-            terminal = RunEvent(
-                "end",
-                {
-                    "run_id": run.run_id,
-                    "thread_id": run.thread_id,
-                    "status": status,
-                    "message": {"id": outcome["message_id"], "content": content},
-                    "citations": outcome.get("citations", []),
-                    "handoff_context": outcome.get("handoff_context"),
-                },
-            )
+            terminal = ("end", end_event(stream.run_id, stream.thread_id, outcome, content))
         except BaseException as exc:
-            code, detail = _failure(exc)
-            terminal = RunEvent("error", problem_body(code, detail))
+            code, detail = failure_problem(exc)
+            terminal = ("error", problem_body(code, detail))
+            error = type(exc).__name__
             if not isinstance(exc, Exception):  # cancelled: shutdown went past its grace period
                 raise
-            log.warning(
-                "run failed", extra={"thread_id": run.thread_id, "run_id": run.run_id, "error": type(exc).__name__}
-            )
         finally:
             # Release before `end` goes out: a follow-up sent right after `end` must be accepted.
             await lease.release()
+            self._runs.pop(stream.run_id, None)
             if terminal is not None:
-                run.events.put_nowait(terminal)
+                stream.publish(*terminal)
             metrics.RUNS.labels(status).inc()
             elapsed = time.perf_counter() - started
             metrics.RUN_SECONDS.observe(elapsed)
-            log.info(
+            log.log(
+                logging.WARNING if error else logging.INFO,
                 "run finished",
                 extra={
-                    "thread_id": run.thread_id,
-                    "run_id": run.run_id,
+                    "thread_id": stream.thread_id,
+                    "run_id": stream.run_id,
                     "tenant_id": caller.tenant_id,
                     "status": status,
+                    "error": error,
                     "duration_ms": round(elapsed * 1000, 1),
                     "ttft_ms": None if first_token is None else round((first_token - started) * 1000, 1),
                 },
@@ -214,13 +225,25 @@ class RunService:
 
     async def drain(self, timeout: float) -> None:
         """Let in-flight runs finish (graceful shutdown); cancel what is left after `timeout`."""
-        if not self._active:
+        if not self._tasks:
             return
-        _, pending = await asyncio.wait(set(self._active), timeout=timeout)
+        _, pending = await asyncio.wait(set(self._tasks), timeout=timeout)
         for task in pending:
             task.cancel()
         if pending:
             await asyncio.wait(pending, timeout=5)
+
+
+def end_event(run_id: str, thread_id: str, outcome: dict[str, Any], content: str) -> dict[str, Any]:
+    """Return the `end` event's data for a run's outcome and answer text."""
+    return {
+        "run_id": run_id,
+        "thread_id": thread_id,
+        "status": outcome["status"],
+        "message": {"id": outcome["message_id"], "content": content},
+        "citations": outcome.get("citations", []),
+        "handoff_context": outcome.get("handoff_context"),
+    }
 
 
 def _rate_limited(retry: int) -> Problem:

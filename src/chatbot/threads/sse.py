@@ -1,21 +1,66 @@
-"""Server-sent events framing and `Accept` negotiation."""
+"""Server-sent events: framing with resumable ids, keep-alives, and `Accept` negotiation."""
 
 from __future__ import annotations
 
+import asyncio
 import json
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Callable, Sequence
 
-from chatbot.threads.runs import RunEvent
+from chatbot.threads.stream import TERMINAL, Listener, StreamEvent
 
 SSE_MEDIA_TYPE = "text/event-stream"
 JSON_MEDIA_TYPE = "application/json"
+KEEP_ALIVE = b": keep-alive\n\n"
+
+_dumps: Callable[[object], str] = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
 
 
-def encode_events(events: Iterable[RunEvent]) -> bytes:
-    """Frame events as SSE (`event:` + one-line JSON `data:`), UTF-8."""
+def coalesce(events: Sequence[StreamEvent]) -> list[StreamEvent]:
+    """Merge runs of consecutive `token` events into one (their text joined, the last offset).
+
+    Deltas that queued up while the reader was busy go out as one event: fewer JSON
+    encodings and fewer bytes at hundreds of streams, and the concatenated text and the
+    final offset are unchanged, so the contract's token rule still holds.
+    """
+    merged: list[StreamEvent] = []
+    pieces: list[str] = []
+    for event in events:
+        if event.event == "token" and merged and merged[-1].event == "token":
+            pieces.append(event.data["content"])
+            merged[-1] = StreamEvent("token", {"content": "".join(pieces)}, event.offset)
+            continue
+        merged.append(event)
+        pieces = [event.data["content"]] if event.event == "token" else []
+    return merged
+
+
+def encode_events(run_id: str, events: Sequence[StreamEvent]) -> bytes:
+    """Frame events as SSE: `id: <run_id>:<offset>`, `event:` and one-line JSON `data:`."""
     return "".join(
-        f"event: {e.event}\ndata: {json.dumps(e.data, ensure_ascii=False, separators=(',', ':'))}\n\n" for e in events
+        f"id: {run_id}:{e.offset}\nevent: {e.event}\ndata: {_dumps(e.data)}\n\n" for e in coalesce(events)
     ).encode()
+
+
+async def sse_body(
+    listener: Listener, keepalive: float, on_close: Callable[[], object] | None = None
+) -> AsyncIterator[bytes]:
+    """Yield a listener's events as SSE until `end` or `error`, with a comment while none is due."""
+    # If the client goes away this generator is cancelled; the run's own task goes on
+    # and persists the turn, and its lock is released when it ends.
+    try:
+        while True:
+            try:
+                async with asyncio.timeout(keepalive):
+                    batch = await listener.next_batch()
+            except TimeoutError:
+                yield KEEP_ALIVE
+                continue
+            yield encode_events(listener.run_id, batch)
+            if batch[-1].event in TERMINAL:
+                return
+    finally:
+        if on_close is not None:
+            on_close()
 
 
 def _quality(accept: str, media: str) -> float:

@@ -11,7 +11,7 @@ from chatbot.auth import CallerDep
 from chatbot.errors import Problem
 from chatbot.ops.erasure import delete_threads
 from chatbot.threads.feedback import run_exists, save_feedback
-from chatbot.threads.ownership import check_thread_access, thread_tenant
+from chatbot.threads.ownership import check_thread_access, thread_owner
 from chatbot.threads.schemas import FeedbackRequest, ThreadId
 from chatbot.threads.transcript import read_page
 
@@ -37,14 +37,17 @@ async def list_messages(
 async def delete_thread(request: Request, thread_id: ThreadId, caller: CallerDep) -> Response:
     """Purge the thread's checkpoints, blobs, writes and feedback (204 even if absent)."""
     state = request.app.state
-    tenant = await thread_tenant(state.pool, thread_id)
-    if tenant is not None and tenant != caller.tenant_id:
-        return Response(status_code=204)  # another tenant's thread: nothing to do, nothing revealed
+    owner = await thread_owner(state.pool, thread_id)
+    if owner is not None and not owner.is_caller(caller):
+        return Response(status_code=204)  # another caller's thread: nothing to do, nothing revealed
     lease = await state.locks.try_thread(thread_id)
     if lease is None:
         raise Problem(409, "a run is in flight on this thread")
     try:
-        await delete_threads(state.pool, [thread_id])
+        # Again under the lock: another caller's first run may have created the thread since.
+        owner = await thread_owner(state.pool, thread_id)
+        if owner is None or owner.is_caller(caller):
+            await delete_threads(state.pool, [thread_id])
     finally:
         await lease.release()
     return Response(status_code=204)

@@ -1,0 +1,316 @@
+"""Advisory locks on threads and users, many per connection: a run holds no connection.
+
+A run holds its thread's lock for as long as it answers: seconds with a real model. One
+connection per held lock capped a replica at its lock pool and two replicas exhausted a
+default Postgres (docs/scaling.md). A session advisory lock belongs to a session, not to a
+query, so one session can hold thousands: a replica keeps a few dedicated lock sessions
+(`CHATBOT_LOCK_CONNECTIONS`, on `CHATBOT_LOCK_DATABASE_URL`, a direct or session-pooled
+URI since PgBouncer's transaction mode cannot carry session locks) and spreads keys over them.
+
+What this keeps:
+- 409 across replicas: `pg_try_advisory_lock` never waits.
+- Two local holders of one key kept apart: session locks are re-entrant within a session,
+  so Postgres would grant a second local holder on the same session; a table of the keys
+  this process holds refuses it first, without a round trip.
+- A killed replica frees its threads at once: its sessions end with its process.
+- A lock session that drops loses every lock on it. Its leases report `lost` once that is
+  noticed (a ping per second, or the next statement), and thread leases carry a fence
+  token (migration 0005) that every checkpoint write of the run checks in its own
+  transaction (db/saver.py): a run that lost its lock cannot write after another holder
+  took the thread; it fails cleanly instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+from psycopg import AsyncConnection
+
+log = logging.getLogger(__name__)
+
+# hashtextextended(namespace || id) -> bigint: thread locks cannot collide with the
+# migration lock (two-int form) or with user locks (another namespace).
+_THREAD_KEY = "hashtextextended('chatbot/thread/' || %(thread)s, 0)"
+_USER_KEY = "hashtextextended('chatbot/user/' || %(tenant)s || '/' || %(user)s, 0)"
+
+# Taking a thread lock also sets the thread's fence token, in the same round trip; the
+# upsert runs only when the lock was granted (the CTE is volatile, so evaluated once).
+_TRY_THREAD = f"""
+with lock as (select pg_try_advisory_lock({_THREAD_KEY}) as ok),
+fence as (
+    insert into thread_fences (thread_id, token) select %(thread)s, %(token)s from lock where ok
+    on conflict (thread_id) do update set token = excluded.token
+    returning 1
+)
+select ok, (select count(*) from fence) as fenced from lock
+"""
+_UNLOCK_THREAD = f"select pg_advisory_unlock({_THREAD_KEY})"
+_TRY_USER = f"select pg_try_advisory_lock({_USER_KEY}) as ok"
+_UNLOCK_USER = f"select pg_advisory_unlock({_USER_KEY})"
+
+# Whether any session (of any replica) holds the thread's lock: for followers of a run
+# executing elsewhere. A bigint advisory key shows in pg_locks split into two oids.
+THREAD_LOCKED = f"""
+select exists (
+    select 1 from pg_locks
+    where locktype = 'advisory' and objsubid = 1 and granted
+      and classid = (({_THREAD_KEY} >> 32) & 4294967295)::oid
+      and objid = ({_THREAD_KEY} & 4294967295)::oid
+) as locked
+"""
+
+PING_SECONDS = 1.0
+
+
+class LeaseLost(Exception):
+    """The run's thread lock was lost (its lock session dropped) and another holder may run."""
+
+
+@dataclass(frozen=True, slots=True)
+class Fence:
+    """A thread lease's fence token, checked by every checkpoint write of its run."""
+
+    thread_id: str
+    token: str
+
+
+class LockSession:
+    """One dedicated Postgres session holding many advisory locks."""
+
+    def __init__(self, conninfo: str, kwargs: dict[str, Any], name: str) -> None:
+        self._conninfo = conninfo
+        self._kwargs = kwargs
+        self.name = name
+        self.conn: AsyncConnection[Any] | None = None
+        self._connecting = asyncio.Lock()
+
+    async def connection(self) -> AsyncConnection[Any]:
+        """Return the live session, connecting when there is none."""
+        conn = self.conn
+        if conn is not None and not conn.closed:
+            return conn
+        async with self._connecting:
+            if self.conn is None or self.conn.closed:
+                self.conn = await AsyncConnection.connect(
+                    self._conninfo, **self._kwargs, application_name=f"chatbot-{self.name}"
+                )
+            return self.conn
+
+    async def fetch(self, sql: str, params: dict[str, Any]) -> tuple[AsyncConnection[Any], dict[str, Any]]:
+        """Run one statement on the session; return the connection it ran on and its row."""
+        conn = await self.connection()
+        try:
+            row = await (await conn.execute(sql, params)).fetchone()
+        except psycopg.OperationalError:
+            await self.drop(conn)
+            raise
+        assert row is not None
+        return conn, row
+
+    async def drop(self, conn: AsyncConnection[Any]) -> None:
+        """Forget a broken session: every lock taken on it is gone with it."""
+        if self.conn is conn:
+            self.conn = None
+            log.warning("lock session lost", extra={"session": self.name})
+        with contextlib.suppress(Exception):
+            await conn.close()
+
+    async def ping(self) -> None:
+        """Notice a dropped session (its leases then report `lost`) and reconnect."""
+        conn = self.conn
+        if conn is None:
+            with contextlib.suppress(psycopg.Error, OSError):
+                await self.connection()
+            return
+        try:
+            await conn.execute("select 1")
+        except psycopg.Error:
+            await self.drop(conn)
+
+    async def close(self) -> None:
+        """Close the session (its locks are released by Postgres)."""
+        if self.conn is not None:
+            conn, self.conn = self.conn, None
+            with contextlib.suppress(Exception):
+                await conn.close()
+
+
+class Lease:
+    """A held advisory lock; `release` unlocks it on the session that took it."""
+
+    def __init__(
+        self,
+        locks: Locks,
+        name: str,
+        session: LockSession,
+        conn: AsyncConnection[Any],
+        unlock_sql: str,
+        params: dict[str, Any],
+        fence: Fence | None,
+    ) -> None:
+        self._locks = locks
+        self._name = name
+        self._session = session
+        self._conn = conn
+        self._unlock_sql = unlock_sql
+        self._params = params
+        self.fence = fence
+        """For thread leases: the token every checkpoint write of the holder must carry."""
+        self._released = False
+
+    @property
+    def held(self) -> bool:
+        """Return True until released or lost."""
+        return not self._released and not self.lost
+
+    @property
+    def lost(self) -> bool:
+        """Return True when the session that took the lock has dropped (the lock went with it)."""
+        return self._session.conn is not self._conn or self._conn.closed
+
+    async def release(self) -> None:
+        """Release the lock; safe to call more than once, and under cancellation."""
+        if self._released:
+            return
+        self._released = True
+        # Shielded: a cancelled caller (client gone, shutdown) must still unlock, or the
+        # thread would stay locked until the session is recycled.
+        await asyncio.shield(self._unlock())
+
+    async def _unlock(self) -> None:
+        try:
+            if not self.lost:
+                await self._conn.execute(self._unlock_sql, self._params)
+        except psycopg.Error:
+            await self._session.drop(self._conn)  # a broken session holds no locks any more
+        finally:
+            self._locks.forget(self._name, self)
+
+
+class Locks:
+    """Try-locks on threads and users, shared by every replica through Postgres."""
+
+    def __init__(self, conninfo: str, kwargs: dict[str, Any], *, sessions: int = 2) -> None:
+        self._sessions = [LockSession(conninfo, kwargs, f"locks-{i}") for i in range(sessions)]
+        self._held: dict[str, Lease | None] = {}  # None: being acquired
+        self._pinger: asyncio.Task[None] | None = None
+
+    async def open(self) -> None:
+        """Start the session watcher (sessions connect on first use, so a down database does not stop start-up)."""
+        self._pinger = asyncio.create_task(self._watch(), name="lock-sessions")
+
+    async def close(self) -> None:
+        """Stop watching and close the sessions (Postgres releases whatever they held)."""
+        if self._pinger is not None:
+            self._pinger.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._pinger
+        for session in self._sessions:
+            await session.close()
+
+    @property
+    def held_count(self) -> int:
+        """Return how many locks this process holds now."""
+        return sum(1 for lease in self._held.values() if lease is not None)
+
+    def holds_thread(self, thread_id: str) -> bool:
+        """Return True when a lease of this process holds (or is taking) the thread's lock."""
+        return f"thread/{thread_id}" in self._held
+
+    async def try_thread(self, thread_id: str) -> Lease | None:
+        """Take the thread's lock (and a fresh fence token) now, or return None when it is held."""
+        token = str(uuid.uuid4())
+        params = {"thread": thread_id, "token": token}
+        return await self._try(f"thread/{thread_id}", _TRY_THREAD, _UNLOCK_THREAD, params, Fence(thread_id, token))
+
+    async def try_user(self, tenant_id: str, user_id: str) -> Lease | None:
+        """Take the (tenant, user) lock now, or return None when someone holds it."""
+        params = {"tenant": tenant_id, "user": user_id}
+        return await self._try(f"user/{tenant_id}/{user_id}", _TRY_USER, _UNLOCK_USER, params, None)
+
+    async def wait_thread(self, thread_id: str, timeout: float) -> Lease | None:
+        """Poll for the thread's lock up to `timeout` seconds (polling: see migrate.py)."""
+        return await _poll(lambda: self.try_thread(thread_id), timeout)
+
+    async def wait_user(self, tenant_id: str, user_id: str, timeout: float) -> Lease | None:
+        """Poll for the (tenant, user) lock up to `timeout` seconds."""
+        return await _poll(lambda: self.try_user(tenant_id, user_id), timeout)
+
+    def forget(self, name: str, lease: Lease) -> None:
+        """Drop a released lease from the table of held keys."""
+        if self._held.get(name) is lease:
+            del self._held[name]
+
+    async def _try(
+        self, name: str, sql: str, unlock_sql: str, params: dict[str, Any], fence: Fence | None
+    ) -> Lease | None:
+        if name in self._held:
+            return None  # held (or being taken) by this process: never re-enter the session lock
+        self._held[name] = None
+        session = self._sessions[hash(name) % len(self._sessions)]
+        # The statement runs in a task of its own: if the caller is cancelled after Postgres
+        # granted the lock, the lease must still be released, not leaked on the session.
+        attempt = asyncio.ensure_future(self._take(name, session, sql, unlock_sql, params, fence))
+        try:
+            return await asyncio.shield(attempt)
+        except asyncio.CancelledError:
+            attempt.add_done_callback(_release_abandoned)
+            raise
+
+    async def _take(
+        self,
+        name: str,
+        session: LockSession,
+        sql: str,
+        unlock_sql: str,
+        params: dict[str, Any],
+        fence: Fence | None,
+    ) -> Lease | None:
+        try:
+            conn, row = await session.fetch(sql, params)
+        except BaseException:
+            del self._held[name]
+            raise
+        if not row["ok"]:
+            del self._held[name]
+            return None
+        lease = Lease(self, name, session, conn, unlock_sql, params, fence)
+        self._held[name] = lease
+        return lease
+
+    async def _watch(self) -> None:
+        while True:
+            await asyncio.sleep(PING_SECONDS)
+            for session in self._sessions:
+                await session.ping()
+
+
+_releasing: set[asyncio.Task[None]] = set()
+
+
+def _release_abandoned(attempt: asyncio.Future[Lease | None]) -> None:
+    if attempt.cancelled() or attempt.exception() is not None:
+        return
+    lease = attempt.result()
+    if lease is not None:
+        task = asyncio.ensure_future(lease.release())
+        _releasing.add(task)
+        task.add_done_callback(_releasing.discard)
+
+
+async def _poll(attempt: Any, timeout: float) -> Lease | None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    delay = 0.02
+    while True:
+        lease: Lease | None = await attempt()
+        now = asyncio.get_running_loop().time()
+        if lease is not None or now >= deadline:
+            return lease
+        await asyncio.sleep(min(delay, max(0.0, deadline - now)))
+        delay = min(delay * 2, 0.25)

@@ -1,0 +1,186 @@
+"""Rejoining a run's stream from any replica: follow it live, or replay it from the record.
+
+- A run executing on this replica: listen to its stream from the client's offset.
+- A run executing on another replica: wait for its end, polling the record and the
+  thread's lock (a few cheap statements per second, only while someone follows it), then
+  send the rest of the answer as one token and the end. Chosen over LISTEN/NOTIFY, which
+  would cost every run a notification and every replica a session, for a path used only
+  after a dropped connection (docs/scaling.md).
+- A finished run: replay its answer and end from its final checkpoint.
+
+The record of a run is its final checkpoint (source "loop", written at the end with
+durability "exit", also when the run failed): the `turn` channel holds the question and
+the answer, `outcome` the status and hand-off, and a failed run left an `__error__` write.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from dataclasses import dataclass
+from typing import Any
+
+from langchain_core.messages import AIMessage
+from langgraph.checkpoint.serde.base import SerializerProtocol
+
+from chatbot.agent.state import message_meta, text_of
+from chatbot.db.locks import THREAD_LOCKED
+from chatbot.db.pool import Pool
+from chatbot.errors import Problem, problem_body
+from chatbot.threads.runs import end_event
+from chatbot.threads.stream import Listener, StreamEvent
+
+FOLLOW_POLL_SECONDS = 0.2
+
+_RUN_CHECKPOINTS = """
+select checkpoint_id, metadata ->> 'source' as source, checkpoint -> 'channel_versions' as versions
+from checkpoints
+where thread_id = %s and checkpoint_ns = '' and metadata ->> 'run_id' = %s
+order by checkpoint_id
+"""
+_BLOB = (
+    "select type, blob from checkpoint_blobs "
+    "where thread_id = %s and checkpoint_ns = '' and channel = %s and version = %s"
+)
+_ERROR = (
+    "select type, blob from checkpoint_writes "
+    "where thread_id = %s and checkpoint_ns = '' and checkpoint_id = %s and channel = '__error__' limit 1"
+)
+_NEWEST_RUN = f"""
+select (select metadata ->> 'run_id' from checkpoints
+        where thread_id = %(thread)s and checkpoint_ns = '' order by checkpoint_id desc limit 1) as newest_run,
+       ({THREAD_LOCKED}) as locked
+"""
+
+# A failed run's `__error__` write is the exception's repr; its class name says what failed.
+_ERROR_STATUS = {
+    "ModelTimeout": (504, "the model did not answer in time"),
+    "TimeoutError": (504, "the model did not answer in time"),
+    "ModelFailure": (502, "the model failed to answer"),
+    "LeaseLost": (503, "the run lost its thread lock (a database connection dropped); send the message again"),
+    "OperationalError": (503, "the database is unavailable"),
+    "PoolTimeout": (503, "the database is unavailable"),
+}
+INTERRUPTED = (503, "the run was interrupted before it finished (its replica stopped); send the message again")
+
+
+@dataclass(frozen=True, slots=True)
+class Replayed:
+    """A finished run as its record tells it: the answer text and the terminal event."""
+
+    answer: str
+    terminal: StreamEvent
+
+
+def parse_last_event_id(value: str | None, run_id: str) -> int:
+    """Return the answer offset a `Last-Event-ID` names (0 without one); 422 if it is not this run's."""
+    if value is None or not value.strip():
+        return 0
+    named_run, _, offset = value.strip().rpartition(":")
+    if named_run.lower() != run_id.lower() or not offset.isdigit():
+        raise Problem(422, "Last-Event-ID must be `<run_id>:<offset>` of this run")
+    return int(offset)
+
+
+class RunRecords:
+    """Reads of runs' final checkpoints, for rejoins and replays."""
+
+    def __init__(self, pool: Pool, serde: SerializerProtocol) -> None:
+        self.pool = pool
+        self.serde = serde
+
+    async def exists(self, thread_id: str, run_id: str) -> bool:
+        """Return True when the thread's record holds the run."""
+        async with self.pool.connection() as conn:
+            return bool(await (await conn.execute(_RUN_CHECKPOINTS, (thread_id, run_id))).fetchall())
+
+    async def replay(self, thread_id: str, run_id: str) -> Replayed | None:
+        """Return the run's answer and terminal event, or None while it has no final checkpoint."""
+        async with self.pool.connection() as conn:
+            rows = await (await conn.execute(_RUN_CHECKPOINTS, (thread_id, run_id))).fetchall()
+            final = next((r for r in reversed(rows) if r["source"] == "loop"), None)
+            if final is None:
+                return None
+            versions = final["versions"] or {}
+            turn = await self._channel(conn, thread_id, "turn", versions.get("turn"))
+            outcome = await self._channel(conn, thread_id, "outcome", versions.get("outcome"))
+            error = await (await conn.execute(_ERROR, (thread_id, final["checkpoint_id"]))).fetchone()
+        answer = next(
+            (m for m in turn or [] if isinstance(m, AIMessage) and message_meta(m).get("run_id") == run_id), None
+        )
+        if error is None and answer is not None and outcome and outcome.get("message_id") == answer.id:
+            content = text_of(answer)
+            return Replayed(content, StreamEvent("end", end_event(run_id, thread_id, outcome, content), len(content)))
+        code, detail = _error_status(self.serde, error)
+        return Replayed("", StreamEvent("error", problem_body(code, detail), 0))
+
+    async def _channel(self, conn: Any, thread_id: str, channel: str, version: str | None) -> Any:
+        if version is None:
+            return None
+        row = await (await conn.execute(_BLOB, (thread_id, channel, version))).fetchone()
+        if row is None or row["type"] == "empty" or row["blob"] is None:
+            return None
+        return self.serde.loads_typed((row["type"], bytes(row["blob"])))
+
+    async def follow(self, thread_id: str, run_id: str) -> Replayed:
+        """Wait for a run executing elsewhere to end; return it as replayed from the record."""
+        while True:
+            replayed = await self.replay(thread_id, run_id)
+            if replayed is not None:
+                return replayed
+            async with self.pool.connection() as conn:
+                row = await (await conn.execute(_NEWEST_RUN, {"thread": thread_id})).fetchone()
+            assert row is not None
+            if row["newest_run"] != run_id or not row["locked"]:
+                # Over without a final checkpoint? Read once more: the end is written before
+                # the lock is released, possibly between the two reads above.
+                replayed = await self.replay(thread_id, run_id)
+                return replayed or Replayed("", StreamEvent("error", problem_body(*INTERRUPTED), 0))
+            await asyncio.sleep(FOLLOW_POLL_SECONDS)
+
+
+def _error_status(serde: SerializerProtocol, row: dict[str, Any] | None) -> tuple[int, str]:
+    if row is None or row["blob"] is None:
+        return INTERRUPTED
+    with contextlib.suppress(Exception):
+        text = str(serde.loads_typed((row["type"], bytes(row["blob"]))))
+        name = text.partition("(")[0].rpartition(".")[2]
+        if name in _ERROR_STATUS:
+            return _ERROR_STATUS[name]
+    return 500, "the run failed"
+
+
+def replay_listener(run_id: str, thread_id: str, delivered: int, replayed: Replayed) -> Listener:
+    """Return a listener already holding a finished run's events past `delivered`."""
+    listener = _rejoining(run_id, thread_id, delivered)
+    _deliver(listener, replayed)
+    return listener
+
+
+def follower_listener(
+    records: RunRecords, run_id: str, thread_id: str, delivered: int
+) -> tuple[Listener, asyncio.Task[None]]:
+    """Return a listener fed by a task that waits for a run executing on another replica."""
+    listener = _rejoining(run_id, thread_id, delivered)
+
+    async def feed() -> None:
+        try:
+            replayed = await records.follow(thread_id, run_id)
+        except Exception:
+            replayed = Replayed("", StreamEvent("error", problem_body(503, "the database is unavailable"), 0))
+        _deliver(listener, replayed)
+
+    return listener, asyncio.create_task(feed(), name=f"follow-{run_id}")
+
+
+def _rejoining(run_id: str, thread_id: str, delivered: int) -> Listener:
+    listener = Listener(run_id, thread_id, delivered, progress=False)
+    listener.queue.put_nowait(StreamEvent("metadata", {"run_id": run_id, "thread_id": thread_id}, delivered))
+    return listener
+
+
+def _deliver(listener: Listener, replayed: Replayed) -> None:
+    if replayed.answer:
+        listener.offer(StreamEvent("token", {"content": replayed.answer}, len(replayed.answer)))
+    terminal = replayed.terminal
+    listener.offer(StreamEvent(terminal.event, terminal.data, max(terminal.offset, listener.delivered)))
