@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -97,8 +98,9 @@ class LockSession:
             return conn
         async with self._connecting:
             if self.conn is None or self.conn.closed:
+                # Named by process, so operators (and tests) can tell whose locks a session holds.
                 self.conn = await AsyncConnection.connect(
-                    self._conninfo, **self._kwargs, application_name=f"chatbot-{self.name}"
+                    self._conninfo, **self._kwargs, application_name=f"chatbot-{self.name}-{os.getpid()}"
                 )
             return self.conn
 

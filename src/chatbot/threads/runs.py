@@ -148,7 +148,7 @@ class RunService:
             await self.graph.aupdate_state(config, user_turn(message), as_node=START)
         except BaseException as exc:
             await lease.release()
-            if isinstance(exc, DATABASE_ERRORS | LeaseLost):
+            if isinstance(exc, (*DATABASE_ERRORS, LeaseLost)):
                 raise Problem(503, "the database is unavailable") from None
             raise
         self._runs[stream.run_id] = stream
