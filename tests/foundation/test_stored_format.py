@@ -20,7 +20,7 @@ from psycopg import sql
 
 from tests.fixtures.app import running_app
 from tests.fixtures.knowledge import load_demo_kb
-from tests.fixtures.stored_format.make_fixture import EN, TABLES, USER, all_messages, memory, say
+from tests.fixtures.stored_format.make_fixture import EN, READ_SETTINGS, TABLES, USER, all_messages, memory, say
 from tests.fixtures.tokens import auth
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "stored_format"
@@ -52,7 +52,7 @@ async def test_a_thread_and_memory_written_by_the_pinned_versions_read_back_and_
     await load_demo_kb(isolated_database_url, MANIFEST["tenant_id"])
     counts = await load_rows(isolated_database_url)
     assert all(counts[table] > 0 for table in TABLES), counts
-    async with running_app(isolated_database_url, **MANIFEST["settings"]) as client:
+    async with running_app(isolated_database_url, **READ_SETTINGS) as client:
         transcript = await all_messages(client)
         assert transcript == EXPECTED["messages"]
         assert len(transcript) > 50  # enough runs for a DeltaChannel snapshot (agent/state.py)
