@@ -16,10 +16,12 @@ $(STAMP): pyproject.toml
 dev: $(STAMP)
 	$(BIN)/chatbot dev --host 127.0.0.1 --port 8000
 
-## make test: the whole suite against a real Postgres (embedded unless CHATBOT_TEST_DATABASE_URL is set)
-test: $(STAMP)
+## make test: lint and types, then the whole suite against a real Postgres (embedded unless
+## CHATBOT_TEST_DATABASE_URL is set). CI (.ci/run) runs only `make test`, so the checks live here.
+test: lint
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
+## make lint: ruff and mypy alone (seconds, no database)
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench
 	$(BIN)/mypy

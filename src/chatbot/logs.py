@@ -1,4 +1,8 @@
-"""JSON-lines logging: ids and timings only, never message content, memory values or tokens."""
+"""JSON-lines logging: ids and timings only, never message content, memory values or tokens.
+
+Exceptions are logged as their chain of types and frames (file, line, function), without
+messages: enough to find where a run failed and why, nothing a user or provider wrote.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +10,7 @@ import json
 import logging
 import sys
 import time
+import traceback
 from typing import Any
 
 # Attributes every LogRecord has; anything else was passed through `extra=` and is a field.
@@ -25,10 +30,58 @@ class JsonFormatter(logging.Formatter):
         for key, value in vars(record).items():
             if key not in _STANDARD and not key.startswith("_"):
                 entry[key] = value
-        if record.exc_info and record.exc_info[0] is not None:
-            # The exception type only: a message or traceback can quote user text or SQL.
-            entry["error"] = record.exc_info[0].__name__
+        if record.exc_info and record.exc_info[1] is not None:
+            exc = record.exc_info[1]
+            entry["error"] = type(exc).__name__
+            entry["exception"] = exception_chain(exc)
         return json.dumps(entry, ensure_ascii=False, default=str)
+
+
+# Bounds on one log line: a runaway chain or a deep recursion must not flood the log.
+MAX_CHAIN = 8
+MAX_FRAMES = 40
+MAX_GROUP = 5
+
+
+def exception_chain(exc: BaseException) -> list[dict[str, Any]]:
+    """Describe an exception and its causes by type and frames, never by message.
+
+    An exception's message can quote the user's text, a provider's response or a SQL
+    parameter, so only what the code says is kept: each exception's qualified type name,
+    how it relates to the one before it (`cause` for `raise ... from`, `context` for one
+    raised while handling it), and its traceback frames as (file, line, function), the
+    innermost last as in a printed traceback. Exception groups list their members' chains.
+    """
+    chain: list[dict[str, Any]] = []
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    relation = "raised"
+    while current is not None and id(current) not in seen and len(chain) < MAX_CHAIN:
+        seen.add(id(current))
+        chain.append(_describe(current, relation))
+        if current.__cause__ is not None:
+            current, relation = current.__cause__, "cause"
+        elif current.__context__ is not None and not current.__suppress_context__:
+            current, relation = current.__context__, "context"
+        else:
+            current = None
+    return chain
+
+
+def _describe(exc: BaseException, relation: str) -> dict[str, Any]:
+    kind = type(exc)
+    frames = traceback.extract_tb(exc.__traceback__)
+    described: dict[str, Any] = {
+        "type": kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}",
+        "relation": relation,
+        # The innermost frames say where it broke; the outermost are the event loop's.
+        "frames": [{"file": f.filename, "line": f.lineno, "function": f.name} for f in frames[-MAX_FRAMES:]],
+    }
+    if len(frames) > MAX_FRAMES:
+        described["frames_omitted"] = len(frames) - MAX_FRAMES
+    if isinstance(exc, BaseExceptionGroup):
+        described["members"] = [exception_chain(member) for member in exc.exceptions[:MAX_GROUP]]
+    return described
 
 
 def configure_logging(level: str = "INFO") -> None:

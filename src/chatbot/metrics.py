@@ -21,3 +21,12 @@ SUMMARY_FOLDS = Counter("chatbot_summary_folds_total", "Rolling-summary folds by
 # Expose every terminal status from the start, so dashboards see zeros rather than gaps.
 for _status in ("answered", "clarifying", "escalate", "error"):
     RUNS.labels(_status)
+
+# Failed chat-model calls, by the provider's exception class and HTTP status ("none" when
+# the exception carries none, e.g. a timeout or a connection error): a revoked key, a
+# provider rate limit and a provider outage need different responses at 3 a.m.
+MODEL_ERRORS = Counter(
+    "chatbot_model_errors_total",
+    "Chat-model calls that failed, by the provider's exception class and HTTP status.",
+    ["error_class", "status"],
+)

@@ -106,5 +106,4 @@ async def test_health_endpoints_need_no_token(client: httpx.AsyncClient) -> None
     assert (await client.get("/healthz")).status_code == 200
     assert (await client.get("/readyz")).status_code == 200
     metrics = await client.get("/metrics")
-    assert metrics.status_code == 200
-    assert "chatbot_runs_total" in metrics.text
+    assert metrics.status_code == 200  # what it counts: tests/foundation/test_metrics.py

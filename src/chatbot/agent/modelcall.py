@@ -12,11 +12,35 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import BaseMessage
 from pydantic import BaseModel, Field, ValidationError
 
+from chatbot import metrics
+
 log = logging.getLogger(__name__)
 
 
 class ModelFailure(Exception):
-    """The model call failed (provider error or unusable output after the fallback)."""
+    """The model call failed (provider error or unusable output after the fallback).
+
+    The provider's exception is kept as `__cause__` (so logged tracebacks show where it
+    came from), and its class name and HTTP status are copied onto `error_class` and
+    `status`: a revoked key (401), a provider rate limit (429) and a provider outage (5xx)
+    must be told apart in logs and metrics without reading the exception's message, which
+    can quote the provider's response or the user's text.
+    """
+
+    error_class: str
+    """Class name of the provider's exception, e.g. `RateLimitError`."""
+    status: int | None
+    """HTTP status the provider answered with, when its exception carries one."""
+
+    def __init__(self, error_class: str, status: int | None = None) -> None:
+        # The message repeats only these two fields: never the provider's own message.
+        super().__init__(error_class if status is None else f"{error_class} (HTTP {status})")
+        self.error_class = error_class
+        self.status = status
+
+    def __reduce__(self) -> tuple[type[ModelFailure], tuple[str, int | None]]:
+        # Exceptions pickle as `cls(*self.args)`, and `args` holds the formatted message.
+        return type(self), (self.error_class, self.status)
 
 
 class ModelTimeout(ModelFailure):
@@ -86,13 +110,16 @@ async def ask_model(
                     if isinstance(answer, str) and len(answer) > len(streamed) and answer.startswith(streamed):
                         on_delta(answer[len(streamed) :])
                         streamed = answer
-    except TimeoutError:
-        raise ModelTimeout("model timed out") from None
+    except TimeoutError as exc:
+        _count_failure("TimeoutError", None)
+        raise ModelTimeout("TimeoutError") from exc
     except (ValidationError, ValueError) as exc:  # output that does not fit the schema
         log.warning("model output rejected", extra={"error": type(exc).__name__})
         last = None
     except Exception as exc:
-        raise ModelFailure(type(exc).__name__) from None
+        status = http_status(exc)
+        _count_failure(type(exc).__name__, status)
+        raise ModelFailure(type(exc).__name__, status) from exc
     parsed = _coerce(last)
     if parsed is None or not (streamed or parsed.answer).strip():
         if streamed:  # the user has seen it: keep the record faithful, ask for more detail
@@ -107,6 +134,28 @@ async def ask_model(
     citations = [c for c in dict.fromkeys(parsed.citations) if c in known_chunk_ids]
     reason = "model_escalated" if parsed.status == "escalate" else None
     return ModelReply(parsed.status, streamed, citations, reason)
+
+
+def http_status(exc: BaseException) -> int | None:
+    """Return the HTTP status a provider exception carries, looking through its causes.
+
+    The provider SDKs put it on the exception (`status_code`: openai, anthropic, ollama)
+    or on its response (`response.status_code`: httpx); LangChain may wrap either.
+    """
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        for holder in (current, getattr(current, "response", None)):
+            status = getattr(holder, "status_code", None)
+            if isinstance(status, int) and not isinstance(status, bool) and 100 <= status <= 599:
+                return status
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def _count_failure(error_class: str, status: int | None) -> None:
+    metrics.MODEL_ERRORS.labels(error_class=error_class, status="none" if status is None else str(status)).inc()
 
 
 def _streams(model: BaseChatModel) -> bool:
