@@ -118,6 +118,9 @@ def load_questions() -> list[tuple[str, str]]:
     return [(i["query"], "fa-IR" if i["document_id"].startswith("fa/") else "en-US") for i in items]
 
 
+SERVER_PIDS: dict[str, int] = {}  # base URL -> pid of the `chatbot serve` behind it
+
+
 def free_port() -> int:
     """Return a free TCP port on 127.0.0.1."""
     with socket.socket() as s:
@@ -126,16 +129,21 @@ def free_port() -> int:
 
 
 @asynccontextmanager
-async def server(url: str, secret: str) -> AsyncIterator[str]:
-    """Run `chatbot serve` on 127.0.0.1 until the block ends; yield its base URL."""
+async def server(url: str, secret: str, **settings: str) -> AsyncIterator[str]:
+    """Run `chatbot serve` on 127.0.0.1 until the block ends; yield its base URL.
+
+    `settings` are extra `CHATBOT_*` variables, e.g. `CHATBOT_OFFLINE_TOKEN_DELAY_MS="60"`.
+    """
     port = free_port()
     env = {**os.environ, "CHATBOT_DATABASE_URL": url, "CHATBOT_SERVICE_SECRET": secret,
-           "CHATBOT_LOG_LEVEL": "WARNING", "CHATBOT_MODEL": "offline", "CHATBOT_OFFLINE_TOKEN_DELAY_MS": "0"}
+           "CHATBOT_LOG_LEVEL": "WARNING", "CHATBOT_MODEL": "offline", "CHATBOT_OFFLINE_TOKEN_DELAY_MS": "0",
+           **settings}
     process = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "chatbot.cli", "serve", "--host", "127.0.0.1", "--port", str(port),
         env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
     base = f"http://127.0.0.1:{port}"
+    SERVER_PIDS[base] = process.pid
     try:
         async with httpx.AsyncClient() as probe:
             for _ in range(300):

@@ -50,7 +50,7 @@ async def test_a_first_run_that_reaches_the_lock_after_another_caller_created_th
         intruder = asyncio.create_task(
             late.post("/v1/threads/contested/runs", json=QUESTION, headers=auth("globex", "g1"))
         )
-        await reached.wait()  # globex found no thread and now waits for its lock
+        await reached.wait()  # globex's first run is on its way to the thread lock
         owner = await early.post("/v1/threads/contested/runs", json=QUESTION, headers=auth("acme", "u1"))
         assert owner.status_code == 200 and parse_blocks(owner.text)[0][-1].event == "end"
         gate.set()

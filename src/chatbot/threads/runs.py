@@ -117,20 +117,23 @@ class RunService:
             self._starting -= 1
 
     async def _start(self, thread_id: str, caller: CallerContext, content: str) -> Listener:
+        # The lock is tried first: the statements that decide 404 and 429 are needed on the
+        # way to 409 only, while a run that gets the lock must check its owner under it anyway.
         try:
-            await check_thread_access(self.pool, thread_id, caller, must_exist=False)
-            retry = await self.limiter.retry_after(caller)
-            if retry is not None:
-                raise _rate_limited(retry)
             lease = await self.locks.try_thread(thread_id)
+            if lease is None:
+                await check_thread_access(self.pool, thread_id, caller, must_exist=False)
+                retry = await self.limiter.retry_after(caller)
         except DATABASE_ERRORS:
             raise Problem(503, "the database is unavailable") from None
         if lease is None:
+            if retry is not None:
+                raise _rate_limited(retry)
             metrics.RUNS_REJECTED.labels("in_flight").inc()
             raise Problem(409, "a run is already in flight on this thread")
         try:
-            # Decided again under the lock: another caller's first run on this thread id may
-            # have created the thread since the check above.
+            # Decided under the lock: another caller's first run on this thread id may have
+            # created the thread a moment ago (the owner is the first checkpoint's caller).
             owner = await thread_owner(self.pool, thread_id)
             if owner is not None and not owner.is_caller(caller):
                 raise thread_not_found()
@@ -177,7 +180,7 @@ class RunService:
             run_id=stream.run_id,
             thread_id=stream.thread_id,
         )
-        error: str | None = None
+        failure: BaseException | None = None
         try:
             outcome: dict[str, Any] = {}
             content = ""
@@ -197,7 +200,7 @@ class RunService:
         except BaseException as exc:
             code, detail = failure_problem(exc)
             terminal = ("error", problem_body(code, detail))
-            error = type(exc).__name__
+            failure = exc
             if not isinstance(exc, Exception):  # cancelled: shutdown went past its grace period
                 raise
         finally:
@@ -210,14 +213,18 @@ class RunService:
             elapsed = time.perf_counter() - started
             metrics.RUN_SECONDS.observe(elapsed)
             log.log(
-                logging.WARNING if error else logging.INFO,
+                logging.WARNING if failure else logging.INFO,
                 "run finished",
+                # The chain's types and frames (logs.py), never its messages: they can quote text.
+                exc_info=failure,
                 extra={
                     "thread_id": stream.thread_id,
                     "run_id": stream.run_id,
                     "tenant_id": caller.tenant_id,
                     "status": status,
-                    "error": error,
+                    "error": None if failure is None else type(failure).__name__,
+                    "model_error": getattr(failure, "error_class", None),
+                    "model_status": getattr(failure, "status", None),
                     "duration_ms": round(elapsed * 1000, 1),
                     "ttft_ms": None if first_token is None else round((first_token - started) * 1000, 1),
                 },
