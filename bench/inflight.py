@@ -165,7 +165,11 @@ async def main(args: argparse.Namespace) -> None:
     secret = secrets.token_urlsafe(48)
     settings = Settings(service_secret=SecretStr(secret), database_url="postgresql:///unused")
     tokens = [mint_token(settings, tenant="acme", user=f"user-{i}", locale="en-US", ttl=3000) for i in range(50)]
-    env = {"CHATBOT_OFFLINE_TOKEN_DELAY_MS": str(args.delay_ms), "CHATBOT_POOL_MAX_SIZE": str(args.pool_size)}
+    env = {
+        "CHATBOT_OFFLINE_TOKEN_DELAY_MS": str(args.delay_ms),
+        "CHATBOT_POOL_MAX_SIZE": str(args.pool_size),
+        "CHATBOT_SSE_FLUSH_MS": str(args.flush_ms),
+    }
     async with bench_database("inflight") as url:
         pool = make_pool(url, settings, name="bench", min_size=1, max_size=2)
         await pool.open(wait=True)
@@ -174,7 +178,8 @@ async def main(args: argparse.Namespace) -> None:
         finally:
             await pool.close()
         print(
-            f"offline model, {args.delay_ms} ms between tokens; pool {args.pool_size} per replica "
+            f"offline model, {args.delay_ms} ms between tokens; tokens flushed every {args.flush_ms} ms; "
+            f"pool {args.pool_size} per replica "
             f"(budget {args.pool_size + 4} connections per replica)",
             flush=True,
         )
@@ -193,6 +198,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--replicas", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--delay-ms", type=int, default=60)
     parser.add_argument("--pool-size", type=int, default=16)
+    parser.add_argument("--flush-ms", type=int, default=50, help="CHATBOT_SSE_FLUSH_MS of the replicas")
     return parser.parse_args()
 
 

@@ -61,6 +61,10 @@ class Settings(BaseSettings):
     max_runs_in_flight: int = Field(default=1000, ge=1)
     # A `: keep-alive` comment goes out when no event was due for this long.
     sse_keepalive_seconds: float = Field(default=10.0, gt=0)
+    # After the first token, tokens are sent at most this often (0 = each as it comes): each
+    # event sent costs middleware and a socket write, most of a replica's CPU at hundreds of
+    # streams (docs/performance.md); 50 ms is below what a reader notices.
+    sse_flush_ms: int = Field(default=50, ge=0, le=1000)
     # 0 prepares every statement; None disables prepared statements (PgBouncer transaction mode).
     prepare_threshold: int | None = 0
     pool_max_idle_seconds: float = Field(default=240.0, gt=0)

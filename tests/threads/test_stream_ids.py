@@ -133,3 +133,15 @@ async def test_a_last_event_id_of_another_run_or_malformed_is_422(client: httpx.
         response = await _rejoin(client, "bad-ids", run_id, value)
         assert response.status_code == 422, value
         assert response.headers["content-type"].startswith("application/problem+json")
+
+
+async def test_tokens_after_the_first_are_flushed_together_without_changing_the_answer(kb_database_url: str) -> None:
+    counts = {}
+    for flush_ms in (0, 150):
+        async with running_app(kb_database_url, offline_token_delay_ms=15, sse_flush_ms=flush_ms) as c:
+            _, events = await _run(c, f"flushed-{flush_ms}")
+        tokens = [e for e in events if e.event == "token"]
+        answer = events[-1].data["message"]["content"]
+        assert answer_of(events) == answer and tokens[-1].offset == len(answer)
+        counts[flush_ms] = len(tokens)
+    assert counts[150] * 3 < counts[0]  # one event per ~150 ms instead of one per 15 ms token

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Header, Path, Request
@@ -32,14 +33,23 @@ def run_records(request: Request) -> RunRecords:
     return request.app.state.run_records
 
 
-def keepalive_seconds(request: Request) -> float:
-    """Return how long a stream may stay silent before a keep-alive comment."""
-    return float(request.app.state.settings.sse_keepalive_seconds)
+@dataclass(frozen=True, slots=True)
+class StreamTiming:
+    """How streams pace their output: keep-alive comments and token flushes, in seconds."""
+
+    keepalive: float
+    flush: float
+
+
+def stream_timing(request: Request) -> StreamTiming:
+    """Return the streams' pacing from the settings."""
+    settings = request.app.state.settings
+    return StreamTiming(settings.sse_keepalive_seconds, settings.sse_flush_ms / 1000)
 
 
 RunsDep = Annotated[RunService, Depends(run_service)]
 RecordsDep = Annotated[RunRecords, Depends(run_records)]
-KeepAliveDep = Annotated[float, Depends(keepalive_seconds)]
+TimingDep = Annotated[StreamTiming, Depends(stream_timing)]
 
 
 def stream_location(thread_id: str, run_id: str) -> str:
@@ -48,10 +58,10 @@ def stream_location(thread_id: str, run_id: str) -> str:
 
 
 def _sse_response(
-    listener: Listener, keepalive: float, on_close: Callable[[], object] | None = None
+    listener: Listener, timing: StreamTiming, on_close: Callable[[], object] | None = None
 ) -> StreamingResponse:
     return StreamingResponse(
-        sse_body(listener, keepalive, on_close),
+        sse_body(listener, timing.keepalive, timing.flush, on_close),
         media_type=SSE_MEDIA_TYPE,
         headers={
             "Cache-Control": "no-cache",
@@ -67,7 +77,7 @@ async def create_run(
     body: RunRequest,
     caller: CallerDep,
     runs: RunsDep,
-    keepalive: KeepAliveDep,
+    timing: TimingDep,
     accept: Annotated[str | None, Header()] = None,
 ) -> Response:
     """Run the graph on the user's message; stream it (SSE) or answer with its `end` object."""
@@ -78,7 +88,7 @@ async def create_run(
         if result.event == "end":
             return JSONResponse(result.data, headers=location)
         return JSONResponse(result.data, status_code=result.data["status"], media_type=PROBLEM_JSON, headers=location)
-    return _sse_response(listener, keepalive)
+    return _sse_response(listener, timing)
 
 
 @router.get("/{thread_id}/runs/{run_id}/stream", response_model=None)
@@ -88,7 +98,7 @@ async def rejoin_run(
     caller: CallerDep,
     runs: RunsDep,
     records: RecordsDep,
-    keepalive: KeepAliveDep,
+    timing: TimingDep,
     last_event_id: Annotated[str | None, Header(max_length=200)] = None,
 ) -> Response:
     """Rejoin a run's stream from the offset of `Last-Event-ID`: live, followed, or replayed."""
@@ -101,11 +111,11 @@ async def rejoin_run(
     local = runs.local(thread_id, run_id)
     if local is not None:
         listener = local.listen(delivered)
-        return _sse_response(listener, keepalive, lambda: local.leave(listener))
+        return _sse_response(listener, timing, lambda: local.leave(listener))
     replayed = await records.replay(thread_id, run_id)
     if replayed is not None:
-        return _sse_response(replay_listener(run_id, thread_id, delivered, replayed), keepalive)
+        return _sse_response(replay_listener(run_id, thread_id, delivered, replayed), timing)
     if not await records.exists(thread_id, run_id):
         raise Problem(404, "run not found on this thread")
     listener, feeder = follower_listener(records, run_id, thread_id, delivered)
-    return _sse_response(listener, keepalive, feeder.cancel)
+    return _sse_response(listener, timing, feeder.cancel)

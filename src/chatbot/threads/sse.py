@@ -42,11 +42,19 @@ def encode_events(run_id: str, events: Sequence[StreamEvent]) -> bytes:
 
 
 async def sse_body(
-    listener: Listener, keepalive: float, on_close: Callable[[], object] | None = None
+    listener: Listener, keepalive: float, flush: float = 0.0, on_close: Callable[[], object] | None = None
 ) -> AsyncIterator[bytes]:
-    """Yield a listener's events as SSE until `end` or `error`, with a comment while none is due."""
+    """Yield a listener's events as SSE until `end` or `error`, with a comment while none is due.
+
+    After the first token, tokens are held for up to `flush` seconds and sent together:
+    every event sent costs a trip through the ASGI middleware and a socket write, and at
+    hundreds of streams that per-event work is most of a replica's CPU
+    (docs/performance.md). The first token and the terminal event are never held.
+    """
     # If the client goes away this generator is cancelled; the run's own task goes on
     # and persists the turn, and its lock is released when it ends.
+    loop = asyncio.get_running_loop()
+    streaming = False
     try:
         while True:
             try:
@@ -55,12 +63,26 @@ async def sse_body(
             except TimeoutError:
                 yield KEEP_ALIVE
                 continue
+            if streaming and flush > 0:
+                await _hold_tokens(listener, batch, loop.time() + flush)
             yield encode_events(listener.run_id, batch)
             if batch[-1].event in TERMINAL:
                 return
+            streaming = streaming or any(e.event == "token" for e in batch)
     finally:
         if on_close is not None:
             on_close()
+
+
+async def _hold_tokens(listener: Listener, batch: list[StreamEvent], until: float) -> None:
+    """Add to a batch ending in a token what arrives before `until` (or up to a non-token event)."""
+    loop = asyncio.get_running_loop()
+    while batch[-1].event == "token" and (remaining := until - loop.time()) > 0:
+        try:
+            async with asyncio.timeout(remaining):
+                batch.extend(await listener.next_batch())
+        except TimeoutError:
+            return
 
 
 def _quality(accept: str, media: str) -> float:
