@@ -211,7 +211,8 @@ async def test_a_streaming_model_streams_its_answer_and_cites_only_retrieved_chu
     answer = "You can renew third-party insurance up to 30 days after it ends; no inspection is needed."
     model = StreamingChatModel(mode="answer", reply={"status": "answered", "answer": answer,
                                                      "citations": ["made-up#1"]})
-    async with running_app(kb_database_url, agent_overrides={"chat_model": model}) as client:
+    # Flushing every token as it comes: this is about how the model's output reaches the stream.
+    async with running_app(kb_database_url, agent_overrides={"chat_model": model}, sse_flush_ms=0) as client:
         events = await run_sse(client, "streams", "How do I renew third-party insurance?", **EN)
     end = check_order(events)
     tokens = [d["content"] for n, d in events if n == "token"]
