@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from datetime import datetime
 from typing import Any
 
@@ -107,8 +106,9 @@ async def test_memory_nobody_uses_is_removed_after_its_ttl(isolated_database_url
         await wait_for_fact(client, "Yazd", **EN)
         assert store_rows(url, "u1")
         # Nobody reads or writes it now; the store's sweeper deletes the rows themselves.
-        deadline = time.monotonic() + 60
-        while store_rows(url, "u1") and time.monotonic() < deadline:
+        for _ in range(300):  # up to a minute on a loaded machine
+            if not store_rows(url, "u1"):
+                break
             await asyncio.sleep(0.2)
         assert store_rows(url, "u1") == []
         assert await memory_of(client, **EN) == {"user_id": "u1", "profile": {}, "facts": []}
