@@ -19,3 +19,7 @@ create table if not exists maintenance_leases (
     lease_until       timestamptz not null default '-infinity',
     last_finished_at  timestamptz
 );
+
+-- The locale of the token that rated a run (the user's, as the backend sent it), so the
+-- feedback export can segment by cohort. Rows rated before this column existed have none.
+alter table run_feedback add column if not exists locale text;
