@@ -71,7 +71,7 @@ class RetentionSweeper:
             pool,
             LEASE_NAME,
             holder=holder or replica_name(),
-            lease_seconds=max(LEASE_SECONDS, self.interval),
+            lease_seconds=LEASE_SECONDS,
             every_seconds=self.interval,
         )
         self._task: asyncio.Task[None] | None = None
