@@ -100,3 +100,38 @@ def test_retention_command_uses_the_setting_when_older_than_is_omitted(isolated_
     assert tiny.returncode == 0, tiny.stderr[-500:]
     assert "stale=2 deleted=2" in tiny.stdout
     assert _threads(url) == set()
+
+
+def _clone_thread(url: str, template: str, prefix: str, count: int) -> None:
+    """Copy a thread's checkpoint rows to `count` threads named prefix-0.. (many threads, quickly)."""
+    with psycopg.connect(url) as conn:
+        for table in ("checkpoints", "checkpoint_blobs", "checkpoint_writes"):
+            columns = [
+                r[0]
+                for r in conn.execute(
+                    "select column_name from information_schema.columns where table_name = %s "
+                    "order by ordinal_position",
+                    (table,),
+                ).fetchall()
+            ]
+            chosen = ", ".join("%(prefix)s || g" if c == "thread_id" else c for c in columns)
+            conn.execute(
+                f"insert into {table} ({', '.join(columns)}) select {chosen} from {table}, "
+                "generate_series(0, %(n)s - 1) g where thread_id = %(template)s",
+                {"prefix": f"{prefix}-", "n": count, "template": template},
+            )
+
+
+def test_retention_command_deletes_more_threads_than_postgres_has_connections(isolated_database_url: str) -> None:
+    url = isolated_database_url
+    asyncio.run(_make_threads(url, "template"))
+    with psycopg.connect(url) as conn:
+        row = conn.execute("show max_connections").fetchone()
+        assert row is not None
+        many = int(row[0]) + 20  # a batch (200 by default) holding a lock connection per thread could not
+    _clone_thread(url, "template", "many", min(many, 400))
+    time.sleep(1.0)
+    done = _retention_command(url, "--older-than", "0.00001")
+    assert done.returncode == 0, done.stderr[-500:]
+    assert f"deleted={min(many, 400) + 1}" in done.stdout
+    assert _threads(url) == set()

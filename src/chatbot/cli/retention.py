@@ -17,7 +17,10 @@ def retention(
         help="Days since a thread's newest checkpoint; CHATBOT_RETENTION_DAYS when omitted.",
     ),
     dry_run: bool = typer.Option(False, "--dry-run", help="Count what would be deleted; delete nothing."),
-    batch_size: int = typer.Option(200, min=1, help="Threads deleted per transaction."),
+    batch_size: int = typer.Option(200, min=1, help="Stale threads found per scan."),
+    max_locks: int = typer.Option(
+        32, min=1, help="Thread locks held at once, each on a connection of its own: threads deleted per transaction."
+    ),
 ) -> None:
     """Delete threads whose newest checkpoint is older than DAYS, skipping runs in flight.
 
@@ -32,8 +35,12 @@ def retention(
     cutoff = datetime.now(UTC) - timedelta(days=days)
 
     async def _go() -> None:
-        async with common.open_pool_and_locks(settings, locks=batch_size + 1) as (pool, locks):
-            report = await purge_stale_threads(pool, locks, cutoff, batch_size=batch_size, dry_run=dry_run)
+        # Not a lock connection per thread of a batch: 200 of them exceed a default Postgres'
+        # max_connections (100), and the pass then fails waiting for the pool.
+        async with common.open_pool_and_locks(settings, locks=max_locks + 1) as (pool, locks):
+            report = await purge_stale_threads(
+                pool, locks, cutoff, batch_size=batch_size, dry_run=dry_run, max_locks=max_locks
+            )
         verb = "would delete" if dry_run else "deleted"
         typer.echo(
             f"older_than_days={days:g} stale={report.stale} {verb}={report.stale if dry_run else report.deleted} "
