@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from datetime import datetime, timedelta
 from typing import Any
@@ -17,7 +17,7 @@ import pytest
 from chatbot.db.pool import make_pool
 from chatbot.ops.sweeper import RetentionSweeper
 from chatbot.threads.locks import Lease, Locks
-from tests.fixtures.app import parse_sse, running_app
+from tests.fixtures.app import Replica, parse_sse, running_app
 from tests.fixtures.postgres import settings_for
 from tests.fixtures.tokens import auth
 
@@ -138,3 +138,33 @@ async def test_a_held_lease_keeps_every_replica_from_sweeping_until_it_runs_out(
         await asyncio.sleep(1.0)
         assert await asyncio.gather(*(r.sweep_once() for r in replicas)) == [None, None]
         assert threads(url) == {"t-4"}
+
+
+async def test_real_replicas_sweep_threads_and_expire_memory_from_their_settings(
+    migrated_database_url: str, replicas: Callable[..., Replica]
+) -> None:
+    url = migrated_database_url
+    lifecycle = {
+        "CHATBOT_RETENTION_DAYS": "0.00003",  # about 2.6 s
+        "CHATBOT_RETENTION_SWEEP_MINUTES": "0.01",
+        "CHATBOT_MEMORY_TTL_DAYS": "0.00003",
+        "CHATBOT_MEMORY_TTL_SWEEP_MINUTES": "0.01",
+    }
+    a, b = replicas(**lifecycle), replicas(**lifecycle)
+    headers = auth(user="replica-user", locale="en-US")
+    async with httpx.AsyncClient(base_url=a.base_url, timeout=30) as client:
+        body = {"message": {"content": "remember that I live in Yazd"}}
+        assert (await client.post("/v1/threads/replica-old/runs", json=body, headers=headers)).status_code == 200
+    assert "replica-old" in threads(url)
+    await until(lambda: bool(store_items(url, "replica-user")), within=10)
+    # Nobody touches either again: a replica's sweep deletes the thread, a store sweeper the memory.
+    await until(lambda: "replica-old" not in threads(url) and not store_items(url, "replica-user"))
+    async with httpx.AsyncClient(base_url=b.base_url, timeout=30) as client:
+        memory = (await client.get("/v1/users/replica-user/memory", headers=headers)).json()
+    assert memory["facts"] == [] and memory["profile"] == {}
+
+
+def store_items(url: str, user: str) -> list[str]:
+    with psycopg.connect(url) as conn:
+        rows = conn.execute("select key from store where prefix like %s", (f"acme.user.{user}.%",)).fetchall()
+    return [r[0] for r in rows]
