@@ -24,9 +24,11 @@ from chatbot.health import router as health_router
 from chatbot.limits import BodySizeLimitMiddleware
 from chatbot.memory.model_extraction import model_extractor
 from chatbot.memory.router import router as memory_router
+from chatbot.memory.ttl import memory_ttl, start_memory_sweeper
 from chatbot.memory.writer import Extractor, MemoryWriter, offline_extractor
 from chatbot.models.factory import load_chat_model
 from chatbot.ops.router import router as users_router
+from chatbot.ops.sweeper import RetentionSweeper
 from chatbot.retrieval.embeddings import load_embeddings
 from chatbot.retrieval.search import search_knowledge
 from chatbot.threads.ratelimit import RateLimiter
@@ -81,13 +83,13 @@ def create_app(
         await locks.open()
         try:
             saver = FencedPostgresSaver(pool)
-            store = AsyncPostgresStore(pool)
+            store = AsyncPostgresStore(pool, ttl=memory_ttl(settings.memory_ttl_days))
             memory = MemoryWriter(
                 pool=pool,
-                store=store,
                 locks=locks,
                 max_facts=settings.memory_max_facts,
                 extractor=extractor,
+                ttl=store.ttl_config,
             )
             embeddings = load_embeddings(settings.embeddings)
 
@@ -122,7 +124,22 @@ def create_app(
                 max_in_flight=settings.max_runs_in_flight,
             )
             app.state.run_records = RunRecords(pool, saver.serde)
+            # Lifecycle: the retention sweep (when CHATBOT_RETENTION_DAYS is set) and the
+            # store's TTL sweeper (when CHATBOT_MEMORY_TTL_DAYS is), both in the background.
+            app.state.retention = None
+            if settings.retention_days > 0:
+                app.state.retention = RetentionSweeper(
+                    pool=pool,
+                    locks=locks,
+                    days=settings.retention_days,
+                    interval_minutes=settings.retention_sweep_minutes,
+                )
+                app.state.retention.start()
+            await start_memory_sweeper(store, settings.memory_ttl_sweep_minutes)
             yield
+            if app.state.retention is not None:
+                await app.state.retention.stop()
+            await store.stop_ttl_sweeper(timeout=5)
             await app.state.runs.drain(settings.shutdown_grace_seconds)
             await memory.drain(settings.shutdown_grace_seconds)
         finally:

@@ -84,6 +84,15 @@ class Settings(BaseSettings):
     run_lock_wait_seconds: float = Field(default=10.0, ge=0)
     shutdown_grace_seconds: float = Field(default=30.0, ge=0)
     log_level: str = "INFO"
+    # Lifecycle (CONTRACT.md "Retention and memory lifetime"); 0 days = keep forever.
+    retention_days: float = Field(default=0.0, ge=0)
+    retention_sweep_minutes: float = Field(default=60.0, gt=0)
+    memory_ttl_days: float = Field(default=0.0, ge=0)
+    # How often the store's TTL sweeper runs; at most a minute, so an expired item goes
+    # within the contract's two minutes.
+    memory_ttl_sweep_minutes: float = Field(default=1.0, gt=0, le=1)
+    # Keys the pseudonymous user key of `chatbot feedback export` (HMAC-SHA256).
+    export_key: SecretStr | None = None
 
     @field_validator("prepare_threshold", mode="before")
     @classmethod

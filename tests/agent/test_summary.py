@@ -11,7 +11,15 @@ import pytest
 from langchain_core.language_models.fake_chat_models import FakeListChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 
-from chatbot.agent.summary import SUMMARY_MAX_CHARS, fold_summary, messages_to_fold, offline_summary
+from chatbot.agent.summary import (
+    OPENING_END,
+    OPENING_MAX_CHARS,
+    SUMMARY_MAX_CHARS,
+    fold_summary,
+    messages_to_fold,
+    offline_summary,
+    split_opening,
+)
 from chatbot.agent.tokens import token_counter_for
 from chatbot.agent.window import WindowInputs, build_window
 from tests.fixtures.models import ScriptedChatModel
@@ -74,12 +82,37 @@ def test_offline_summary_is_incremental() -> None:
     assert offline_summary(once, [], "fa") == once
 
 
-def test_offline_summary_keeps_the_newest_lines_within_its_bound() -> None:
+def test_offline_summary_keeps_the_opening_and_the_newest_lines_within_its_bound() -> None:
     summary = ""
     for k in range(0, 60, 5):
         summary = offline_summary(summary, turns(5, offset=k), "fa")
     assert len(summary) <= SUMMARY_MAX_CHARS
-    assert "پرسش 59" in summary and "پرسش 0:" not in summary
+    assert summary.startswith("- کاربر پرسید: پرسش 0:")  # the opening stays first
+    assert "پرسش 59" in summary  # and the latest turn is there too
+    assert "پرسش 30:" not in summary  # the middle gave way
+    parts = split_opening(summary)
+    assert parts is not None and len(parts[0]) <= OPENING_MAX_CHARS
+
+
+def test_a_sixty_turn_offline_summary_still_names_what_the_conversation_opened_with() -> None:
+    opening = [
+        HumanMessage("My car was damaged by hail last night; claim CLM-7731 on my car body policy."),
+        AIMessage("Sorry to hear that. Hail damage is covered by car body insurance."),
+        HumanMessage("Which documents do I need for claim CLM-7731?"),
+        AIMessage("Photos of the damage, the policy number and an assessor's report."),
+    ]
+    later = [
+        message
+        for k in range(2, 60)
+        for message in (HumanMessage(f"Follow-up {k}: and what about the waiting period?"), AIMessage(f"Answer {k}."))
+    ]
+    history = opening + later
+    summary = ""
+    for start in range(0, len(history), 8):  # folded a batch at a time, as the graph does
+        summary = offline_summary(summary, history[start : start + 8], "en")
+    assert len(summary) <= SUMMARY_MAX_CHARS
+    assert "hail" in summary and "CLM-7731" in summary and "car body policy" in summary
+    assert "Follow-up 59" in summary
 
 
 async def test_fold_summary_without_a_model_is_offline() -> None:
@@ -134,3 +167,35 @@ async def test_a_hanging_summariser_keeps_the_previous_summary_within_the_timeou
     folded = await fold_summary("old summary", turns(4), "en", ScriptedChatModel(mode="hang"), timeout=0.2)
     assert folded == "old summary"
     assert asyncio.get_running_loop().time() - started < 2
+
+
+async def test_a_model_summary_pins_its_first_fold_as_the_opening_and_folds_only_the_tail() -> None:
+    model = ScriptedChatModel(mode="summary-records", prompts=[])
+    summary = ""
+    for k in range(0, 40, 4):
+        summary = await fold_summary(summary, turns(4, offset=k), "en", model)
+    assert len(model.prompts) == 10
+    # The first fold was asked for the opening, every later one gets it as fixed context.
+    assert "how this conversation opened" in model.prompts[0]
+    for prompt in model.prompts[1:]:
+        assert prompt.startswith("How the conversation opened (kept as it is; do not repeat it):\n- summary 1\n")
+    assert summary == f"- summary 1\n{OPENING_END}\n- summary 10"
+    assert split_opening(summary) == ("- summary 1", "- summary 10")
+
+
+async def test_long_model_summaries_stay_bounded_and_keep_the_opening() -> None:
+    opening = "The customer's car was damaged by hail; claim CLM-7731, car body policy."
+    replies = [opening] + [f"- point {k}: " + "details " * 120 for k in range(6)]
+    model = FakeListChatModel(responses=replies)
+    summary = ""
+    for k in range(0, 28, 4):
+        summary = await fold_summary(summary, turns(4, offset=k), "en", model)
+        assert len(summary) <= SUMMARY_MAX_CHARS
+    assert summary.startswith(opening + "\n" + OPENING_END + "\n")
+    assert "point 5" in summary  # the newest fold's text, cut from its start
+
+
+async def test_an_over_long_first_model_summary_keeps_its_beginning_as_the_opening() -> None:
+    model = FakeListChatModel(responses=["Claim CLM-7731 about hail damage. " + "More. " * 400])
+    summary = await fold_summary("", turns(2), "en", model)
+    assert summary.startswith("Claim CLM-7731") and len(summary) <= OPENING_MAX_CHARS

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 from langchain_core.messages import BaseMessage
@@ -23,15 +24,19 @@ async def test_a_60_turn_thread_is_summarised_into_the_window_and_the_handoff(is
         headers = auth(locale="en-US")
         for turn in range(1, 61):
             topic = TOPICS[turn % len(TOPICS)]
-            body = {
-                "message": {"content": f"Question number {turn}: how long is the waiting period for {topic} cover?"}
-            }
+            question = f"Question number {turn}: how long is the waiting period for {topic} cover?"
+            if turn == 1:  # what the conversation opened with, which the summary must keep
+                question = "Question number 1: hail damaged my car, claim CLM-7731 on my car body policy"
+            body = {"message": {"content": question}}
             response = await client.post("/v1/threads/long/runs", json=body, headers=headers)
             assert response.status_code == 200
         state = (await client.app.state.graph.aget_state({"configurable": {"thread_id": "long"}})).values  # type: ignore[attr-defined]
         summary = state["summary"]
         assert summary and state["summarized_through"]
         assert "Question number" in summary
+        folded = [int(n) for n in re.findall(r"Question number (\d+):", summary)]
+        assert "CLM-7731" in summary and folded[0] == 1  # the opening stays
+        assert max(folded) >= 45  # as do the latest turns folded
         system = str(windows[-1][0].content)
         assert summary in system  # the summary is in the model input
         window_text = "\n".join(str(m.content) for m in windows[-1])

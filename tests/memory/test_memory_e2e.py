@@ -137,6 +137,8 @@ async def test_erasure_leaves_no_row_with_the_user_or_their_words(isolated_datab
 
     async with running_app(isolated_database_url, memory_extractor=slowish) as client:
         victim = {"tenant": "acme", "user": "erase-me", "locale": "en-US"}
+        # A reset first: its record names the user too, and must go with the erasure.
+        assert (await client.delete("/v1/users/erase-me/memory", headers=auth(**victim))).status_code == 204
         await say(client, "erase-1", f"remember that my cabin is {secret_words}", **victim)
         await say(client, "erase-2", "How do I renew third-party insurance?", **victim)
         await say(client, "keep-1", "remember that I live in Shiraz", tenant="globex", user="erase-me")
@@ -170,6 +172,7 @@ async def test_erasure_leaves_no_row_with_the_user_or_their_words(isolated_datab
             "store",
             "run_feedback",
             "run_rate_windows",
+            "memory_resets",
         ):
             rows = conn.execute(f"select t::text from {table} t").fetchall()
             text = "\n".join(r[0] for r in rows)

@@ -6,6 +6,7 @@ import asyncio
 import os
 import subprocess
 import sys
+import time
 from datetime import UTC, datetime, timedelta
 
 import psycopg
@@ -57,16 +58,76 @@ async def test_retention_deletes_idle_threads_and_skips_busy_ones(isolated_datab
         assert gone.status_code == 404
 
 
-def test_retention_command_dry_run_changes_nothing(migrated_database_url: str) -> None:
-    env = {**os.environ, "CHATBOT_DATABASE_URL": migrated_database_url}
-    before = _threads(migrated_database_url)
-    done = subprocess.run(
-        [sys.executable, "-m", "chatbot.cli", "retention", "--older-than", "0", "--dry-run"],
-        env=env,
+def _retention_command(url: str, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "chatbot.cli", "retention", *args],
+        env={**os.environ, "CHATBOT_DATABASE_URL": url, **env},
         capture_output=True,
         text=True,
         timeout=60,
     )
+
+
+async def _make_threads(url: str, *threads: str) -> None:
+    async with running_app(url) as client:
+        for thread in threads:
+            await _turn(client, thread)
+
+
+def test_retention_command_dry_run_counts_and_changes_nothing(isolated_database_url: str) -> None:
+    url = isolated_database_url
+    asyncio.run(_make_threads(url, "dry-1", "dry-2"))
+    done = _retention_command(url, "--older-than", "0", "--dry-run")
     assert done.returncode == 0, done.stderr[-500:]
-    assert "stale=" in done.stdout
-    assert _threads(migrated_database_url) == before
+    assert "stale=2 would delete=2" in done.stdout
+    assert _threads(url) == {"dry-1", "dry-2"}
+
+
+def test_retention_command_uses_the_setting_when_older_than_is_omitted(isolated_database_url: str) -> None:
+    url = isolated_database_url
+    asyncio.run(_make_threads(url, "set-1", "set-2"))
+    nothing_set = _retention_command(url)
+    assert nothing_set.returncode == 2 and "CHATBOT_RETENTION_DAYS" in nothing_set.stderr
+    a_year = _retention_command(url, CHATBOT_RETENTION_DAYS="365")
+    assert a_year.returncode == 0 and "older_than_days=365 stale=0 deleted=0" in a_year.stdout
+    assert _threads(url) == {"set-1", "set-2"}
+    time.sleep(1.0)  # older than the setting below (0.864 s)
+    tiny = _retention_command(url, CHATBOT_RETENTION_DAYS="0.00001")
+    assert tiny.returncode == 0, tiny.stderr[-500:]
+    assert "stale=2 deleted=2" in tiny.stdout
+    assert _threads(url) == set()
+
+
+def _clone_thread(url: str, template: str, prefix: str, count: int) -> None:
+    """Copy a thread's checkpoint rows to `count` threads named prefix-0.. (many threads, quickly)."""
+    with psycopg.connect(url) as conn:
+        for table in ("checkpoints", "checkpoint_blobs", "checkpoint_writes"):
+            columns = [
+                r[0]
+                for r in conn.execute(
+                    "select column_name from information_schema.columns where table_name = %s "
+                    "order by ordinal_position",
+                    (table,),
+                ).fetchall()
+            ]
+            chosen = ", ".join("%(prefix)s || g" if c == "thread_id" else c for c in columns)
+            conn.execute(
+                f"insert into {table} ({', '.join(columns)}) select {chosen} from {table}, "
+                "generate_series(0, %(n)s - 1) g where thread_id = %(template)s",
+                {"prefix": f"{prefix}-", "n": count, "template": template},
+            )
+
+
+def test_retention_command_deletes_more_threads_than_postgres_has_connections(isolated_database_url: str) -> None:
+    url = isolated_database_url
+    asyncio.run(_make_threads(url, "template"))
+    with psycopg.connect(url) as conn:
+        row = conn.execute("show max_connections").fetchone()
+        assert row is not None
+        many = int(row[0]) + 20  # a batch (200 by default) holding a lock connection per thread could not
+    _clone_thread(url, "template", "many", min(many, 400))
+    time.sleep(1.0)
+    done = _retention_command(url, "--older-than", "0.00001")
+    assert done.returncode == 0, done.stderr[-500:]
+    assert f"deleted={min(many, 400) + 1}" in done.stdout
+    assert _threads(url) == set()

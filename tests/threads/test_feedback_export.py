@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import hmac
 import json
 import re
 from datetime import UTC, datetime, timedelta
@@ -24,11 +26,14 @@ from tests.fixtures.postgres import settings_for
 from tests.fixtures.tokens import auth
 
 EN = {"locale": "en-US"}
+EXPORT_KEY = "export-key-" + "q7" * 20
 RFC3339_UTC = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}\.\d{3}Z$")
 KEYS = {
     "thread_id",
     "run_id",
     "tenant_id",
+    "locale",
+    "user_key",
     "score",
     "comment",
     "rated_at",
@@ -60,13 +65,21 @@ async def rate(
 
 
 def line_of(
-    thread: str, tenant: str, question: str, end: dict[str, Any], score: str, comment: str | None
+    thread: str,
+    tenant: str,
+    question: str,
+    end: dict[str, Any],
+    score: str,
+    comment: str | None,
+    locale: str = "en-US",
 ) -> dict[str, Any]:
-    """Return the export line a rated, finished run should produce (without `rated_at`)."""
+    """Return the export line a rated, finished run should produce (without `rated_at`), exported without a key."""
     return {
         "thread_id": thread,
         "run_id": end["run_id"],
         "tenant_id": tenant,
+        "locale": locale,
+        "user_key": None,
         "score": score,
         "comment": comment,
         "user_message": question,
@@ -83,9 +96,9 @@ async def open_test_pool(url: str) -> Pool:
     return pool
 
 
-async def exported(pool: Pool, since: datetime) -> list[dict[str, Any]]:
+async def exported(pool: Pool, since: datetime, key: bytes | None = None) -> list[dict[str, Any]]:
     """Return every record the export yields for `since`."""
-    return [record async for record in export_feedback(pool, AsyncPostgresSaver(pool), since)]
+    return [record async for record in export_feedback(pool, AsyncPostgresSaver(pool), since, key=key)]
 
 
 def without_rated_at(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -130,11 +143,13 @@ async def test_export_lines_match_what_was_rated(isolated_database_url: str) -> 
     expected = [
         line_of("exp-a", "acme", q1, a1, "up", "Clear, with the 30-day window."),
         line_of("exp-a", "acme", q3, a3, "up", "On second thought, fine."),
-        line_of("exp-b", "acme", fa, b1, "up", "عالی بود"),
+        line_of("exp-b", "acme", fa, b1, "up", "عالی بود", locale="fa-IR"),
         {
             "thread_id": "exp-f",
             "run_id": failed_run,
             "tenant_id": "acme",
+            "locale": "en-US",
+            "user_key": None,
             "score": "down",
             "comment": "No answer at all.",
             "user_message": "Is anyone there?",
@@ -200,18 +215,21 @@ async def prepare_cli_thread(url: str) -> tuple[str, dict[str, Any]]:
 def test_the_command_writes_json_lines(isolated_database_url: str, tmp_path: Path) -> None:
     question, end = asyncio.run(prepare_cli_thread(isolated_database_url))
     expected = line_of("cli-thread", "acme", question, end, "up", "Helpful list of documents.")
+    pseudonym = hmac.new(EXPORT_KEY.encode(), b"acme\x00u1", hashlib.sha256).hexdigest()
     runner = CliRunner()
-    env = {"CHATBOT_DATABASE_URL": isolated_database_url}
+    env = {"CHATBOT_DATABASE_URL": isolated_database_url, "CHATBOT_EXPORT_KEY": EXPORT_KEY}
     target = tmp_path / "feedback.jsonl"
 
     to_file = runner.invoke(cli, ["feedback", "export", "--since", "2000-01-01", "--output", str(target)], env=env)
     assert to_file.exit_code == 0, to_file.output
     lines = target.read_text(encoding="utf-8").splitlines()
-    assert without_rated_at([json.loads(line) for line in lines]) == [expected]
+    assert without_rated_at([json.loads(line) for line in lines]) == [{**expected, "user_key": pseudonym}]
 
     to_stdout = runner.invoke(cli, ["feedback", "export", "--since", "2000-01-01T00:00:00+03:30"], env=env)
     assert to_stdout.exit_code == 0
-    assert without_rated_at([json.loads(line) for line in to_stdout.stdout.splitlines()]) == [expected]
+    assert without_rated_at([json.loads(line) for line in to_stdout.stdout.splitlines()]) == [
+        {**expected, "user_key": pseudonym}
+    ]
 
     tomorrow = (datetime.now(UTC) + timedelta(days=1)).date().isoformat()
     none = runner.invoke(cli, ["feedback", "export", "--since", tomorrow], env=env)
@@ -219,3 +237,53 @@ def test_the_command_writes_json_lines(isolated_database_url: str, tmp_path: Pat
 
     bad = runner.invoke(cli, ["feedback", "export", "--since", "last week"], env=env)
     assert bad.exit_code == 2
+
+
+def test_the_command_refuses_cohorts_without_a_strong_key(isolated_database_url: str) -> None:
+    question, end = asyncio.run(prepare_cli_thread(isolated_database_url))
+    runner = CliRunner()
+    env = {"CHATBOT_DATABASE_URL": isolated_database_url, "CHATBOT_EXPORT_KEY": ""}
+    no_key = runner.invoke(cli, ["feedback", "export", "--since", "2000-01-01"], env=env)
+    assert no_key.exit_code == 2 and no_key.stdout == ""
+    short = runner.invoke(
+        cli, ["feedback", "export", "--since", "2000-01-01"], env={**env, "CHATBOT_EXPORT_KEY": "too-short"}
+    )
+    assert short.exit_code == 2 and short.stdout == ""
+    keyless = runner.invoke(cli, ["feedback", "export", "--since", "2000-01-01", "--without-user-key"], env=env)
+    assert keyless.exit_code == 0
+    expected = line_of("cli-thread", "acme", question, end, "up", "Helpful list of documents.")
+    assert without_rated_at([json.loads(line) for line in keyless.stdout.splitlines()]) == [expected]
+
+
+async def test_export_cohorts_pseudonymise_users_under_the_key(isolated_database_url: str) -> None:
+    url = isolated_database_url
+    raters = [
+        ("acme", "cohort-user-alpha", "en-US", "c-a1"),
+        ("acme", "cohort-user-alpha", "en-US", "c-a2"),
+        ("acme", "cohort-user-beta", "fa-IR", "c-b1"),
+        ("globex", "cohort-user-alpha", "en-GB", "c-g1"),  # the same id in another tenant: another person
+    ]
+    async with running_app(url) as client:
+        for tenant, user, locale, thread in raters:
+            end = await ask(client, thread, "qwzx plorf", tenant=tenant, user=user, locale=locale)
+            await rate(client, thread, end["run_id"], "up", None, tenant=tenant, user=user, locale=locale)
+    pool = await open_test_pool(url)
+    try:
+        since = datetime.now(UTC) - timedelta(hours=1)
+        first = {r["thread_id"]: r for r in await exported(pool, since, key=EXPORT_KEY.encode())}
+        again = {r["thread_id"]: r for r in await exported(pool, since, key=EXPORT_KEY.encode())}
+        other = {r["thread_id"]: r for r in await exported(pool, since, key=b"another-key-" + b"z" * 32)}
+    finally:
+        await pool.close()
+    assert {t: (r["tenant_id"], r["locale"]) for t, r in first.items()} == {
+        thread: (tenant, locale) for tenant, _, locale, thread in raters
+    }
+    dump = json.dumps(list(first.values()) + list(other.values()))
+    assert "cohort-user" not in dump  # the raw ids never leave
+    keys = {t: r["user_key"] for t, r in first.items()}
+    assert all(re.fullmatch(r"[0-9a-f]{64}", k) for k in keys.values())
+    assert keys["c-a1"] == keys["c-a2"]  # same user, same key
+    assert len({keys["c-a1"], keys["c-b1"], keys["c-g1"]}) == 3  # another user, or another tenant's
+    assert keys == {t: r["user_key"] for t, r in again.items()}  # stable across exports
+    assert all(other[t]["user_key"] != keys[t] for t in keys)  # another key, other pseudonyms
+    assert other["c-a1"]["user_key"] == other["c-a2"]["user_key"]

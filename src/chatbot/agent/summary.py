@@ -2,6 +2,13 @@
 
 The fold is incremental: the caller remembers up to which history index the summary
 covers (`summarized_upto`), and each fold reads only the messages dropped since then.
+
+A summary has two parts: the opening (what the conversation started with: the customer's
+issue, the product, the claim) and the latest turns. Within its bound the opening is
+pinned and the middle gives way, because the opening is what a summary exists to keep and
+the latest turns are what the next answer most likely builds on. Once the two parts are
+told apart, a line holding only OPENING_END separates them; the summary stays one string
+(one state channel, readable as it is in the model window and the hand-off).
 """
 
 from __future__ import annotations
@@ -17,13 +24,27 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 
 from chatbot.agent.prompts import SUMMARY_LABELS, SUMMARY_PROMPTS, language_key
 
-__all__ = ["SUMMARY_MAX_CHARS", "fold_summary", "messages_to_fold", "offline_summary"]
+__all__ = [
+    "OPENING_END",
+    "OPENING_MAX_CHARS",
+    "SUMMARY_MAX_CHARS",
+    "fold_summary",
+    "messages_to_fold",
+    "offline_summary",
+    "split_opening",
+]
 
 log = logging.getLogger(__name__)
 
 # The summary rides in every window's system message: bounded so it cannot crowd out
 # the chunks and recent turns (~500 Persian tokens at o200k's ~2.9 chars per token).
 SUMMARY_MAX_CHARS = 1500
+# The pinned opening's share: two or three offline lines (question + topic), or a model's
+# opening paragraph; the rest of the bound goes to the latest turns.
+OPENING_MAX_CHARS = 600
+# The line between the opening and the latest turns; it reads as "and later" to the model
+# and to the human assistant who gets the summary in a hand-off.
+OPENING_END = "…"
 _QUESTION_CHARS = 160
 _TOPIC_CHARS = 90
 # Each dropped message is cut before it is sent to a summarising model, so a fold of many
@@ -122,13 +143,61 @@ def _bound(lines: list[str], limit: int) -> str:
     return "\n".join(reversed(kept))
 
 
+def _head(lines: list[str], limit: int) -> list[str]:
+    """Return the oldest lines that fit in `limit` characters; an over-long first line keeps its start."""
+    kept: list[str] = []
+    size = 0
+    for line in lines:
+        cost = len(line) + (1 if kept else 0)
+        if size + cost > limit:
+            if not kept:
+                kept.append(line[: limit - 1].rstrip() + "…")
+            break
+        kept.append(line)
+        size += cost
+    return kept
+
+
+def _lines(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.strip() and line.strip() != OPENING_END]
+
+
+def split_opening(summary: str) -> tuple[str, str] | None:
+    """Return a summary's (opening, latest turns), or None when it has no pinned opening yet."""
+    lines = summary.splitlines()
+    for index, line in enumerate(lines):
+        if line.strip() == OPENING_END:
+            opening = "\n".join(_lines("\n".join(lines[:index])))
+            return opening, "\n".join(_lines("\n".join(lines[index + 1 :])))
+    return None
+
+
+def _join(opening: list[str], latest: list[str]) -> str:
+    return "\n".join([*opening, OPENING_END, *latest])
+
+
+def _bound_keeping_opening(previous: str, new_lines: list[str], limit: int) -> str:
+    """Join `previous` and `new_lines` within `limit`: the opening stays, the middle gives way."""
+    parts = split_opening(previous)
+    if parts is None:
+        lines = _lines(previous) + new_lines
+        if len("\n".join(lines)) <= limit:
+            return "\n".join(lines)
+        opening = _head(lines, OPENING_MAX_CHARS)
+        rest = lines[len(opening) :]
+    else:
+        opening, rest = _lines(parts[0]), _lines(parts[1]) + new_lines
+    # What is left once the opening and its separator line are in.
+    room = limit - len("\n".join(opening)) - len(OPENING_END) - 2
+    return _join(opening, _bound(rest, room).splitlines())
+
+
 def offline_summary(previous: str, dropped: Sequence[BaseMessage], language: str) -> str:
     """Append the dropped turns' questions and answered topics to `previous`, deterministically.
 
-    Bounded to SUMMARY_MAX_CHARS, keeping the newest lines.
+    Bounded to SUMMARY_MAX_CHARS: the opening lines stay, then the newest lines that fit.
     """
-    lines = [line for line in previous.splitlines() if line.strip()]
-    return _bound(lines + _items(dropped, language), SUMMARY_MAX_CHARS)
+    return _bound_keeping_opening(previous, _items(dropped, language), SUMMARY_MAX_CHARS)
 
 
 def _transcript(dropped: Sequence[BaseMessage], language: str) -> str:
@@ -143,6 +212,35 @@ def _transcript(dropped: Sequence[BaseMessage], language: str) -> str:
     return "\n".join(lines)
 
 
+# The model's task, per fold. The first fold writes the opening, which is pinned from
+# then on; later folds rewrite only what followed it, so no rewrite can lose the opening.
+_OPENING_TASK = {
+    "fa": (
+        "گفت‌وگو تا اینجا:\n{transcript}\n\n"
+        "آغاز این گفت‌وگو را در حداکثر ۸۰ کلمه خلاصه کنید: مشکل یا درخواست مشتری، بیمه‌نامه یا محصول، و "
+        "شماره پرونده یا بیمه‌نامه اگر گفته شده. این بخش خلاصه تا پایان گفت‌وگو همین‌طور می‌ماند."
+    ),
+    "en": (
+        "The conversation so far:\n{transcript}\n\n"
+        "Summarise how this conversation opened, in at most 80 words: the customer's issue or request, "
+        "the product or policy, and any claim or policy reference given. This part of the summary is "
+        "kept as it is for the rest of the conversation."
+    ),
+}
+_CONTINUATION_TASK = {
+    "fa": (
+        "آغاز گفت‌وگو (همین‌طور می‌ماند؛ تکرارش نکنید):\n{opening}\n\n"
+        "خلاصه آنچه پس از آن گذشت:\n{latest}\n\nادامه گفت‌وگو:\n{transcript}\n\n"
+        "خلاصه به‌روز آنچه پس از آغاز گفت‌وگو گذشت را در حداکثر ۱۲۰ کلمه بنویسید."
+    ),
+    "en": (
+        "How the conversation opened (kept as it is; do not repeat it):\n{opening}\n\n"
+        "Summary of what followed:\n{latest}\n\nContinuation:\n{transcript}\n\n"
+        "Write the updated summary of what followed the opening, in at most 120 words."
+    ),
+}
+
+
 async def fold_summary(
     previous: str,
     dropped: Sequence[BaseMessage],
@@ -153,24 +251,38 @@ async def fold_summary(
 ) -> str:
     """Return `previous` extended with the `dropped` messages, by `model` or offline.
 
-    A failing or hanging model call keeps `previous` unchanged: a summary is never worth a
-    failed run, nor a thread held past the model timeout.
+    With a model, the first fold's reply becomes the pinned opening and each later fold
+    rewrites only the part after it. A failing or hanging model call keeps `previous`
+    unchanged: a summary is never worth a failed run, nor a thread held past the model
+    timeout.
     """
     if not dropped:
         return previous
     if model is None:
         return offline_summary(previous, dropped, language)
-    fa = language_key(language) == "fa"
-    heading_prev, heading_new = ("خلاصه قبلی", "ادامه گفت‌وگو") if fa else ("Previous summary", "Continuation")
-    prompt = f"{heading_prev}:\n{previous.strip() or '-'}\n\n{heading_new}:\n{_transcript(dropped, language)}"
+    key = language_key(language)
+    parts = split_opening(previous)
+    # A summary without a separator is all opening (a first model fold, or an offline one).
+    opening = _head(_lines(parts[0] if parts else previous), OPENING_MAX_CHARS)
+    latest = _lines(parts[1]) if parts else []
+    transcript = _transcript(dropped, language)
+    if opening:
+        task = _CONTINUATION_TASK[key].format(
+            opening="\n".join(opening), latest="\n".join(latest) or "-", transcript=transcript
+        )
+    else:
+        task = _OPENING_TASK[key].format(transcript=transcript)
     try:
-        instructions = SystemMessage(SUMMARY_PROMPTS[language_key(language)])
+        instructions = SystemMessage(SUMMARY_PROMPTS[key])
         async with asyncio.timeout(timeout):
-            reply = await model.ainvoke([instructions, HumanMessage(prompt)])
+            reply = await model.ainvoke([instructions, HumanMessage(task)])
         text = str(reply.text).strip()
     except Exception:  # any provider error; asyncio.CancelledError is not one and propagates
         log.warning("summary fold failed; keeping the previous summary", exc_info=True)
         return previous
-    if not text:
+    if not _lines(text):
         return previous
-    return _bound([line for line in text.splitlines() if line.strip()], SUMMARY_MAX_CHARS)
+    if not opening:
+        return "\n".join(_head(_lines(text), OPENING_MAX_CHARS))
+    room = SUMMARY_MAX_CHARS - len("\n".join(opening)) - len(OPENING_END) - 2
+    return _join(opening, _bound(_lines(text), room).splitlines())

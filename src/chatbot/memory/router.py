@@ -10,7 +10,7 @@ from chatbot.auth import CallerDep
 from chatbot.caller import CallerContext
 from chatbot.errors import Problem
 from chatbot.memory.namespaces import PROFILE_KEY, facts_namespace, profile_namespace
-from chatbot.ops.erasure import delete_memory
+from chatbot.memory.resets import reset_memory as reset_user_memory
 
 router = APIRouter(prefix="/v1/users", tags=["memory"])
 
@@ -49,15 +49,13 @@ async def read_memory(request: Request, user_id: UserId, caller: CallerDep) -> d
 
 @router.delete("/{user_id}/memory", status_code=204)
 async def reset_memory(request: Request, user_id: UserId, caller: CallerDep) -> Response:
-    """Remove the user's profile and facts in the token's tenant."""
+    """Remove the user's profile and facts in the token's tenant.
+
+    Memory work submitted before this call, on any replica, never lands after it returns
+    (memory/resets.py); this replica's queued jobs are dropped at once.
+    """
     require_self(user_id, caller)
     state = request.app.state
     state.memory.forget(caller.tenant_id, user_id)
-    lease = await state.locks.wait_user(caller.tenant_id, user_id, 10.0)
-    if lease is None:
-        raise Problem(409, "a memory write for this user is in progress; retry shortly")
-    try:
-        await delete_memory(state.pool, caller.tenant_id, user_id)
-    finally:
-        await lease.release()
+    await reset_user_memory(state.pool, caller.tenant_id, user_id)
     return Response(status_code=204)

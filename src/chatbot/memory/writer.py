@@ -4,18 +4,22 @@ Memory work must delay neither `end` nor the user's next message, so it runs her
 the thread's lock, in a queue per user: two threads of one user never race a
 consolidation. Across replicas the same is guaranteed by the user's advisory lock, which
 erasure takes too; a job whose thread was erased meanwhile drops itself, so nothing of
-an erased user lands afterwards.
+an erased user lands afterwards. A job's reads and writes run in one transaction that
+first checks the user's last memory reset (memory/resets.py): work submitted before a
+reset, on any replica, never lands after it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from langgraph.store.base import BaseStore
+from langgraph.store.base import GetOp, Item, PutOp, SearchOp, TTLConfig
+from langgraph.store.postgres.aio import AsyncPostgresStore
 
 from chatbot import metrics
 from chatbot.agent.deps import MemoryJob
@@ -24,6 +28,7 @@ from chatbot.memory.consolidation import StoredFact, consolidate
 from chatbot.memory.extraction import MemoryCandidates, extract_offline, merge_profile
 from chatbot.memory.namespaces import PROFILE_KEY, facts_namespace, profile_namespace
 from chatbot.memory.pii import rejection_reason
+from chatbot.memory.resets import hold_for_write
 from chatbot.threads.locks import Locks
 
 log = logging.getLogger(__name__)
@@ -47,25 +52,26 @@ class MemoryWriter:
         self,
         *,
         pool: Pool,
-        store: BaseStore,
         locks: Locks,
         max_facts: int,
         extractor: Extractor = offline_extractor,
         lock_wait: float = 30.0,
+        ttl: TTLConfig | None = None,
     ) -> None:
         self.pool = pool
-        self.store = store
         self.locks = locks
         self.max_facts = max_facts
         self.extractor = extractor
         self.lock_wait = lock_wait
-        self._queues: dict[tuple[str, str], deque[MemoryJob]] = {}
+        self.ttl = ttl
+        # Jobs with the monotonic time they were submitted at (memory/resets.py).
+        self._queues: dict[tuple[str, str], deque[tuple[MemoryJob, float]]] = {}
         self._workers: dict[tuple[str, str], asyncio.Task[None]] = {}
 
     def submit(self, job: MemoryJob) -> None:
         """Queue a job; returns at once."""
         key = (job.tenant_id, job.user_id)
-        self._queues.setdefault(key, deque()).append(job)
+        self._queues.setdefault(key, deque()).append((job, time.monotonic()))
         if key not in self._workers:
             task = asyncio.create_task(self._work(key), name=f"memory-{job.tenant_id}")
             self._workers[key] = task
@@ -85,9 +91,9 @@ class MemoryWriter:
         queue = self._queues[key]
         try:
             while queue:
-                job = queue.popleft()
+                job, submitted = queue.popleft()
                 try:
-                    await self._process(job)
+                    await self._process(job, submitted)
                 except Exception as exc:
                     metrics.MEMORY_WRITES.labels("failed").inc()
                     log.warning("memory job failed", extra={"run_id": job.run_id, "error": type(exc).__name__})
@@ -96,7 +102,7 @@ class MemoryWriter:
             if not queue:
                 self._queues.pop(key, None)
 
-    async def _process(self, job: MemoryJob) -> None:
+    async def _process(self, job: MemoryJob, submitted: float) -> None:
         candidates = await self.extractor(job)
         lease = await self.locks.wait_user(job.tenant_id, job.user_id, self.lock_wait)
         if lease is None:
@@ -106,7 +112,14 @@ class MemoryWriter:
             if not await self._thread_still_there(job):
                 metrics.MEMORY_WRITES.labels("dropped_erased").inc()
                 return
-            await self._apply(job, candidates)
+            async with self.pool.connection() as conn, conn.transaction():
+                since_reset = await hold_for_write(conn, job.tenant_id, job.user_id)
+                if since_reset is not None and since_reset < time.monotonic() - submitted:
+                    metrics.MEMORY_WRITES.labels("dropped_reset").inc()
+                    return
+                # A store on this transaction's connection: the reads, deletes and puts
+                # below commit together with the reset check, or not at all.
+                await self._apply(AsyncPostgresStore(conn, ttl=self.ttl), job, candidates)
             metrics.MEMORY_WRITES.labels("written").inc()
         finally:
             await lease.release()
@@ -116,7 +129,7 @@ class MemoryWriter:
             row = await (await conn.execute(_THREAD_OF_USER, (job.thread_id, job.tenant_id, job.user_id))).fetchone()
         return row is not None
 
-    async def _apply(self, job: MemoryJob, candidates: MemoryCandidates) -> None:
+    async def _apply(self, store: AsyncPostgresStore, job: MemoryJob, candidates: MemoryCandidates) -> None:
         for category in candidates.rejected:  # dropped by the extractor's own guard
             metrics.PII_REJECTED.labels(str(category)).inc()
         facts = []
@@ -127,32 +140,45 @@ class MemoryWriter:
                 continue
             facts.append(fact)
         profile_ns = profile_namespace(job.tenant_id, job.user_id)
-        updates = _safe_profile_updates(candidates.profile_updates)
-        if updates:
-            current = await self.store.aget(profile_ns, PROFILE_KEY)
-            merged = merge_profile(dict(current.value) if current else {}, updates)
-            if not current or merged != current.value:
-                await self.store.aput(profile_ns, PROFILE_KEY, merged, index=False)
-        if not facts:
-            return
         facts_ns = facts_namespace(job.tenant_id, job.user_id)
-        existing = await self.store.asearch(facts_ns, limit=self.max_facts + 50)
-        stored = [
-            StoredFact(
-                id=item.key,
-                text=str(item.value.get("text", "")),
-                category=str(item.value.get("category", "general")),
-                key=str(item.value.get("key", "")),
-                updated_at=item.updated_at,
-            )
-            for item in existing
-        ]
-        plan = consolidate(stored, facts, max_facts=self.max_facts)
-        for fact_id in plan.deletes:
-            await self.store.adelete(facts_ns, fact_id)
-        for fact_id, fact in plan.puts:
-            value: dict[str, Any] = {"text": fact.text, "category": fact.category, "key": fact.key}
-            await self.store.aput(facts_ns, fact_id, value, index=False)
+        updates = _safe_profile_updates(candidates.profile_updates)
+        if not updates and not facts:
+            return
+        # `abatch` runs on the store's own connection (this transaction); its `aget`-style
+        # helpers would go through a background queue instead. Reads refresh the TTL, and
+        # every put carries the default TTL, as the store's own helpers would.
+        ttl = (self.ttl or {}).get("default_ttl")
+        current, existing = await store.abatch(
+            [
+                GetOp(profile_ns, PROFILE_KEY, refresh_ttl=True),
+                SearchOp(facts_ns, limit=self.max_facts + 50, refresh_ttl=True),
+            ]
+        )
+        ops: list[PutOp] = []
+        if updates:
+            profile = current if isinstance(current, Item) else None
+            merged = merge_profile(dict(profile.value) if profile else {}, updates)
+            if not profile or merged != profile.value:
+                ops.append(PutOp(profile_ns, PROFILE_KEY, merged, index=False, ttl=ttl))
+        if facts:
+            stored = [
+                StoredFact(
+                    id=item.key,
+                    text=str(item.value.get("text", "")),
+                    category=str(item.value.get("category", "general")),
+                    key=str(item.value.get("key", "")),
+                    updated_at=item.updated_at,
+                )
+                for item in (existing if isinstance(existing, list) else [])
+                if isinstance(item, Item)
+            ]
+            plan = consolidate(stored, facts, max_facts=self.max_facts)
+            ops.extend(PutOp(facts_ns, fact_id, None) for fact_id in plan.deletes)
+            for fact_id, fact in plan.puts:
+                value: dict[str, Any] = {"text": fact.text, "category": fact.category, "key": fact.key}
+                ops.append(PutOp(facts_ns, fact_id, value, index=False, ttl=ttl))
+        if ops:
+            await store.abatch(ops)
 
 
 def _safe_profile_updates(updates: dict[str, Any]) -> dict[str, Any]:

@@ -4,12 +4,17 @@ No checkpoint table has a timestamp column, but `checkpoint_id` is a time-ordere
 so "newest checkpoint older than X" is a group-by on it against the UUIDv6 of X (DESIGN.md
 measured 27 ms for 120k rows). Threads with a run in flight are skipped (their lock is
 held), and the others are deleted while their locks are held, so a run cannot start on a
-thread half-way through its deletion.
+thread half-way through its deletion. A thread's feedback goes with it.
+
+`max_locks` bounds how many thread locks one pass holds at once (a run sent meanwhile to
+one of them gets 409 until its group is deleted), so a batch is deleted in groups of that
+many threads, each group in one transaction.
 """
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -48,13 +53,27 @@ class RetentionReport:
 
 
 async def purge_stale_threads(
-    pool: Pool, locks: Locks, cutoff: datetime, *, batch_size: int = 200, dry_run: bool = False
+    pool: Pool,
+    locks: Locks,
+    cutoff: datetime,
+    *,
+    batch_size: int = 200,
+    dry_run: bool = False,
+    max_locks: int | None = None,
+    before_batch: Callable[[], Awaitable[None]] | None = None,
 ) -> RetentionReport:
-    """Delete (or, with `dry_run`, count) threads untouched since `cutoff`."""
+    """Delete (or, with `dry_run`, count) threads untouched since `cutoff`.
+
+    `before_batch` is awaited before each batch is scanned (the sweep renews its lease
+    there; raising stops the pass between batches).
+    """
     floor = uuid6_floor(cutoff)
     stale = deleted = skipped = 0
     after = ""
+    group = max(1, min(max_locks or batch_size, batch_size))
     while True:
+        if before_batch is not None:
+            await before_batch()
         async with pool.connection() as conn:
             rows = await (await conn.execute(_STALE, (after, floor, batch_size))).fetchall()
         if not rows:
@@ -64,21 +83,30 @@ async def purge_stale_threads(
         stale += len(batch)
         if dry_run:
             continue
-        leases: list[Lease] = []
-        locked: list[str] = []
-        try:
-            for thread_id in batch:
-                lease = await locks.try_thread(thread_id)
-                if lease is None:
-                    skipped += 1
-                    continue
-                leases.append(lease)
-                locked.append(thread_id)
-            # Re-checked under the locks: a run may have finished on a thread since the scan.
-            async with pool.connection() as conn:
-                rows = await (await conn.execute(_STILL_STALE, (locked, floor))).fetchall()
-            deleted += await delete_threads(pool, [r["thread_id"] for r in rows])
-        finally:
-            for lease in leases:
-                await lease.release()
+        for start in range(0, len(batch), group):
+            done, busy = await _delete_unless_busy(pool, locks, batch[start : start + group], floor)
+            deleted += done
+            skipped += busy
     return RetentionReport(stale, deleted, skipped)
+
+
+async def _delete_unless_busy(pool: Pool, locks: Locks, thread_ids: list[str], floor: str) -> tuple[int, int]:
+    """Delete the threads still stale under their locks; return (deleted, skipped as in flight)."""
+    leases: list[Lease] = []
+    locked: list[str] = []
+    skipped = 0
+    try:
+        for thread_id in thread_ids:
+            lease = await locks.try_thread(thread_id)
+            if lease is None:
+                skipped += 1
+                continue
+            leases.append(lease)
+            locked.append(thread_id)
+        # Re-checked under the locks: a run may have finished on a thread since the scan.
+        async with pool.connection() as conn:
+            rows = await (await conn.execute(_STILL_STALE, (locked, floor))).fetchall()
+        return await delete_threads(pool, [r["thread_id"] for r in rows]), skipped
+    finally:
+        for lease in leases:
+            await lease.release()

@@ -4,10 +4,17 @@ The feedback table holds only the rating; the question, the answer, its citation
 status are read from the thread's transcript in the checkpoints (the record the messages
 endpoint reads, not the bounded recent list in graph state), where every user and
 assistant message carries its run id.
+
+Cohorts: each record carries the tenant, the locale of the rating token and `user_key`, a
+pseudonym of the user (HMAC-SHA256 of tenant and user id under CHATBOT_EXPORT_KEY): the
+same user gets the same key in every export made with one key, and the raw id never leaves.
+Retention deletes a thread's feedback with the thread, so export before retention runs.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 from collections.abc import AsyncIterator, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -21,7 +28,7 @@ from chatbot.threads.transcript import read_messages
 
 # One thread's ratings after another, so each thread's state is read once.
 _RATED = """
-select thread_id, run_id::text as run_id, tenant_id, score, comment, updated_at
+select thread_id, run_id::text as run_id, tenant_id, user_id, locale, score, comment, updated_at
 from run_feedback where updated_at >= %s
 order by thread_id, updated_at, run_id
 """
@@ -37,6 +44,13 @@ def parse_since(value: str) -> datetime:
     if moment.tzinfo is None:  # a bare date is its midnight
         moment = moment.replace(tzinfo=UTC)
     return moment.astimezone(UTC)
+
+
+def user_key(key: bytes, tenant_id: str, user_id: str) -> str:
+    """Return the pseudonym of (tenant, user) under `key`: HMAC-SHA256, hex."""
+    # The separator cannot occur in ids (the token's id pattern), so no two pairs collide.
+    message = f"{tenant_id}\x00{user_id}".encode()
+    return hmac.new(key, message, hashlib.sha256).hexdigest()
 
 
 def rfc3339(moment: datetime) -> str:
@@ -65,9 +79,12 @@ def _turn(messages: Sequence[BaseMessage], run_id: str) -> dict[str, Any]:
 
 
 async def export_feedback(
-    pool: Pool, saver: BaseCheckpointSaver[Any], since: datetime
+    pool: Pool, saver: BaseCheckpointSaver[Any], since: datetime, *, key: bytes | None = None
 ) -> AsyncIterator[dict[str, Any]]:
-    """Yield one record per run rated (or re-rated) at or after `since`, grouped by thread."""
+    """Yield one record per run rated (or re-rated) at or after `since`, grouped by thread.
+
+    `user_key` is the user's pseudonym under `key`, or None without a key.
+    """
     async with pool.connection() as conn:
         rows = await (await conn.execute(_RATED, (since,))).fetchall()
     thread_id: str | None = None
@@ -80,6 +97,8 @@ async def export_feedback(
             "thread_id": row["thread_id"],
             "run_id": row["run_id"],
             "tenant_id": row["tenant_id"],
+            "locale": row["locale"],
+            "user_key": None if key is None else user_key(key, row["tenant_id"], row["user_id"]),
             "score": row["score"],
             "comment": row["comment"],
             "rated_at": rfc3339(row["updated_at"]),

@@ -10,10 +10,11 @@ _RUN_EXISTS = (
     "and metadata ->> 'run_id' = %s and metadata ->> 'tenant_id' = %s limit 1"
 )
 _UPSERT = """
-insert into run_feedback (thread_id, run_id, tenant_id, user_id, score, comment)
-values (%s, %s, %s, %s, %s, %s)
+insert into run_feedback (thread_id, run_id, tenant_id, user_id, score, comment, locale)
+values (%s, %s, %s, %s, %s, %s, %s)
 on conflict (thread_id, run_id) do update
-set score = excluded.score, comment = excluded.comment, user_id = excluded.user_id, updated_at = now()
+set score = excluded.score, comment = excluded.comment, user_id = excluded.user_id, updated_at = now(),
+    locale = excluded.locale
 """
 
 
@@ -28,4 +29,5 @@ async def save_feedback(
 ) -> None:
     """Insert or replace the feedback of one run."""
     async with pool.connection() as conn:
-        await conn.execute(_UPSERT, (thread_id, run_id, caller.tenant_id, caller.user_id, score, comment))
+        params = (thread_id, run_id, caller.tenant_id, caller.user_id, score, comment, caller.locale)
+        await conn.execute(_UPSERT, params)

@@ -1,0 +1,146 @@
+"""The retention sweep inside the replicas: old threads go without anyone running a command.
+
+Every replica runs a `RetentionSweeper` when `CHATBOT_RETENTION_DAYS` is set. It wakes a
+few times per `CHATBOT_RETENTION_SWEEP_MINUTES` and tries the sweep's lease (ops/lease.py):
+one replica at a time sweeps, and the replicas together sweep about once per interval.
+The pass itself is `chatbot retention`'s (ops/retention.py): in batches, skipping threads
+with a run in flight, a thread's feedback with it. Each sweep leaves one JSON log line and
+its metrics; a failed sweep (say, Postgres went away) is logged and tried again later.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import time
+from datetime import UTC, datetime, timedelta
+
+from prometheus_client import Counter, Histogram
+
+from chatbot.db.pool import Pool
+from chatbot.ops.lease import Lease, LeaseLost, replica_name
+from chatbot.ops.retention import RetentionReport, purge_stale_threads
+from chatbot.threads.locks import Locks
+
+log = logging.getLogger(__name__)
+
+SWEEPS = Counter("chatbot_retention_sweeps_total", "Retention sweeps run by this replica, by outcome.", ["outcome"])
+THREADS_DELETED = Counter("chatbot_retention_threads_deleted_total", "Threads deleted by retention sweeps.")
+THREADS_SKIPPED = Counter(
+    "chatbot_retention_threads_skipped_total", "Stale threads a sweep skipped because a run was in flight."
+)
+SWEEP_SECONDS = Histogram(
+    "chatbot_retention_sweep_duration_seconds",
+    "Wall time of a retention sweep.",
+    buckets=(0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300),
+)
+for _outcome in ("completed", "failed", "lease_lost"):
+    SWEEPS.labels(_outcome)
+
+LEASE_NAME = "retention"
+# A holder renews before each batch (a batch takes well under a second); a killed holder's
+# lease runs out after this long and another replica takes over.
+LEASE_SECONDS = 300.0
+# Replicas wake this many times per interval, so a sweep is at most a quarter late.
+WAKES_PER_INTERVAL = 4
+# Thread locks one sweep holds at once: each takes a lock-pool connection a run may need.
+MAX_LOCKS = 8
+
+
+class RetentionSweeper:
+    """The background task of one replica that deletes threads idle for longer than `days`."""
+
+    def __init__(
+        self,
+        *,
+        pool: Pool,
+        locks: Locks,
+        days: float,
+        interval_minutes: float,
+        batch_size: int = 200,
+        holder: str | None = None,
+    ) -> None:
+        self.pool = pool
+        self.locks = locks
+        self.days = days
+        self.interval = interval_minutes * 60
+        self.batch_size = batch_size
+        self.lease = Lease(
+            pool,
+            LEASE_NAME,
+            holder=holder or replica_name(),
+            lease_seconds=LEASE_SECONDS,
+            every_seconds=self.interval,
+        )
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        """Start the background loop (idempotent)."""
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._loop(), name="retention-sweeper")
+
+    async def stop(self) -> None:
+        """Stop the loop; a sweep in progress stops between statements and its lease is released."""
+        task, self._task = self._task, None
+        if task is None:
+            return
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    async def _loop(self) -> None:
+        period = self.interval / WAKES_PER_INTERVAL
+        # Replicas started together wake at different moments.
+        await asyncio.sleep(period * random.random())
+        while True:
+            try:
+                await self.sweep_once()
+            except Exception:  # Postgres away, a bug: logged, and the next wake tries again
+                log.warning("retention sweep could not run", exc_info=True)
+            await asyncio.sleep(period * (0.75 + random.random() / 2))
+
+    async def sweep_once(self) -> RetentionReport | None:
+        """Sweep now if this replica gets the lease and a sweep is due; None when it did not sweep."""
+        if not await self.lease.acquire():
+            return None
+        started = time.perf_counter()
+        cutoff = datetime.now(UTC) - timedelta(days=self.days)
+        try:
+            report = await purge_stale_threads(
+                self.pool,
+                self.locks,
+                cutoff,
+                batch_size=self.batch_size,
+                max_locks=MAX_LOCKS,
+                before_batch=self.lease.renew,
+            )
+        except LeaseLost:
+            SWEEPS.labels("lease_lost").inc()
+            log.warning("retention sweep lost its lease", extra={"holder": self.lease.holder})
+            return None
+        except BaseException:
+            SWEEPS.labels("failed").inc()
+            # Shielded: a sweep cancelled at shutdown still frees the lease for the others.
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self.lease.give_up())
+            raise
+        await self.lease.finish()
+        seconds = time.perf_counter() - started
+        SWEEPS.labels("completed").inc()
+        THREADS_DELETED.inc(report.deleted)
+        THREADS_SKIPPED.inc(report.skipped_in_flight)
+        SWEEP_SECONDS.observe(seconds)
+        log.info(
+            "retention sweep",
+            extra={
+                "holder": self.lease.holder,
+                "older_than_days": self.days,
+                "threads_stale": report.stale,
+                "threads_deleted": report.deleted,
+                "threads_skipped_in_flight": report.skipped_in_flight,
+                "duration_ms": round(seconds * 1000, 1),
+            },
+        )
+        return report
