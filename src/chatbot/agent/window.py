@@ -20,7 +20,15 @@ from chatbot.agent.prompts import SECTION_LABELS, TRUNCATION_MARKERS, language_k
 from chatbot.agent.tokens import TokenCounter
 from chatbot.text import looks_persian
 
-__all__ = ["METADATA_KEY", "Window", "WindowInputs", "build_window", "format_system_prompt", "strip_metadata"]
+__all__ = [
+    "METADATA_KEY",
+    "Window",
+    "WindowInputs",
+    "build_window",
+    "format_system_prompt",
+    "shorten_question",
+    "strip_metadata",
+]
 
 # Persisted messages carry our bookkeeping under this key; providers must never see it.
 METADATA_KEY = "chatbot"
@@ -55,6 +63,8 @@ class Window:
     chunks_shortened: bool
     question_shortened: bool
     system_shortened: bool = False
+    question_chars: int | None = None
+    """The question's kept length when it was shortened (see `shorten_question`)."""
 
 
 def strip_metadata(message: BaseMessage, **update: Any) -> BaseMessage:
@@ -72,6 +82,11 @@ def _cut(text: str, length: int, marker: str) -> str:
     if space >= max(1, length - 30):  # a nearby word boundary reads better than a split word
         head = head[:space]
     return head.rstrip() + marker if head.strip() else marker.strip()
+
+
+def shorten_question(text: str, length: int) -> str:
+    """Return the question as the window sends it when only `length` characters of it fit."""
+    return _cut(text, length, TRUNCATION_MARKERS["fa" if looks_persian(text) else "en"])
 
 
 def _render_value(value: Any) -> str:
@@ -235,10 +250,10 @@ class _Core:
         self.inputs, self.budget, self.counter = inputs, budget, counter
         self.lang = "fa" if looks_persian(inputs.system_prompt) else "en"
         question_text = str(inputs.question.text)
-        self.question_marker = TRUNCATION_MARKERS["fa" if looks_persian(question_text) else "en"]
         self.question_text = question_text
         self.question = strip_metadata(inputs.question)
         self.chunks_shortened = self.question_shortened = self.system_shortened = False
+        self.question_chars: int | None = None
         self.system_text = self._system(list(inputs.chunks))
 
     def _system(self, chunks: Sequence[Mapping[str, Any]], *, omitted: bool = False) -> str:
@@ -276,11 +291,10 @@ class _Core:
     def _set_question(self, length: int) -> None:
         self.question = self._question(length)
         self.question_shortened = length < len(self.question_text)
+        self.question_chars = length if self.question_shortened else None
 
     def _question(self, length: int) -> BaseMessage:
-        return self.question.model_copy(
-            update={"content": _cut(self.question_text, length, self.question_marker)}
-        )
+        return self.question.model_copy(update={"content": shorten_question(self.question_text, length)})
 
     def window(self, messages: list[BaseMessage], tokens: int, first_kept: int) -> Window:
         """Return the Window with what this core had to shorten."""
@@ -291,6 +305,7 @@ class _Core:
             self.chunks_shortened,
             self.question_shortened,
             self.system_shortened,
+            self.question_chars,
         )
 
     def fit(self) -> None:
