@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from dataclasses import asdict
 from typing import Any
 
 from langchain_core.messages import AIMessage, HumanMessage
@@ -160,6 +161,8 @@ class Nodes:
                 # The window after the system message: history and question, oldest first.
                 "window": [str(m.id) for m in window.messages[1:]],
                 "question_chars": window.question_chars,
+                # How the system message was cut: with the parts, it can be rebuilt exactly.
+                "system_cuts": asdict(window.cuts) if window.cuts is not None else None,
                 "shortened": [
                     part
                     for part, cut in (

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
@@ -22,9 +22,11 @@ from chatbot.text import looks_persian
 
 __all__ = [
     "METADATA_KEY",
+    "SystemCuts",
     "Window",
     "WindowInputs",
     "build_window",
+    "compose_system_text",
     "format_system_prompt",
     "shorten_question",
     "strip_metadata",
@@ -54,6 +56,20 @@ class WindowInputs:
 
 
 @dataclass(frozen=True)
+class SystemCuts:
+    """How the system message was shortened to fit: with its parts, enough to rebuild it."""
+
+    chunks_kept: int
+    """How many of the retrieved chunks (best first) it holds."""
+    chunk_permille: int = 1000
+    """Each kept chunk's text cut to this share of its length (1000: whole)."""
+    chunks_omitted: bool = False
+    """No chunk fitted: the message says so instead of "nothing found"."""
+    system_chars: int | None = None
+    """The whole text cut to this many characters (a budget below prompt and memory)."""
+
+
+@dataclass(frozen=True)
 class Window:
     """The messages the model sees, their token count and what had to give way."""
 
@@ -65,6 +81,8 @@ class Window:
     system_shortened: bool = False
     question_chars: int | None = None
     """The question's kept length when it was shortened (see `shorten_question`)."""
+    cuts: SystemCuts | None = None
+    """How the system message was built from its parts (see `compose_system_text`)."""
 
 
 def strip_metadata(message: BaseMessage, **update: Any) -> BaseMessage:
@@ -131,6 +149,34 @@ def format_system_prompt(
     empty = labels.chunks_omitted if chunks_omitted else labels.no_chunks
     parts.append(f"## {labels.chunks}\n" + ("\n\n".join(rendered) if rendered else empty))
     return "\n\n".join(parts)
+
+
+def compose_system_text(
+    system_prompt: str,
+    *,
+    profile: Mapping[str, Any],
+    facts: Sequence[str],
+    summary: str,
+    chunks: Sequence[Mapping[str, Any]],
+    cuts: SystemCuts,
+) -> str:
+    """Return the system message text the window sends, from its parts and how they were cut."""
+    lang = "fa" if looks_persian(system_prompt) else "en"
+    marker = TRUNCATION_MARKERS[lang]
+    kept = []
+    for chunk in chunks[: cuts.chunks_kept]:
+        text = str(chunk.get("text") or "")
+        kept.append({**chunk, "text": _cut(text, len(text) * cuts.chunk_permille // 1000, marker)})
+    full = format_system_prompt(
+        system_prompt,
+        profile=profile,
+        facts=facts,
+        summary=summary,
+        chunks=kept,
+        language=lang,
+        chunks_omitted=cuts.chunks_omitted,
+    )
+    return full if cuts.system_chars is None else _cut(full, cuts.system_chars, marker)
 
 
 @dataclass(frozen=True)
@@ -254,30 +300,20 @@ class _Core:
         self.question = strip_metadata(inputs.question)
         self.chunks_shortened = self.question_shortened = self.system_shortened = False
         self.question_chars: int | None = None
-        self.system_text = self._system(list(inputs.chunks))
+        self.cuts = SystemCuts(len(inputs.chunks))
+        self.system_text = self._system(self.cuts)
 
-    def _system(self, chunks: Sequence[Mapping[str, Any]], *, omitted: bool = False) -> str:
+    def _system(self, cuts: SystemCuts) -> str:
         i = self.inputs
-        return format_system_prompt(
-            i.system_prompt,
-            profile=i.profile,
-            facts=i.facts,
-            summary=i.summary,
-            chunks=chunks,
-            language=self.lang,
-            chunks_omitted=omitted,
+        return compose_system_text(
+            i.system_prompt, profile=i.profile, facts=i.facts, summary=i.summary, chunks=i.chunks, cuts=cuts
         )
 
     def _fits(self, system_text: str, question: BaseMessage) -> bool:
         return self.counter.count_messages([SystemMessage(system_text), question]) <= self.budget
 
     def _cut_chunks(self, count: int, permille: int) -> str:
-        marker = TRUNCATION_MARKERS[self.lang]
-        chunks = []
-        for chunk in self.inputs.chunks[:count]:
-            text = str(chunk.get("text") or "")
-            chunks.append({**chunk, "text": _cut(text, len(text) * permille // 1000, marker)})
-        return self._system(chunks)
+        return self._system(SystemCuts(count, permille))
 
     def _chunks_fit(self, count: int, permille: int) -> bool:
         return self._fits(self._cut_chunks(count, permille), self.question)
@@ -306,6 +342,7 @@ class _Core:
             self.question_shortened,
             self.system_shortened,
             self.question_chars,
+            self.cuts,
         )
 
     def fit(self) -> None:
@@ -321,9 +358,11 @@ class _Core:
                 partial(self._chunks_fit, count),
             )
             if permille is not None:
-                self.system_text = self._cut_chunks(count, permille)
+                self.cuts = SystemCuts(count, permille)
+                self.system_text = self._system(self.cuts)
                 return
-        self.system_text = self._system([], omitted=bool(self.inputs.chunks))
+        self.cuts = SystemCuts(0, chunks_omitted=bool(self.inputs.chunks))
+        self.system_text = self._system(self.cuts)
         if self._fits(self.system_text, self.question):
             return
         floor = min(QUESTION_FLOOR_CHARS, len(self.question_text))
@@ -340,10 +379,12 @@ class _Core:
         full = self.system_text
         length = _largest_fitting(0, len(full), partial(self._system_fits, full, self._question(floor)))
         if length is not None:
-            self.system_text = _cut(full, length, TRUNCATION_MARKERS[self.lang])
+            self.cuts = replace(self.cuts, system_chars=length)
+            self.system_text = self._system(self.cuts)
             self._set_question(floor)
             return
-        self.system_text = _cut(full, 0, TRUNCATION_MARKERS[self.lang])
+        self.cuts = replace(self.cuts, system_chars=0)
+        self.system_text = self._system(self.cuts)
         length = _largest_fitting(0, floor, partial(self._question_fits, self.system_text))
         if length is None:
             raise ValueError(

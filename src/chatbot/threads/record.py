@@ -1,0 +1,256 @@
+"""The run record: resolve a run's ids-only record (agent/record.py) into what it saw and said.
+
+Where each part is read from (docs/records.md):
+- the record itself, the summary, and the channel versions of profile and facts: the run's
+  last root checkpoint (`checkpoints`, JSONB; strings are stored inline there);
+- profile and facts: `checkpoint_blobs` at those versions;
+- the window's messages, the input and the answer: the thread's transcript (every version of
+  the `turn` channel, threads/transcript.py);
+- the retrieved chunks: `kb_chunks` by (chunk id, version), superseded versions included;
+- the system prompt's text: `system_prompts` by its sha256 (the API shows the hash).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+from langgraph.checkpoint.serde.base import SerializerProtocol
+
+from chatbot.agent.record import decode_record
+from chatbot.agent.state import message_meta, text_of
+from chatbot.agent.window import SystemCuts, compose_system_text, shorten_question
+from chatbot.db.pool import Pool
+from chatbot.retrieval.versions import read_chunk_versions
+from chatbot.threads.locks import Locks
+from chatbot.threads.transcript import read_messages
+
+_RUN_CHECKPOINTS = """
+select checkpoint_id,
+       checkpoint -> 'channel_values' ->> 'record' as record,
+       checkpoint -> 'channel_values' ->> 'summary' as summary,
+       checkpoint -> 'channel_versions' as versions,
+       checkpoint ->> 'ts' as ts
+from checkpoints
+where thread_id = %s and checkpoint_ns = '' and metadata ->> 'run_id' = %s and metadata ->> 'tenant_id' = %s
+order by checkpoint_id desc
+"""
+_NEWEST_RUN = (
+    "select metadata ->> 'run_id' as run_id from checkpoints "
+    "where thread_id = %s and checkpoint_ns = '' order by checkpoint_id desc limit 1"
+)
+_MEMORY_BLOBS = """
+select channel, type, blob from checkpoint_blobs
+where thread_id = %s and checkpoint_ns = ''
+  and ((channel = 'profile' and version = %s) or (channel = 'facts' and version = %s))
+"""
+_REMEMBER_PROMPT = "insert into system_prompts (sha256, text) values (%s, %s) on conflict (sha256) do nothing"
+_PROMPT_TEXT = "select text from system_prompts where sha256 = %s"
+
+
+async def run_in_flight(locks: Locks, thread_id: str) -> bool:
+    """Tell whether a run holds the thread now (the one place that asks the lock layer).
+
+    Takes the thread's lock and gives it back at once: a run starting in that instant
+    would see the thread busy (409) and may be retried by the caller.
+    """
+    lease = await locks.try_thread(thread_id)
+    if lease is None:
+        return True
+    await lease.release()
+    return False
+
+
+class PromptRegistry:
+    """Store each system prompt's text once, by its sha256, before a run record names it."""
+
+    def __init__(self, pool: Pool) -> None:
+        self.pool = pool
+        self._stored: set[str] = set()  # per process: one insert per prompt and replica
+
+    async def __call__(self, sha256: str, text: str) -> None:
+        """Insert the prompt unless this process already did."""
+        if sha256 in self._stored:
+            return
+        async with self.pool.connection() as conn:
+            await conn.execute(_REMEMBER_PROMPT, (sha256, text))
+        self._stored.add(sha256)
+
+
+async def prompt_text(pool: Pool, sha256: str) -> str | None:
+    """Return the text of a system prompt by its sha256, None when unknown."""
+    async with pool.connection() as conn:
+        row = await (await conn.execute(_PROMPT_TEXT, (sha256,))).fetchone()
+    return None if row is None else str(row["text"])
+
+
+@dataclass(frozen=True, slots=True)
+class RunRecord:
+    """A resolved run record: the API body, plus what only the command-line replay shows."""
+
+    body: dict[str, Any]
+    settings: dict[str, Any] = field(default_factory=dict)
+    shortened: list[str] = field(default_factory=list)
+    system_prompt: str | None = None
+    """The system prompt's text (from `system_prompts`)."""
+    system_message: str | None = None
+    """The whole system message the model got, rebuilt from the record's parts."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Snapshot:
+    record: dict[str, Any] | None  # the newest record of this run (full or partial)
+    row: dict[str, Any]  # the checkpoint holding it (or the run's newest)
+
+
+async def _snapshot(pool: Pool, thread_id: str, run_id: str, tenant_id: str) -> _Snapshot | None:
+    async with pool.connection() as conn:
+        rows = await (await conn.execute(_RUN_CHECKPOINTS, (thread_id, run_id, tenant_id))).fetchall()
+    if not rows:
+        return None
+    for row in rows:
+        record = decode_record(row["record"])
+        # A checkpoint carries the previous run's record until this run writes its own.
+        if record is not None and record.get("run_id") == run_id:
+            return _Snapshot(record, row)
+    return _Snapshot(None, rows[0])
+
+
+async def _is_newest_run(pool: Pool, thread_id: str, run_id: str) -> bool:
+    async with pool.connection() as conn:
+        row = await (await conn.execute(_NEWEST_RUN, (thread_id,))).fetchone()
+    return row is not None and row["run_id"] == run_id
+
+
+async def _memory(
+    pool: Pool, serde: SerializerProtocol, thread_id: str, versions: Any
+) -> tuple[dict[str, Any], list[str]]:
+    """Return the profile and facts the run loaded (the checkpoint's versions of those channels)."""
+    versions = versions if isinstance(versions, dict) else {}
+    async with pool.connection() as conn:
+        cur = await conn.execute(_MEMORY_BLOBS, (thread_id, versions.get("profile"), versions.get("facts")))
+        rows = await cur.fetchall()
+    found = {
+        row["channel"]: serde.loads_typed((row["type"], bytes(row["blob"])))
+        for row in rows
+        if row["blob"] is not None and row["type"] != "empty"
+    }
+    profile, facts = found.get("profile"), found.get("facts")
+    return (
+        dict(profile) if isinstance(profile, dict) else {},
+        [str(f) for f in facts] if isinstance(facts, list) else [],
+    )
+
+
+def _public(message: BaseMessage, content: str | None = None) -> dict[str, Any]:
+    role = "user" if isinstance(message, HumanMessage) else "assistant"
+    return {"id": str(message.id), "role": role, "content": text_of(message) if content is None else content}
+
+
+def _window(record: dict[str, Any], by_id: dict[str, BaseMessage]) -> list[dict[str, Any]]:
+    """Return the window's messages as the model got them (the question cut where it was)."""
+    ids = [str(i) for i in record.get("window") or []]
+    messages = []
+    for index, message_id in enumerate(ids):
+        message = by_id.get(message_id)
+        if message is None:  # not expected: the transcript keeps every message
+            continue
+        cut = record.get("question_chars")
+        if index == len(ids) - 1 and isinstance(cut, int):
+            messages.append(_public(message, shorten_question(text_of(message), cut)))
+        else:
+            messages.append(_public(message))
+    return messages
+
+
+async def _retrieved(pool: Pool, tenant_id: str, refs: list[Any]) -> list[dict[str, Any]]:
+    """Return the cited chunk versions in rank order, with their title (for the system message)."""
+    pairs = [(str(r[0]), int(r[1])) for r in refs if isinstance(r, list) and len(r) == 2]
+    rows = await read_chunk_versions(pool, tenant_id, pairs)
+    out = []
+    for pair in pairs:
+        row = rows.get(pair)
+        out.append(
+            {
+                "chunk_id": pair[0],
+                "document_id": row["document_id"] if row else pair[0].partition("#")[0],
+                "version": pair[1],
+                "text": row["text"] if row else None,  # pruned: only if no retained run cited it
+                "title": row["title"] if row else "",
+            }
+        )
+    return out
+
+
+def _system_message(
+    record: dict[str, Any], prompt: str | None, context: dict[str, Any], chunks: list[dict[str, Any]]
+) -> str | None:
+    """Rebuild the system message from the record's parts, as agent/window.py composed it."""
+    cuts = record.get("system_cuts")
+    if prompt is None or not isinstance(cuts, dict) or any(c["text"] is None for c in chunks):
+        return None
+    return compose_system_text(
+        prompt,
+        profile=context["profile"],
+        facts=context["facts"],
+        summary=context["summary"],
+        chunks=chunks,
+        cuts=SystemCuts(**cuts),
+    )
+
+
+async def read_run_record(
+    pool: Pool, serde: SerializerProtocol, locks: Locks, thread_id: str, run_id: str, tenant_id: str
+) -> RunRecord | None:
+    """Return the record of `run_id` on the tenant's thread, or None when there is no such run."""
+    snap = await _snapshot(pool, thread_id, run_id, tenant_id)
+    if snap is None:
+        return None
+    status: str
+    if snap.record is not None and snap.record.get("status"):
+        status = str(snap.record["status"])
+    elif await _is_newest_run(pool, thread_id, run_id) and await run_in_flight(locks, thread_id):
+        status = "running"
+    else:
+        # Read again: the run may have ended between the first read and the probe.
+        snap = await _snapshot(pool, thread_id, run_id, tenant_id) or snap
+        status = str(snap.record["status"]) if snap.record and snap.record.get("status") else "error"
+    record = snap.record or {}
+    complete = bool(record.get("status"))
+    messages = await read_messages(pool, serde, thread_id)
+    by_id = {str(m.id): m for m in messages}
+    ours = [m for m in messages if message_meta(m).get("run_id") == run_id]
+    question = next((m for m in ours if isinstance(m, HumanMessage)), None)
+    answer = next((m for m in ours if isinstance(m, AIMessage)), None)
+    profile, facts = await _memory(pool, serde, thread_id, snap.row["versions"]) if record else ({}, [])
+    created = message_meta(question).get("created_at") if question is not None else None
+    chunks = await _retrieved(pool, tenant_id, record.get("retrieved") or [])
+    sha = record.get("system_prompt_sha256")
+    prompt = await prompt_text(pool, str(sha)) if sha else None
+    body = {
+        "run_id": run_id,
+        "thread_id": thread_id,
+        "status": status,
+        "created_at": created or snap.row["ts"],
+        "model": record.get("model"),
+        "input": None if question is None else {"id": str(question.id), "content": text_of(question)},
+        "answer": None if answer is None else {"id": str(answer.id), "content": text_of(answer)},
+        "citations": list(message_meta(answer).get("citations", [])) if answer is not None else [],
+        "context": {
+            "system_prompt_sha256": record.get("system_prompt_sha256"),
+            # The summary as given: the same checkpoint's `summary` channel (generate writes both).
+            "summary": (snap.row["summary"] or "") if complete else "",
+            "profile": profile,
+            "facts": facts,
+            "messages": _window(record, by_id) if complete else [],
+            "retrieved": [{k: v for k, v in c.items() if k != "title"} for c in chunks],
+        },
+    }
+    return RunRecord(
+        body,
+        dict(record.get("settings") or {}),
+        list(record.get("shortened") or []),
+        prompt,
+        _system_message(record, prompt, body["context"], chunks) if complete else None,
+    )
