@@ -15,6 +15,7 @@ from datetime import datetime
 
 from chatbot.db.pool import Pool
 from chatbot.ops.erasure import delete_threads
+from chatbot.retrieval.versions import prune_superseded_chunks
 from chatbot.threads.locks import Lease, Locks
 
 _UUID_EPOCH_OFFSET = 0x01B21DD213814000  # 100-ns intervals from 1582-10-15 to 1970-01-01
@@ -81,4 +82,6 @@ async def purge_stale_threads(
         finally:
             for lease in leases:
                 await lease.release()
+    if not dry_run:
+        await prune_superseded_chunks(pool)  # knowledge versions only the deleted threads cited
     return RetentionReport(stale, deleted, skipped)
