@@ -16,7 +16,7 @@ from chatbot.agent.context import Context
 from chatbot.agent.deps import AgentDeps, MemoryJob
 from chatbot.agent.modelcall import ModelReply, ask_model
 from chatbot.agent.prompts import system_prompt
-from chatbot.agent.record import chunk_refs, encode_record, prompt_sha256
+from chatbot.agent.record import chunk_refs, encode_record, prompt_sha256, window_ids
 from chatbot.agent.state import (
     FOLD_BATCH,
     META_KEY,
@@ -121,7 +121,7 @@ class Nodes:
             if reply.status == "escalate"
             else None,
         }
-        record = self._record(ctx, reply.status, question, answer, window, prompt_sha, chunks)
+        record = self._record(ctx, reply.status, question, answer, window, prompt_sha, chunks, history)
         return update | {
             "turns": turns,
             "messages": [answer],
@@ -148,6 +148,7 @@ class Nodes:
         window: Window,
         prompt_sha: str,
         chunks: list[dict[str, Any]],
+        history: list[Any],
     ) -> str:
         """Return the run record: what the model was given, by id (agent/record.py)."""
         return encode_record(
@@ -158,8 +159,7 @@ class Nodes:
                 "input_id": str(question.id),
                 "answer_id": str(answer.id),
                 "system_prompt_sha256": prompt_sha,
-                # The window after the system message: history and question, oldest first.
-                "window": [str(m.id) for m in window.messages[1:]],
+                **window_ids(window, history[-WINDOW_HISTORY:]),
                 "question_chars": window.question_chars,
                 # How the system message was cut: with the parts, it can be rebuilt exactly.
                 "system_cuts": asdict(window.cuts) if window.cuts is not None else None,

@@ -14,7 +14,12 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from langchain_core.messages import BaseMessage
+
+if TYPE_CHECKING:
+    from chatbot.agent.window import Window
 
 RECORD_FORMAT = 1
 
@@ -30,6 +35,20 @@ def prompt_sha256(text: str) -> str:
 def chunk_refs(chunks: Sequence[dict[str, Any]]) -> list[list[Any]]:
     """Return the [chunk_id, version] pairs of retrieved chunks, in rank order."""
     return [[str(c["chunk_id"]), int(c.get("version") or 1)] for c in chunks]
+
+
+def window_ids(window: Window, history: Sequence[BaseMessage]) -> dict[str, Any]:
+    """Return the window's messages after the system message (history, then the question), by id.
+
+    The window keeps a suffix of the history: then the first id and a count name it (a
+    window of 60 messages costs ~60 bytes instead of ~2.3 KB). A window that left messages
+    out of that suffix (orphan tool traffic of a broken history) lists every id.
+    """
+    ids = [str(m.id) for m in window.messages[1:]]
+    suffix = [str(m.id) for m in history[window.first_kept :]]
+    if ids[:-1] == suffix:
+        return {"window_span": [ids[0], len(ids)]}
+    return {"window": ids}
 
 
 def encode_record(record: dict[str, Any]) -> str:

@@ -53,8 +53,12 @@ def add_recent_batches(current: list[AnyMessage], batches: Sequence[Any]) -> lis
 
 
 def user_turn(message: BaseMessage) -> dict[str, Any]:
-    """Return the state update that records the user's message of a new run."""
-    return {"messages": [message], "turn": [message]}
+    """Return the state update that records the user's message of a new run.
+
+    It also empties `record`: otherwise the new run's first checkpoint would store the
+    previous run's record (a string, kept inline) a second time.
+    """
+    return {"messages": [message], "turn": [message], "record": ""}
 
 
 class Outcome(TypedDict, total=False):

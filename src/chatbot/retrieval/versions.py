@@ -31,13 +31,15 @@ _ANY_PRUNABLE = "select 1 from kb_chunks where superseded_at is not null and sup
 # One pass over the root checkpoints collects every cited pair; a record is a JSON string
 # (see the module docstring), `retrieved` a list of [chunk_id, version].
 _PRUNE = """
-with cited as materialized (
-    select distinct k.metadata ->> 'tenant_id' as tenant_id, r ->> 0 as chunk_id, (r ->> 1)::int as version
+with records as (
+    select k.metadata ->> 'tenant_id' as tenant_id, k.checkpoint -> 'channel_values' ->> 'record' as raw
     from checkpoints k
-    cross join lateral jsonb_array_elements(
-        coalesce(((k.checkpoint -> 'channel_values' ->> 'record')::jsonb) -> 'retrieved', '[]'::jsonb)
-    ) as r
-    where k.checkpoint_ns = '' and k.checkpoint -> 'channel_values' ? 'record'
+    -- A new run's first checkpoint holds an empty record: only JSON objects are parsed.
+    where k.checkpoint_ns = '' and k.checkpoint -> 'channel_values' ->> 'record' like '{%%'
+), cited as materialized (
+    select distinct records.tenant_id, r ->> 0 as chunk_id, (r ->> 1)::int as version
+    from records
+    cross join lateral jsonb_array_elements(coalesce(raw::jsonb -> 'retrieved', '[]'::jsonb)) as r
 )
 delete from kb_chunks c
 where c.superseded_at is not null and c.superseded_at < now() - %s

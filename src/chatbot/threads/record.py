@@ -148,9 +148,24 @@ def _public(message: BaseMessage, content: str | None = None) -> dict[str, Any]:
     return {"id": str(message.id), "role": role, "content": text_of(message) if content is None else content}
 
 
-def _window(record: dict[str, Any], by_id: dict[str, BaseMessage]) -> list[dict[str, Any]]:
+def _window_ids(record: dict[str, Any], transcript: list[BaseMessage]) -> list[str]:
+    """Return the ids of the window's messages, expanding a span (agent/record.py) on the transcript."""
+    span = record.get("window_span")
+    if not (isinstance(span, list) and len(span) == 2):
+        return [str(i) for i in record.get("window") or []]
+    ids = [str(m.id) for m in transcript]
+    if span[0] not in ids:
+        return []
+    start = ids.index(span[0])
+    window = ids[start : start + int(span[1])]
+    # The span ends on the run's question: anything else means the transcript disagrees.
+    return window if window and window[-1] == record.get("input_id") else []
+
+
+def _window(record: dict[str, Any], transcript: list[BaseMessage]) -> list[dict[str, Any]]:
     """Return the window's messages as the model got them (the question cut where it was)."""
-    ids = [str(i) for i in record.get("window") or []]
+    by_id = {str(m.id): m for m in transcript}
+    ids = _window_ids(record, transcript)
     messages = []
     for index, message_id in enumerate(ids):
         message = by_id.get(message_id)
@@ -219,7 +234,6 @@ async def read_run_record(
     record = snap.record or {}
     complete = bool(record.get("status"))
     messages = await read_messages(pool, serde, thread_id)
-    by_id = {str(m.id): m for m in messages}
     ours = [m for m in messages if message_meta(m).get("run_id") == run_id]
     question = next((m for m in ours if isinstance(m, HumanMessage)), None)
     answer = next((m for m in ours if isinstance(m, AIMessage)), None)
@@ -243,7 +257,7 @@ async def read_run_record(
             "summary": (snap.row["summary"] or "") if complete else "",
             "profile": profile,
             "facts": facts,
-            "messages": _window(record, by_id) if complete else [],
+            "messages": _window(record, messages) if complete else [],
             "retrieved": [{k: v for k, v in c.items() if k != "title"} for c in chunks],
         },
     }
