@@ -20,7 +20,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from chatbot.agent.record import decode_record
 from chatbot.agent.state import message_meta, text_of
-from chatbot.agent.window import SystemCuts, compose_system_text, shorten_question
+from chatbot.agent.system_message import SystemCuts, compose_system_text, shorten_question
 from chatbot.db.pool import Pool
 from chatbot.retrieval.versions import read_chunk_versions
 from chatbot.threads.locks import Locks
@@ -201,7 +201,7 @@ async def _retrieved(pool: Pool, tenant_id: str, refs: list[Any]) -> list[dict[s
 def _system_message(
     record: dict[str, Any], prompt: str | None, context: dict[str, Any], chunks: list[dict[str, Any]]
 ) -> str | None:
-    """Rebuild the system message from the record's parts, as agent/window.py composed it."""
+    """Rebuild the system message from the record's parts, as the window built it (agent/system_message.py)."""
     cuts = record.get("system_cuts")
     if prompt is None or not isinstance(cuts, dict) or any(c["text"] is None for c in chunks):
         return None
