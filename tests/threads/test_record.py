@@ -13,6 +13,7 @@ import httpx
 import pytest
 from langchain_core.messages import BaseMessage, HumanMessage
 
+from chatbot.caller import CallerContext
 from chatbot.db.pool import make_pool
 from chatbot.retrieval.ingest import ingest_paths
 from chatbot.retrieval.versions import prune_superseded_chunks, read_chunk_versions
@@ -173,13 +174,10 @@ async def test_a_run_is_only_visible_on_its_own_thread_to_its_own_tenant(kb_data
 
 async def test_a_run_in_flight_is_running_and_a_failed_one_is_an_error_with_its_input(kb_database_url: str) -> None:
     model = ScriptedChatModel(mode="hang")
-    overrides = {"chat_model": model, "model_timeout_seconds": 1.5}
-    async with running_app(kb_database_url, model_timeout_seconds=1.5, agent_overrides=overrides) as client:
+    overrides = {"chat_model": model, "model_timeout_seconds": 3.0}
+    async with running_app(kb_database_url, model_timeout_seconds=3.0, agent_overrides=overrides) as client:
         runs = client.app.state.runs  # type: ignore[attr-defined]
-        from chatbot.caller import CallerContext
-
         run = await runs.start("record-running", CallerContext("acme", "u1", "en-US"), QUESTIONS[3])
-        await asyncio.sleep(0.3)
         running = await record_of(client, "record-running", run.run_id, **EN)
         assert running["status"] == "running" and running["answer"] is None
         assert running["input"]["content"] == QUESTIONS[3]

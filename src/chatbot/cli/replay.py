@@ -13,7 +13,7 @@ import uuid
 from typing import Any
 
 import typer
-from rich.console import Console, Group
+from rich.console import Console
 from rich.panel import Panel
 from rich.text import Text
 
@@ -24,6 +24,10 @@ Section = tuple[str, list[str]]
 
 def _value(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
 
 
 def record_sections(record: Any, *, system_message: bool = False) -> list[Section]:
@@ -48,12 +52,12 @@ def record_sections(record: Any, *, system_message: bool = False) -> list[Sectio
     sections.append(("Facts", [f"- {fact}" for fact in ctx["facts"]] or ["(none)"]))
     sections.append(("Summary", [ctx["summary"] or "(none)"]))
     window = [f"[{m['role']}] {m['id']}\n{m['content']}" for m in ctx["messages"]]
-    sections.append((f"Window ({len(ctx['messages'])} messages after the system message)", window or ["(none)"]))
+    sections.append((f"Window ({_count(len(window), 'message')} after the system message)", window or ["(none)"]))
     retrieved = [
         f"{c['chunk_id']} v{c['version']} ({c['document_id']})\n{c['text'] if c['text'] is not None else '(pruned)'}"
         for c in ctx["retrieved"]
     ]
-    sections.append((f"Retrieved ({len(retrieved)} chunks)", retrieved or ["(none)"]))
+    sections.append((f"Retrieved ({_count(len(retrieved), 'chunk')})", retrieved or ["(none)"]))
     if system_message:
         sections.append(("System message as sent", [record.system_message or "(cannot be rebuilt)"]))
     sections.append(("Input", [body["input"]["content"] if body["input"] else "(none)"]))
@@ -65,11 +69,13 @@ def record_sections(record: Any, *, system_message: bool = False) -> list[Sectio
 def render(sections: list[Section], console: Console) -> None:
     """Print the sections: panels on a terminal, plain headed blocks elsewhere."""
     for title, lines in sections:
+        # Entries of several lines (messages, chunks) read better a blank line apart.
+        text = ("\n\n" if any("\n" in line for line in lines) else "\n").join(lines)
         if console.is_terminal:
-            console.print(Panel(Group(*(Text(line) for line in lines)), title=title, title_align="left"))
+            console.print(Panel(Text(text), title=title, title_align="left"))
         else:
             console.print(f"== {title} ==", markup=False, highlight=False)
-            console.print("\n".join(lines), markup=False, highlight=False, soft_wrap=True)
+            console.print(text, markup=False, highlight=False, soft_wrap=True)
             console.print()
 
 
