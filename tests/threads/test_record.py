@@ -161,6 +161,7 @@ async def test_a_run_is_only_visible_on_its_own_thread_to_its_own_tenant(kb_data
             ("record-other-thread", run_id, auth(**EN)),  # a run of another thread
             ("record-tenancy", str(uuid.uuid4()), auth(**EN)),  # no such run
             ("record-tenancy", "not-a-uuid", auth(**EN)),
+            ("record-tenancy", run_id + "0" * 100, auth(**EN)),
             ("no-such-thread", run_id, auth(**EN)),
         ]
         for thread, run, headers in cases:

@@ -20,16 +20,17 @@ router = APIRouter(prefix="/v1/threads", tags=["threads"])
 
 @router.get("/{thread_id}/runs/{run_id}")
 async def get_run_record(
-    request: Request, thread_id: ThreadId, run_id: Annotated[str, Path(max_length=64)], caller: CallerDep
+    request: Request, thread_id: ThreadId, run_id: Annotated[str, Path()], caller: CallerDep
 ) -> dict[str, Any]:
     """Return what the run's model was given and what it answered."""
     state = request.app.state
     try:
         await check_thread_access(state.pool, thread_id, caller, must_exist=True)
         try:
-            canonical = str(uuid.UUID(run_id))
+            # Run ids are UUIDs we made: any other string, however long, names no run (404, not 422).
+            canonical = str(uuid.UUID(run_id[:64]))
         except ValueError:
-            raise Problem(404, "run not found on this thread") from None  # run ids are UUIDs we made
+            raise Problem(404, "run not found on this thread") from None
         record = await read_run_record(
             state.pool, state.saver.serde, state.locks, thread_id, canonical, caller.tenant_id
         )
