@@ -32,6 +32,8 @@ from chatbot.ops.sweeper import RetentionSweeper
 from chatbot.retrieval.embeddings import load_embeddings
 from chatbot.retrieval.search import search_knowledge
 from chatbot.threads.ratelimit import RateLimiter
+from chatbot.threads.record import PromptRegistry
+from chatbot.threads.record_router import router as record_router
 from chatbot.threads.rejoin import RunRecords
 from chatbot.threads.router import router as threads_router
 from chatbot.threads.runs import RunService
@@ -109,6 +111,7 @@ def create_app(
                 summary_after_turns=settings.summary_after_turns,
                 memory_max_facts=settings.memory_max_facts,
                 memory_sink=memory.submit,
+                prompt_registry=PromptRegistry(pool),
             )
             if agent_overrides:
                 deps = AgentDeps(**{**deps.__dict__, **agent_overrides})
@@ -154,6 +157,7 @@ def create_app(
     app.include_router(transcript_router)
     app.include_router(memory_router)
     app.include_router(users_router)
+    app.include_router(record_router)
     # Outermost first: 413 before 401 before anything else (the contract's order).
     app.add_middleware(ServiceAuthMiddleware, verifier=TokenVerifier(settings))
     app.add_middleware(BodySizeLimitMiddleware)

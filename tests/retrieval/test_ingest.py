@@ -32,7 +32,7 @@ def new_tenant() -> str:
 async def documents(pool: Pool, tenant: str) -> dict[str, str]:
     async with pool.connection() as conn:
         cur = await conn.execute(
-            "SELECT document_id, language FROM kb_documents WHERE tenant_id = %s", (tenant,)
+            "SELECT document_id, language FROM kb_documents WHERE tenant_id = %s AND removed_at IS NULL", (tenant,)
         )
         return {row["document_id"]: row["language"] for row in await cur.fetchall()}
 

@@ -161,7 +161,7 @@ async def test_results_are_best_first_with_scores_and_k(pool: Pool, two_tenants:
     assert [c.score for c in found] == sorted((c.score for c in found), reverse=True)
     state = found[0].to_state()
     assert state == {"chunk_id": found[0].chunk_id, "document_id": "cars.md", "title": found[0].title,
-                     "text": found[0].text, "language": "en", "score": found[0].score}
+                     "text": found[0].text, "language": "en", "score": found[0].score, "version": 1}
     assert isinstance(found[0], RetrievedChunk)
 
 

@@ -6,7 +6,8 @@ so a stale checkpoint can never override the caller of the current run.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from chatbot.caller import CallerContext
 
@@ -29,6 +30,10 @@ class Context:
 
     thread_id: str
     """The thread (the backend's chat session id) this run belongs to."""
+
+    scratch: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    """Working memory of this run's nodes, never persisted: the retrieved chunks' text goes
+    from `retrieve` to `generate` here, so no checkpoint (nor a failed run's writes) holds it."""
 
     @property
     def caller(self) -> CallerContext:

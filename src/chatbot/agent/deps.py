@@ -27,6 +27,8 @@ class MemoryJob:
 
 
 MemorySink = Callable[[MemoryJob], None]
+PromptRegistry = Callable[[str, str], Awaitable[None]]
+"""Called as `registry(sha256, text)` before a system prompt is used: stores its text once."""
 
 
 async def no_retrieval(_: CallerContext, __: str) -> Sequence[Mapping[str, Any]]:
@@ -54,3 +56,5 @@ class AgentDeps:
     memory_sink: MemorySink = drop_memory_job
     window_observer: Callable[[Sequence[BaseMessage]], None] | None = field(default=None)
     """Sees every model window built (tests and diagnostics); must not keep references long."""
+    prompt_registry: PromptRegistry | None = None
+    """Keeps the text of each system prompt a run record names by hash; None: not kept."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from dataclasses import asdict
 from typing import Any
 
 from langchain_core.messages import AIMessage, HumanMessage
@@ -15,6 +16,7 @@ from chatbot.agent.context import Context
 from chatbot.agent.deps import AgentDeps, MemoryJob
 from chatbot.agent.modelcall import ModelReply, ask_model
 from chatbot.agent.prompts import system_prompt
+from chatbot.agent.record import chunk_refs, encode_record, prompt_sha256, window_ids
 from chatbot.agent.state import (
     FOLD_BATCH,
     META_KEY,
@@ -60,7 +62,7 @@ class Nodes:
                     profile = dict(item.value)
                 elif item.namespace == facts_ns and item.value.get("text"):
                     facts.append(str(item.value["text"]))
-        return {"profile": profile, "facts": facts, "retrieved_chunks": [], "outcome": {}}
+        return {"profile": profile, "facts": facts, "retrieved": [], "outcome": {}}
 
     async def retrieve(self, state: ConversationState, runtime: Runtime[Context]) -> dict[str, Any]:
         """Find this turn's knowledge chunks for the user's question."""
@@ -69,7 +71,12 @@ class Nodes:
         question = text_of(state["messages"][-1])
         chunks = [dict(c) for c in await self.deps.retriever(runtime.context.caller, question)]
         writer({"event": "progress", "data": {"stage": "retrieval", "chunks": len(chunks)}})
-        return {"retrieved_chunks": chunks}
+        # The text stays in this run's memory; state (and so any checkpoint) gets ids only.
+        runtime.context.scratch["chunks"] = chunks
+        refs = chunk_refs(chunks)
+        # A partial record (no status): what a run that fails from here on retrieved.
+        partial = encode_record({"run_id": runtime.context.run_id, "model": self.deps.model_name, "retrieved": refs})
+        return {"retrieved": refs, "record": partial}
 
     async def generate(self, state: ConversationState, runtime: Runtime[Context]) -> dict[str, Any]:
         """Answer the question from the window, stream it, and decide the turn's status."""
@@ -79,8 +86,12 @@ class Nodes:
         if not isinstance(question, HumanMessage):
             raise ValueError("a run must end its input with the user's message")
         history = messages[:-1]
-        chunks = state.get("retrieved_chunks") or []
+        chunks = self._chunks(state, ctx)
         turns = state.get("turns", 0) + 1
+        prompt = system_prompt(ctx.language)
+        prompt_sha = prompt_sha256(prompt)
+        if self.deps.prompt_registry is not None:
+            await self.deps.prompt_registry(prompt_sha, prompt)
         window, summary, update = await self._window_and_summary(state, history, question, chunks, turns, ctx)
         if self.deps.window_observer is not None:
             self.deps.window_observer(window.messages)
@@ -110,14 +121,68 @@ class Nodes:
             if reply.status == "escalate"
             else None,
         }
+        record = self._record(ctx, reply.status, question, answer, window, prompt_sha, chunks, history)
         return update | {
             "turns": turns,
             "messages": [answer],
             "turn": [question, answer],
             "outcome": outcome,
-            "retrieved_chunks": [],  # turn-scoped: chunk text never outlives its turn
+            "record": record,
             "unanswered_streak": 0 if reply.status == "answered" else streak + 1,
         }
+
+    @staticmethod
+    def _chunks(state: ConversationState, ctx: Context) -> list[dict[str, Any]]:
+        """Return this run's retrieved chunks, text included, from the run's own memory."""
+        wanted = [tuple(ref) for ref in state.get("retrieved") or []]
+        cached = ctx.scratch.get("chunks") or []
+        # Only what `retrieve` recorded for this run: the ids in state are the authority.
+        return [c for c in cached if (str(c["chunk_id"]), int(c.get("version") or 1)) in wanted]
+
+    def _record(
+        self,
+        ctx: Context,
+        status: str,
+        question: HumanMessage,
+        answer: AIMessage,
+        window: Window,
+        prompt_sha: str,
+        chunks: list[dict[str, Any]],
+        history: list[Any],
+    ) -> str:
+        """Return the run record: what the model was given, by id (agent/record.py)."""
+        return encode_record(
+            {
+                "run_id": ctx.run_id,
+                "status": status,
+                "model": self.deps.model_name,
+                "input_id": str(question.id),
+                "answer_id": str(answer.id),
+                "system_prompt_sha256": prompt_sha,
+                **window_ids(window, history[-WINDOW_HISTORY:]),
+                "question_chars": window.question_chars,
+                # How the system message was cut: with the parts, it can be rebuilt exactly.
+                "system_cuts": asdict(window.cuts) if window.cuts is not None else None,
+                "shortened": [
+                    part
+                    for part, cut in (
+                        ("chunks", window.chunks_shortened),
+                        ("question", window.question_shortened),
+                        ("system", window.system_shortened),
+                    )
+                    if cut
+                ],
+                "retrieved": chunk_refs(chunks),
+                "settings": {
+                    "context_tokens": self.deps.context_tokens,
+                    "summary_after_turns": self.deps.summary_after_turns,
+                    "window_history": WINDOW_HISTORY,
+                    "fold_batch": FOLD_BATCH,
+                    "tokenizer": self.counter.name,
+                    "language": ctx.language,
+                },
+            }
+        )
 
     async def write_memory(self, state: ConversationState, runtime: Runtime[Context]) -> dict[str, Any]:
         """Hand the answered turn to the memory writer, which works after the answer."""

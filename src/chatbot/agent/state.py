@@ -10,6 +10,11 @@ Two channels hold the conversation, for two readers:
   last-value channel, and the checkpointer keeps every version of it as a row of its own,
   so the versions in order are the whole transcript; `threads/transcript.py` reads them.
   Nothing is trimmed from the record; trimming happens only when the model window is built.
+
+`record` is the run record (agent/record.py): ids, hashes and settings, no text. Chunk
+text never enters a channel: `retrieved` holds (chunk id, version) pairs and the text
+goes from `retrieve` to `generate` through the run's context (agent/context.py), so not
+even a run that fails after retrieval leaves chunk text in a checkpoint.
 """
 
 from __future__ import annotations
@@ -48,8 +53,12 @@ def add_recent_batches(current: list[AnyMessage], batches: Sequence[Any]) -> lis
 
 
 def user_turn(message: BaseMessage) -> dict[str, Any]:
-    """Return the state update that records the user's message of a new run."""
-    return {"messages": [message], "turn": [message]}
+    """Return the state update that records the user's message of a new run.
+
+    It also empties `record`: otherwise the new run's first checkpoint would store the
+    previous run's record (a string, kept inline) a second time.
+    """
+    return {"messages": [message], "turn": [message], "record": ""}
 
 
 class Outcome(TypedDict, total=False):
@@ -74,8 +83,10 @@ class ConversationState(TypedDict, total=False):
     """Rolling summary of the turns that fell out of the model window."""
     summarized_through: str
     """Id of the newest message the summary covers, so each fold reads only newer ones."""
-    retrieved_chunks: list[dict[str, Any]]
-    """This turn's chunks (text included); reset every turn and cleared once answered."""
+    retrieved: list[list[Any]]
+    """This turn's chunks as [chunk_id, version] pairs, ids only; reset every turn."""
+    record: str
+    """This run's record, JSON (agent/record.py); a string, so it is stored inline in the checkpoint."""
     profile: dict[str, Any]
     """The user's profile as loaded this turn (long-term memory lives in the store)."""
     facts: list[str]

@@ -8,19 +8,35 @@ turn alone is over budget. The builder never writes state: it returns copies.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
-from chatbot.agent.prompts import SECTION_LABELS, TRUNCATION_MARKERS, language_key
+from chatbot.agent.prompts import TRUNCATION_MARKERS
+from chatbot.agent.system_message import (
+    SystemCuts,
+    compose_system_text,
+    cut_text,
+    format_system_prompt,
+    shorten_question,
+)
 from chatbot.agent.tokens import TokenCounter
 from chatbot.text import looks_persian
 
-__all__ = ["METADATA_KEY", "Window", "WindowInputs", "build_window", "format_system_prompt", "strip_metadata"]
+__all__ = [
+    "METADATA_KEY",
+    "SystemCuts",
+    "Window",
+    "WindowInputs",
+    "build_window",
+    "compose_system_text",
+    "format_system_prompt",
+    "shorten_question",
+    "strip_metadata",
+]
 
 # Persisted messages carry our bookkeeping under this key; providers must never see it.
 METADATA_KEY = "chatbot"
@@ -55,67 +71,16 @@ class Window:
     chunks_shortened: bool
     question_shortened: bool
     system_shortened: bool = False
+    question_chars: int | None = None
+    """The question's kept length when it was shortened (see `shorten_question`)."""
+    cuts: SystemCuts | None = None
+    """How the system message was built from its parts (see `compose_system_text`)."""
 
 
 def strip_metadata(message: BaseMessage, **update: Any) -> BaseMessage:
     """Return a deep copy of `message` without our metadata, with `update` applied."""
     kwargs = {key: value for key, value in message.additional_kwargs.items() if key != METADATA_KEY}
     return message.model_copy(update={"additional_kwargs": kwargs, **update}, deep=True)
-
-
-def _cut(text: str, length: int, marker: str) -> str:
-    """Return the first `length` characters of `text`, ended on a word boundary, plus `marker`."""
-    if length >= len(text):
-        return text
-    head = text[:length]
-    space = head.rfind(" ")
-    if space >= max(1, length - 30):  # a nearby word boundary reads better than a split word
-        head = head[:space]
-    return head.rstrip() + marker if head.strip() else marker.strip()
-
-
-def _render_value(value: Any) -> str:
-    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
-
-
-def format_system_prompt(
-    system_prompt: str,
-    *,
-    profile: Mapping[str, Any],
-    facts: Sequence[str],
-    summary: str,
-    chunks: Sequence[Mapping[str, Any]],
-    language: str | None = None,
-    chunks_omitted: bool = False,
-) -> str:
-    """Compose the system message text: prompt, profile, facts, summary, knowledge chunks.
-
-    `language` picks the section headings; by default they follow the prompt's script.
-    `chunks_omitted` says the chunks were left out for room, not that none was found.
-    """
-    lang = language_key(language) if language else ("fa" if looks_persian(system_prompt) else "en")
-    labels = SECTION_LABELS[lang]
-    parts = [system_prompt.strip()]
-    profile_lines = [
-        f"- {key}: {_render_value(value)}"
-        for key, value in profile.items()
-        if value not in (None, "", [], {})
-    ]
-    if profile_lines:
-        parts.append(f"## {labels.profile}\n" + "\n".join(profile_lines))
-    fact_lines = [f"- {fact.strip()}" for fact in facts if fact.strip()]
-    if fact_lines:
-        parts.append(f"## {labels.facts}\n" + "\n".join(fact_lines))
-    if summary.strip():
-        parts.append(f"## {labels.summary}\n{summary.strip()}")
-    rendered = []
-    for chunk in chunks:
-        title = str(chunk.get("title") or "").strip()
-        header = f"[chunk:{chunk.get('chunk_id', '?')}]" + (f" {title}" if title else "")
-        rendered.append(f"{header}\n{str(chunk.get('text') or '').strip()}".rstrip())
-    empty = labels.chunks_omitted if chunks_omitted else labels.no_chunks
-    parts.append(f"## {labels.chunks}\n" + ("\n\n".join(rendered) if rendered else empty))
-    return "\n\n".join(parts)
 
 
 @dataclass(frozen=True)
@@ -235,40 +200,30 @@ class _Core:
         self.inputs, self.budget, self.counter = inputs, budget, counter
         self.lang = "fa" if looks_persian(inputs.system_prompt) else "en"
         question_text = str(inputs.question.text)
-        self.question_marker = TRUNCATION_MARKERS["fa" if looks_persian(question_text) else "en"]
         self.question_text = question_text
         self.question = strip_metadata(inputs.question)
         self.chunks_shortened = self.question_shortened = self.system_shortened = False
-        self.system_text = self._system(list(inputs.chunks))
+        self.question_chars: int | None = None
+        self.cuts = SystemCuts(len(inputs.chunks))
+        self.system_text = self._system(self.cuts)
 
-    def _system(self, chunks: Sequence[Mapping[str, Any]], *, omitted: bool = False) -> str:
+    def _system(self, cuts: SystemCuts) -> str:
         i = self.inputs
-        return format_system_prompt(
-            i.system_prompt,
-            profile=i.profile,
-            facts=i.facts,
-            summary=i.summary,
-            chunks=chunks,
-            language=self.lang,
-            chunks_omitted=omitted,
+        return compose_system_text(
+            i.system_prompt, profile=i.profile, facts=i.facts, summary=i.summary, chunks=i.chunks, cuts=cuts
         )
 
     def _fits(self, system_text: str, question: BaseMessage) -> bool:
         return self.counter.count_messages([SystemMessage(system_text), question]) <= self.budget
 
     def _cut_chunks(self, count: int, permille: int) -> str:
-        marker = TRUNCATION_MARKERS[self.lang]
-        chunks = []
-        for chunk in self.inputs.chunks[:count]:
-            text = str(chunk.get("text") or "")
-            chunks.append({**chunk, "text": _cut(text, len(text) * permille // 1000, marker)})
-        return self._system(chunks)
+        return self._system(SystemCuts(count, permille))
 
     def _chunks_fit(self, count: int, permille: int) -> bool:
         return self._fits(self._cut_chunks(count, permille), self.question)
 
     def _system_fits(self, full: str, question: BaseMessage, length: int) -> bool:
-        return self._fits(_cut(full, length, TRUNCATION_MARKERS[self.lang]), question)
+        return self._fits(cut_text(full, length, TRUNCATION_MARKERS[self.lang]), question)
 
     def _question_fits(self, system_text: str, length: int) -> bool:
         return self._fits(system_text, self._question(length))
@@ -276,11 +231,10 @@ class _Core:
     def _set_question(self, length: int) -> None:
         self.question = self._question(length)
         self.question_shortened = length < len(self.question_text)
+        self.question_chars = length if self.question_shortened else None
 
     def _question(self, length: int) -> BaseMessage:
-        return self.question.model_copy(
-            update={"content": _cut(self.question_text, length, self.question_marker)}
-        )
+        return self.question.model_copy(update={"content": shorten_question(self.question_text, length)})
 
     def window(self, messages: list[BaseMessage], tokens: int, first_kept: int) -> Window:
         """Return the Window with what this core had to shorten."""
@@ -291,6 +245,8 @@ class _Core:
             self.chunks_shortened,
             self.question_shortened,
             self.system_shortened,
+            self.question_chars,
+            self.cuts,
         )
 
     def fit(self) -> None:
@@ -306,9 +262,11 @@ class _Core:
                 partial(self._chunks_fit, count),
             )
             if permille is not None:
-                self.system_text = self._cut_chunks(count, permille)
+                self.cuts = SystemCuts(count, permille)
+                self.system_text = self._system(self.cuts)
                 return
-        self.system_text = self._system([], omitted=bool(self.inputs.chunks))
+        self.cuts = SystemCuts(0, chunks_omitted=bool(self.inputs.chunks))
+        self.system_text = self._system(self.cuts)
         if self._fits(self.system_text, self.question):
             return
         floor = min(QUESTION_FLOOR_CHARS, len(self.question_text))
@@ -325,10 +283,12 @@ class _Core:
         full = self.system_text
         length = _largest_fitting(0, len(full), partial(self._system_fits, full, self._question(floor)))
         if length is not None:
-            self.system_text = _cut(full, length, TRUNCATION_MARKERS[self.lang])
+            self.cuts = replace(self.cuts, system_chars=length)
+            self.system_text = self._system(self.cuts)
             self._set_question(floor)
             return
-        self.system_text = _cut(full, 0, TRUNCATION_MARKERS[self.lang])
+        self.cuts = replace(self.cuts, system_chars=0)
+        self.system_text = self._system(self.cuts)
         length = _largest_fitting(0, floor, partial(self._question_fits, self.system_text))
         if length is None:
             raise ValueError(

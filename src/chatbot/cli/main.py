@@ -9,6 +9,7 @@ from chatbot.cli import common
 from chatbot.cli.dev import dev
 from chatbot.cli.feedback import feedback_app
 from chatbot.cli.ingest import ingest
+from chatbot.cli.replay import replay
 from chatbot.cli.retention import retention
 from chatbot.db.migrate import migrate as run_migrations
 from chatbot.db.pool import resolve_database_url
@@ -21,6 +22,7 @@ app.command("dev")(dev)
 app.command("ingest")(ingest)
 app.command("retention")(retention)
 app.add_typer(feedback_app, name="feedback")
+app.command("replay")(replay)
 
 
 @app.command()

@@ -11,6 +11,7 @@ from psycopg import AsyncConnection
 from chatbot.db.pool import Pool
 from chatbot.memory.namespaces import facts_namespace, profile_namespace
 from chatbot.memory.resets import forget_resets
+from chatbot.retrieval.versions import prune_superseded_chunks
 from chatbot.threads.locks import Lease, Locks
 
 _CHECKPOINT_TABLES = ("checkpoint_writes", "checkpoint_blobs", "checkpoints")
@@ -99,6 +100,7 @@ async def erase_user(pool: Pool, locks: Locks, tenant_id: str, user_id: str, *, 
             )
             await forget_resets(conn, tenant_id, user_id)
         memory = await delete_memory(pool, tenant_id, user_id)
+        await prune_superseded_chunks(pool)  # knowledge versions only the erased threads cited
         return ErasureReport(len(thread_ids), memory, feedback)
     finally:
         for lease in leases:

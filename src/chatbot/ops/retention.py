@@ -20,6 +20,7 @@ from datetime import datetime
 
 from chatbot.db.pool import Pool
 from chatbot.ops.erasure import delete_threads
+from chatbot.retrieval.versions import prune_superseded_chunks
 from chatbot.threads.locks import Lease, Locks
 
 _UUID_EPOCH_OFFSET = 0x01B21DD213814000  # 100-ns intervals from 1582-10-15 to 1970-01-01
@@ -87,6 +88,8 @@ async def purge_stale_threads(
             done, busy = await _delete_unless_busy(pool, locks, batch[start : start + group], floor)
             deleted += done
             skipped += busy
+    if not dry_run:
+        await prune_superseded_chunks(pool)  # knowledge versions only the deleted threads cited
     return RetentionReport(stale, deleted, skipped)
 
 

@@ -1,4 +1,10 @@
-"""Load a tenant's documents into the knowledge base, idempotently."""
+"""Load a tenant's documents into the knowledge base, idempotently, keeping old chunk versions.
+
+A chunk row is never rewritten or deleted here: a changed document supersedes the chunks
+it no longer has and adds new versions; a removed one supersedes all of its chunks. Run
+records cite (chunk id, version), so what a past run read stays readable until
+`retrieval/versions.py` prunes the versions no retained run refers to.
+"""
 
 from __future__ import annotations
 
@@ -80,9 +86,9 @@ async def _embed(embeddings: Embeddings | None, chunks: list[Chunk]) -> list[str
 
 
 _INSERT_CHUNK = """
-INSERT INTO kb_chunks (tenant_id, chunk_id, document_id, ordinal, title, text, language,
+INSERT INTO kb_chunks (tenant_id, chunk_id, version, document_id, ordinal, title, text, language,
                        search_text, tsv, embedding, metadata)
-VALUES (%(tenant)s, %(chunk_id)s, %(document_id)s, %(ordinal)s, %(title)s, %(text)s, %(language)s,
+VALUES (%(tenant)s, %(chunk_id)s, %(version)s, %(document_id)s, %(ordinal)s, %(title)s, %(text)s, %(language)s,
         %(search_text)s,
         setweight(to_tsvector(%(cfg)s::regconfig, %(title_index)s), 'A')
           || to_tsvector(%(cfg)s::regconfig, %(text_index)s),
@@ -94,45 +100,105 @@ INSERT INTO kb_documents (tenant_id, document_id, title, source, content_sha, la
 VALUES (%s, %s, %s, %s, %s, %s, %s)
 ON CONFLICT (tenant_id, document_id) DO UPDATE
 SET title = EXCLUDED.title, source = EXCLUDED.source, content_sha = EXCLUDED.content_sha,
-    language = EXCLUDED.language, chunk_count = EXCLUDED.chunk_count, updated_at = now()
+    language = EXCLUDED.language, chunk_count = EXCLUDED.chunk_count, updated_at = now(), removed_at = NULL
+"""
+
+_CURRENT_CHUNKS = """
+SELECT chunk_id, title, ordinal FROM kb_chunks
+WHERE tenant_id = %s AND document_id = %s AND superseded_at IS NULL
+"""
+_SUPERSEDE = """
+UPDATE kb_chunks SET superseded_at = now()
+WHERE tenant_id = %s AND document_id = %s AND superseded_at IS NULL AND chunk_id = ANY(%s)
+"""
+_NEXT_VERSION = "SELECT coalesce(max(version), 0) + 1 AS v FROM kb_chunks WHERE tenant_id = %s AND document_id = %s"
+_REMOVE_DOCUMENTS = """
+UPDATE kb_documents SET removed_at = now(), chunk_count = 0, updated_at = now()
+WHERE tenant_id = %s AND source = ANY(%s) AND NOT document_id = ANY(%s) AND removed_at IS NULL
+RETURNING document_id
 """
 
 
 def _chunk_rows(tenant_id: str, doc: _SourceFile, language: str, chunks: list[Chunk],
-                vectors: list[str | None]) -> Iterator[dict[str, Any]]:
+                vectors: dict[str, str | None], version: int) -> Iterator[dict[str, Any]]:
     cfg = ts_config(language)
-    for chunk, vector in zip(chunks, vectors, strict=True):
+    for chunk in chunks:
         yield {
-            "tenant": tenant_id, "chunk_id": chunk.chunk_id, "document_id": doc.document_id,
+            "tenant": tenant_id, "chunk_id": chunk.chunk_id, "version": version, "document_id": doc.document_id,
             "ordinal": chunk.ordinal, "title": chunk.title, "text": chunk.text, "language": language,
             "search_text": search_form(f"{chunk.title}\n{chunk.text}"), "cfg": cfg,
             "title_index": index_form(chunk.title), "text_index": index_form(chunk.text),
-            "embedding": vector, "metadata": Jsonb({"source": doc.source, "chars": len(chunk.text)}),
+            "embedding": vectors.get(chunk.chunk_id),
+            "metadata": Jsonb({"source": doc.source, "chars": len(chunk.text)}),
         }
+
+
+async def _current_chunks(conn: AsyncConnection[Any], tenant_id: str, document_id: str) -> dict[str, tuple[str, int]]:
+    cur = await conn.execute(_CURRENT_CHUNKS, (tenant_id, document_id))
+    return {row["chunk_id"]: (row["title"], row["ordinal"]) for row in await cur.fetchall()}
+
+
+def _unchanged(chunk: Chunk, current: dict[str, tuple[str, int]]) -> bool:
+    """Tell whether a current row already holds this chunk's text (by its id) under its heading."""
+    return chunk.chunk_id in current and current[chunk.chunk_id][0] == chunk.title
 
 
 async def _write_document(conn: AsyncConnection[Any], tenant_id: str, doc: _SourceFile, text: str,
                           sha: str, embeddings: Embeddings | None) -> int:
+    """Supersede the document's chunks it no longer has and add the new ones; return rows added."""
     title = document_title(text, doc.path.stem.replace("-", " ").replace("_", " "))
     language = detect_language(text)
     chunks = split_document(doc.document_id, title, text, markdown=doc.path.suffix.lower() in _MARKDOWN)
+    # Chunk ids are content-derived: a passage whose text and heading are unchanged keeps
+    # its current row (and version); only new or retitled passages are embedded and written.
+    before = await _current_chunks(conn, tenant_id, doc.document_id)
+    fresh = [c for c in chunks if not _unchanged(c, before)]
     # Embed before the transaction opens: a slow model call must not hold row locks.
-    vectors = await _embed(embeddings, chunks)
+    vectors = dict(zip([c.chunk_id for c in fresh], await _embed(embeddings, fresh), strict=True))
     async with conn.transaction():
+        # The document row's lock (taken by the upsert) serialises two ingests of it.
         await conn.execute(_UPSERT_DOCUMENT, (tenant_id, doc.document_id, title, doc.source, sha,
                                               language, len(chunks)))
-        # Chunk ids are content-derived, so delete-and-insert gives unchanged passages of a
-        # changed document their old ids back.
-        await conn.execute("DELETE FROM kb_chunks WHERE tenant_id = %s AND document_id = %s",
-                           (tenant_id, doc.document_id))
+        current = await _current_chunks(conn, tenant_id, doc.document_id)
+        kept = {c.chunk_id: c.ordinal for c in chunks if _unchanged(c, current)}
+        await conn.execute(_SUPERSEDE, (tenant_id, doc.document_id, [cid for cid in current if cid not in kept]))
+        # A kept chunk's position may move; its text and heading, what a run saw, do not.
+        moved = [(ordinal, tenant_id, cid) for cid, ordinal in kept.items() if current[cid][1] != ordinal]
         async with conn.cursor() as cur:
-            await cur.executemany(_INSERT_CHUNK, list(_chunk_rows(tenant_id, doc, language, chunks, vectors)))
-    return len(chunks)
+            if moved:
+                await cur.executemany(
+                    "UPDATE kb_chunks SET ordinal = %s"
+                    " WHERE tenant_id = %s AND chunk_id = %s AND superseded_at IS NULL", moved)
+            added = [c for c in chunks if c.chunk_id not in kept]
+            if added:
+                row = await (await conn.execute(_NEXT_VERSION, (tenant_id, doc.document_id))).fetchone()
+                version = int(row["v"]) if row else 1
+                await cur.executemany(
+                    _INSERT_CHUNK, list(_chunk_rows(tenant_id, doc, language, added, vectors, version))
+                )
+    return len(added)
+
+
+async def _remove_documents(conn: AsyncConnection[Any], tenant_id: str, folders: set[str],
+                            present: list[str]) -> int:
+    """Mark the folders' documents whose file is gone as removed and supersede their chunks."""
+    async with conn.transaction():
+        cur = await conn.execute(_REMOVE_DOCUMENTS, (tenant_id, sorted(folders), present))
+        removed = [row["document_id"] for row in await cur.fetchall()]
+        if removed:
+            await conn.execute(
+                "UPDATE kb_chunks SET superseded_at = now()"
+                " WHERE tenant_id = %s AND document_id = ANY(%s) AND superseded_at IS NULL",
+                (tenant_id, removed),
+            )
+    return len(removed)
 
 
 async def refresh_vocabulary(conn: AsyncConnection[Any], tenant_id: str) -> None:
     """Rebuild the tenant's lexeme table (term, chunk frequency) from its chunks."""
-    stat_query = sql.SQL("SELECT tsv FROM kb_chunks WHERE tenant_id = {}").format(sql.Literal(tenant_id))
+    stat_query = sql.SQL("SELECT tsv FROM kb_chunks WHERE tenant_id = {} AND superseded_at IS NULL").format(
+        sql.Literal(tenant_id)
+    )
     async with conn.transaction():
         # Two ingests of one tenant at once would otherwise interleave delete and insert.
         await conn.execute("SELECT pg_advisory_xact_lock(hashtext('kb_terms'), hashtext(%s))", (tenant_id,))
@@ -154,8 +220,9 @@ async def ingest_paths(
     """Ingest files and folders (walked recursively) into one tenant's knowledge base.
 
     Unchanged files are left alone (same chunk ids), changed ones are re-chunked, and
-    documents that came from an ingested folder but whose file is gone are removed with
-    their chunks. Document ids are paths relative to the folder given.
+    documents that came from an ingested folder but whose file is gone are removed; the
+    chunks they no longer have are superseded, not deleted (see the module docstring).
+    Document ids are paths relative to the folder given.
     """
     if not _TENANT.match(tenant_id):
         raise ValueError("tenant id must be 1 to 128 characters of [A-Za-z0-9_:@-]")
@@ -163,7 +230,8 @@ async def ingest_paths(
     report = IngestReport()
     async with pool.connection() as conn:
         cur = await conn.execute(
-            "SELECT document_id, content_sha FROM kb_documents WHERE tenant_id = %s", (tenant_id,)
+            "SELECT document_id, content_sha FROM kb_documents WHERE tenant_id = %s AND removed_at IS NULL",
+            (tenant_id,),
         )
         known = {row["document_id"]: row["content_sha"] for row in await cur.fetchall()}
         for done, doc in enumerate(files, start=1):
@@ -181,12 +249,7 @@ async def ingest_paths(
             if progress is not None:
                 progress(done, len(files))
         if folders:
-            cur = await conn.execute(
-                "DELETE FROM kb_documents"
-                " WHERE tenant_id = %s AND source = ANY(%s) AND NOT document_id = ANY(%s)",
-                (tenant_id, sorted(folders), report.document_ids),
-            )
-            report.removed = cur.rowcount
+            report.removed = await _remove_documents(conn, tenant_id, folders, report.document_ids)
         if report.added or report.updated or report.removed:
             await refresh_vocabulary(conn, tenant_id)
     logger.info(

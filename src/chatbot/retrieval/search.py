@@ -16,6 +16,9 @@ Ranking, all inside Postgres:
 4. With an embeddings model, the nearest chunks by cosine distance form a fourth list.
 5. The lists are fused by weighted reciprocal rank (k = 60); `score` is the fused value.
 
+Only current chunk versions are searched (`superseded_at IS NULL`, which every index on
+the search path is partial on); superseded ones stay for run records (ingest.py).
+
 "Nothing relevant" is an empty list: a lexical hit counts only when its coverage
 reaches `MIN_COVERAGE`, and a vector hit only above `MIN_VECTOR_SIMILARITY`.
 """
@@ -54,6 +57,8 @@ class RetrievedChunk:
     text: str
     language: str
     score: float
+    version: int = 1
+    """The chunk's version: (chunk_id, version) names the exact row a run record cites."""
 
     def to_state(self) -> dict[str, Any]:
         """Return the chunk as a plain dict for graph state (serialisable by the checkpointer)."""
@@ -117,7 +122,7 @@ WITH qlex AS (
     -- One GIN lookup per query word; a chunk's coverage is the weight of the words it has.
     SELECT c.chunk_id, sum(g.w) / mass.m AS coverage
     FROM essential g
-    JOIN kb_chunks c ON c.tenant_id = %(tenant)s AND c.tsv @@ g.tq
+    JOIN kb_chunks c ON c.tenant_id = %(tenant)s AND c.tsv @@ g.tq AND c.superseded_at IS NULL
     CROSS JOIN mass
     CROSS JOIN light
     GROUP BY c.chunk_id, mass.m, light.m
@@ -130,7 +135,7 @@ WITH qlex AS (
            -- the chunk's heading path (first line of search_text) found in the question
            word_similarity(split_part(c.search_text, E'\\n', 1), %(qs)s) AS tri
     FROM hits h
-    JOIN kb_chunks c ON c.tenant_id = %(tenant)s AND c.chunk_id = h.chunk_id
+    JOIN kb_chunks c ON c.tenant_id = %(tenant)s AND c.chunk_id = h.chunk_id AND c.superseded_at IS NULL
     CROSS JOIN query
     ORDER BY h.coverage DESC, cd DESC, h.chunk_id
     LIMIT %(rerank)s
@@ -145,7 +150,7 @@ WITH qlex AS (
     FROM (
         SELECT chunk_id, embedding <=> %(qvec)s::vector AS dist
         FROM kb_chunks
-        WHERE tenant_id = %(tenant)s AND %(qvec)s::vector IS NOT NULL
+        WHERE tenant_id = %(tenant)s AND superseded_at IS NULL AND %(qvec)s::vector IS NOT NULL
           AND embedding IS NOT NULL AND vector_dims(embedding) = %(dim)s
         ORDER BY dist
         LIMIT %(vector_candidates)s
@@ -162,9 +167,9 @@ WITH qlex AS (
     ORDER BY score DESC, chunk_id
     LIMIT %(k)s
 )
-SELECT c.chunk_id, c.document_id, c.title, c.text, c.language, f.score::float8 AS score
+SELECT c.chunk_id, c.version, c.document_id, c.title, c.text, c.language, f.score::float8 AS score
 FROM fused f
-JOIN kb_chunks c ON c.tenant_id = %(tenant)s AND c.chunk_id = f.chunk_id
+JOIN kb_chunks c ON c.tenant_id = %(tenant)s AND c.chunk_id = f.chunk_id AND c.superseded_at IS NULL
 ORDER BY f.score DESC, c.chunk_id
 """
 
@@ -224,6 +229,7 @@ async def search_knowledge(
             text=row["text"],
             language=row["language"],
             score=float(row["score"]),
+            version=int(row["version"]),
         )
         for row in rows
     ]

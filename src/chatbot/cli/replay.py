@@ -1,0 +1,108 @@
+"""`chatbot replay --tenant T THREAD RUN`: print a run's record, what its model saw and said.
+
+The same record as `GET /v1/threads/{thread_id}/runs/{run_id}` (threads/record.py), read
+straight from the database, plus what only an operator needs: the system prompt's text,
+the settings that shaped the window, and with `--system-message` the whole system message
+rebuilt from its parts. Panels on a terminal, plain text through a pipe.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.panel import Panel
+from rich.text import Text
+
+from chatbot.cli import common
+
+Section = tuple[str, list[str]]
+
+
+def _value(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
+def record_sections(record: Any, *, system_message: bool = False) -> list[Section]:
+    """Return the record as titled blocks of lines, in reading order."""
+    body = record.body
+    ctx = body["context"]
+    run = [
+        f"run        {body['run_id']}",
+        f"thread     {body['thread_id']}",
+        f"status     {body['status']}",
+        f"created    {body['created_at']}",
+        f"model      {body['model'] or '-'}",
+    ]
+    run += [f"setting    {key} = {_value(value)}" for key, value in record.settings.items()]
+    if record.shortened:
+        run.append(f"shortened  {', '.join(record.shortened)} (cut to fit the window)")
+    sections: list[Section] = [("Run", run)]
+    sha = ctx["system_prompt_sha256"]
+    if sha:
+        sections.append((f"System prompt (sha256 {sha[:12]}…)", [record.system_prompt or "(text not stored)"]))
+    sections.append(("Profile", [f"{k}: {_value(v)}" for k, v in ctx["profile"].items()] or ["(none)"]))
+    sections.append(("Facts", [f"- {fact}" for fact in ctx["facts"]] or ["(none)"]))
+    sections.append(("Summary", [ctx["summary"] or "(none)"]))
+    window = [f"[{m['role']}] {m['id']}\n{m['content']}" for m in ctx["messages"]]
+    sections.append((f"Window ({_count(len(window), 'message')} after the system message)", window or ["(none)"]))
+    retrieved = [
+        f"{c['chunk_id']} v{c['version']} ({c['document_id']})\n{c['text'] if c['text'] is not None else '(pruned)'}"
+        for c in ctx["retrieved"]
+    ]
+    sections.append((f"Retrieved ({_count(len(retrieved), 'chunk')})", retrieved or ["(none)"]))
+    if system_message:
+        sections.append(("System message as sent", [record.system_message or "(cannot be rebuilt)"]))
+    sections.append(("Input", [body["input"]["content"] if body["input"] else "(none)"]))
+    sections.append(("Answer", [body["answer"]["content"] if body["answer"] else "(none)"]))
+    sections.append(("Citations", body["citations"] or ["(none)"]))
+    return sections
+
+
+def render(sections: list[Section], console: Console) -> None:
+    """Print the sections: panels on a terminal, plain headed blocks elsewhere."""
+    for title, lines in sections:
+        # Entries of several lines (messages, chunks) read better a blank line apart.
+        text = ("\n\n" if any("\n" in line for line in lines) else "\n").join(lines)
+        if console.is_terminal:
+            console.print(Panel(Text(text), title=title, title_align="left"))
+        else:
+            console.print(f"== {title} ==", markup=False, highlight=False)
+            console.print(text, markup=False, highlight=False, soft_wrap=True)
+            console.print()
+
+
+def replay(
+    thread_id: str = typer.Argument(..., help="The thread (the backend's chat session id)."),
+    run_id: str = typer.Argument(..., help="The run's id (a UUID)."),
+    tenant: str = typer.Option(..., "--tenant", help="Tenant the thread belongs to."),
+    system_message: bool = typer.Option(False, "--system-message", help="Also print the whole system message."),
+) -> None:
+    """Print a run's record: window, summary, memory, prompt, retrieved chunks, answer."""
+    from chatbot.db.saver import PooledPostgresSaver
+    from chatbot.threads.record import read_run_record
+
+    settings = common.load_settings(environment="dev")  # needs no token key
+    try:
+        run = str(uuid.UUID(run_id))
+    except ValueError:
+        common.fail(f"no run {run_id} on thread {thread_id} of tenant {tenant}")
+        return
+
+    async def _go() -> Any:
+        async with common.open_pool_and_locks(settings) as (pool, locks):
+            serde = PooledPostgresSaver(pool).serde
+            return await read_run_record(pool, serde, locks, thread_id, run, tenant)
+
+    record = common.run(_go())
+    if record is None:
+        common.fail(f"no run {run_id} on thread {thread_id} of tenant {tenant}")
+        return
+    render(record_sections(record, system_message=system_message), Console())
