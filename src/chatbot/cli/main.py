@@ -6,6 +6,7 @@ import typer
 import uvicorn
 
 from chatbot.cli import common
+from chatbot.cli.chat import chat
 from chatbot.cli.dev import dev
 from chatbot.cli.feedback import feedback_app
 from chatbot.cli.ingest import ingest
@@ -21,6 +22,7 @@ app.command("dev")(dev)
 app.command("ingest")(ingest)
 app.command("retention")(retention)
 app.add_typer(feedback_app, name="feedback")
+app.command("chat")(chat)
 
 
 @app.command()
