@@ -14,6 +14,7 @@ from chatbot.cli.retention import retention
 from chatbot.db.migrate import migrate as run_migrations
 from chatbot.db.pool import resolve_database_url
 from chatbot.logs import configure_logging
+from chatbot.metrics import worker_metrics
 
 app = typer.Typer(
     help="Conversational agent service of the insurance support chatbot.", no_args_is_help=True, add_completion=False
@@ -48,16 +49,17 @@ def serve(
     """Run one replica of the service."""
     settings = common.load_settings()  # fail fast, before uvicorn forks, on unsafe settings
     configure_logging(settings.log_level)
-    uvicorn.run(
-        "chatbot.app:create_app",
-        factory=True,
-        host=host,
-        port=port,
-        workers=workers,
-        log_config=None,
-        access_log=False,
-        timeout_graceful_shutdown=int(settings.shutdown_grace_seconds),
-    )
+    with worker_metrics(workers):
+        uvicorn.run(
+            "chatbot.cli.worker:create_worker_app",
+            factory=True,
+            host=host,
+            port=port,
+            workers=workers,
+            log_config=None,
+            access_log=False,
+            timeout_graceful_shutdown=int(settings.shutdown_grace_seconds),
+        )
 
 
 @app.command()
