@@ -138,7 +138,8 @@ class RichView:
     def read(self) -> str | None:
         try:
             return self.console.input("[bold cyan]you ›[/] ")
-        except EOFError:
+        except (EOFError, KeyboardInterrupt):  # Ctrl-D or Ctrl-C at the prompt: leave quietly
+            self.console.print()
             return None
 
     def info(self, text: str) -> None:
