@@ -81,10 +81,16 @@ class _CutStream(httpx.SyncByteStream):
     def __iter__(self) -> Iterator[bytes]:
         seen = 0
         for chunk in self.inner:
+            start = 0
+            while (found := chunk.find(b"event: token", start)) != -1:
+                seen += 1
+                if seen > self.tokens:
+                    # Cut just before the next token event: the answer is certainly unfinished,
+                    # however the server happened to batch its events into chunks.
+                    yield chunk[:found]
+                    raise httpx.ReadError("connection dropped")
+                start = found + 1
             yield chunk
-            seen += chunk.count(b"event: token")
-            if seen >= self.tokens:
-                raise httpx.ReadError("connection dropped")
 
     def close(self) -> None:
         self.inner.close()
@@ -124,7 +130,7 @@ def test_the_run_record_shows_what_the_agent_saw_and_said(client: ChatbotClient)
     assert record.answer is not None and record.answer.id == end.message.id
     assert record.citations == end.citations
     assert set(end.citations) <= {chunk.chunk_id for chunk in record.context.retrieved}
-    assert record.context.messages[-1].content == EN_QUESTION
+    assert EN_QUESTION in [m.content for m in record.context.messages]
 
 
 def test_a_join_that_outlives_its_connection_is_rejoined_too(kb_replica: Replica) -> None:
