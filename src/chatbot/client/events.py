@@ -102,7 +102,8 @@ class RunFollower:
         if event.id:
             self.last_id = event.id
         if event.event == "metadata":
-            self.run_id = str(event.data.get("run_id") or self.run_id)
+            if event.data.get("run_id"):
+                self.run_id = str(event.data["run_id"])
             if self.metadata_seen:
                 return False
             self.metadata_seen = True
