@@ -156,3 +156,16 @@ def test_chat_signs_with_the_dev_secret_that_make_dev_keeps(kb_replica: Replica,
         input="", capture_output=True, text=True, env=env, timeout=60,
     )
     assert refused.returncode == 2 and "CHATBOT_SERVICE_SECRET" in refused.stderr
+
+
+def test_a_refused_message_is_reported_and_the_session_goes_on(kb_replica: Replica, tmp_path) -> None:
+    lines = "\n".join(["x" * 8001, "/bogus", EN_QUESTIONS[0]])
+    done = subprocess.run(
+        chat_command(kb_replica, "u-refused", "cli-refused", "en-US"),
+        input=lines, capture_output=True, text=True, env=chat_env(tmp_path), timeout=60, check=True,
+    )
+    out = done.stdout.splitlines()
+    assert out[1].startswith("error: 422 Unprocessable") and "8000" in out[1] and "xxx" not in out[1]
+    assert out[2].startswith("commands: /history")
+    assert out[-1] == "status: answered"
+    assert [m.role for m in transcript(kb_replica, "u-refused", "cli-refused")] == ["user", "assistant"]
