@@ -81,7 +81,6 @@ class Settings(BaseSettings):
     summary_after_turns: int = Field(default=20, ge=1, le=30)
     memory_max_facts: int = Field(default=50, ge=1)
     rate_limit_per_minute: int = Field(default=0, ge=0)
-    run_lock_wait_seconds: float = Field(default=10.0, ge=0)
     shutdown_grace_seconds: float = Field(default=30.0, ge=0)
     log_level: str = "INFO"
     # Lifecycle (CONTRACT.md "Retention and memory lifetime"); 0 days = keep forever.

@@ -5,8 +5,9 @@ from __future__ import annotations
 import asyncio
 
 from fastapi import APIRouter, Request, Response
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 
+from chatbot import metrics as service_metrics
 from chatbot.db.migrate import schema_problem
 from chatbot.errors import problem_response
 
@@ -38,5 +39,5 @@ async def readyz(request: Request) -> Response | dict[str, str]:
 
 @router.get("/metrics", include_in_schema=False)
 async def metrics() -> Response:
-    """Serve the Prometheus text exposition."""
-    return Response(generate_latest(), media_type=CONTENT_TYPE_LATEST)
+    """Serve the Prometheus text exposition (summed over the replica's worker processes)."""
+    return Response(service_metrics.exposition(), media_type=CONTENT_TYPE_LATEST)

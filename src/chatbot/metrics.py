@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Histogram
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest, multiprocess
 
 RUNS = Counter("chatbot_runs_total", "Runs by terminal status (answered, clarifying, escalate, error).", ["status"])
 RUN_SECONDS = Histogram(
@@ -30,3 +37,46 @@ MODEL_ERRORS = Counter(
     "Chat-model calls that failed, by the provider's exception class and HTTP status.",
     ["error_class", "status"],
 )
+
+# With several worker processes each has its own counters; prometheus_client's
+# multiprocess mode keeps them in files under PROMETHEUS_MULTIPROC_DIR that /metrics sums,
+# so a scrape sees the replica's totals whichever worker answers it.
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+
+
+def exposition() -> bytes:
+    """Return the metrics in the Prometheus text format, summed over worker processes when there are several."""
+    if os.environ.get(MULTIPROC_ENV):
+        registry = CollectorRegistry()
+        multiprocess.MultiProcessCollector(registry)
+        return generate_latest(registry)
+    return generate_latest()
+
+
+@contextmanager
+def worker_metrics(workers: int) -> Iterator[Path | None]:
+    """Give worker processes a fresh shared metrics directory for the life of the server.
+
+    An operator's PROMETHEUS_MULTIPROC_DIR is used (and emptied of a previous run's files,
+    which would otherwise be added to this run's counts); without one, and with more than
+    one worker, a temporary directory is made and removed on exit. Must run before the
+    workers start: prometheus_client picks its storage when it is first imported.
+    """
+    configured = os.environ.get(MULTIPROC_ENV)
+    if configured:
+        path = Path(configured)
+        path.mkdir(parents=True, exist_ok=True)
+        for stale in path.glob("*.db"):
+            stale.unlink()
+        yield path
+        return
+    if workers <= 1:
+        yield None
+        return
+    path = Path(tempfile.mkdtemp(prefix="chatbot-metrics-"))
+    os.environ[MULTIPROC_ENV] = str(path)
+    try:
+        yield path
+    finally:
+        os.environ.pop(MULTIPROC_ENV, None)
+        shutil.rmtree(path, ignore_errors=True)

@@ -61,4 +61,8 @@ def dev(
         f"  -H {shlex.quote('Authorization: Bearer ' + bearer)} \\\n"
         f"  -H 'Content-Type: application/json' -d {shlex.quote(body)}\n"
     )
+    typer.echo(
+        "Or chat with it from another terminal (it signs its tokens with the same dev secret):\n\n"
+        f".venv/bin/chatbot chat --url http://{host}:{port} --tenant {DEMO_TENANT} --user {DEMO_USER} --locale en-US\n"
+    )
     uvicorn.run(create_app(settings), host=host, port=port, log_config=None, access_log=False)

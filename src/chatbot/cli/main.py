@@ -6,6 +6,7 @@ import typer
 import uvicorn
 
 from chatbot.cli import common
+from chatbot.cli.chat import chat
 from chatbot.cli.dev import dev
 from chatbot.cli.feedback import feedback_app
 from chatbot.cli.ingest import ingest
@@ -14,6 +15,7 @@ from chatbot.cli.retention import retention
 from chatbot.db.migrate import migrate as run_migrations
 from chatbot.db.pool import resolve_database_url
 from chatbot.logs import configure_logging
+from chatbot.metrics import worker_metrics
 
 app = typer.Typer(
     help="Conversational agent service of the insurance support chatbot.", no_args_is_help=True, add_completion=False
@@ -23,6 +25,7 @@ app.command("ingest")(ingest)
 app.command("retention")(retention)
 app.add_typer(feedback_app, name="feedback")
 app.command("replay")(replay)
+app.command("chat")(chat)
 
 
 @app.command()
@@ -48,16 +51,17 @@ def serve(
     """Run one replica of the service."""
     settings = common.load_settings()  # fail fast, before uvicorn forks, on unsafe settings
     configure_logging(settings.log_level)
-    uvicorn.run(
-        "chatbot.app:create_app",
-        factory=True,
-        host=host,
-        port=port,
-        workers=workers,
-        log_config=None,
-        access_log=False,
-        timeout_graceful_shutdown=int(settings.shutdown_grace_seconds),
-    )
+    with worker_metrics(workers):
+        uvicorn.run(
+            "chatbot.cli.worker:create_worker_app",
+            factory=True,
+            host=host,
+            port=port,
+            workers=workers,
+            log_config=None,
+            access_log=False,
+            timeout_graceful_shutdown=int(settings.shutdown_grace_seconds),
+        )
 
 
 @app.command()

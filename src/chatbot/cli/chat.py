@@ -1,0 +1,122 @@
+"""`chatbot chat`: talk to a running service from a terminal or a pipe, as the backend would."""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+
+import typer
+
+from chatbot.cli import common
+from chatbot.cli.chat_view import PlainView, RichView, View
+from chatbot.client import ChatbotClient, ChatbotError, RateLimitedError, Retries, StreamInterrupted
+from chatbot.client.errors import error_from_event
+from chatbot.client.events import Event
+from chatbot.responses import TranscriptMessage
+
+HELP = "commands: /history, /memory, /new, /quit (or end of input); anything else is a message"
+
+
+def _secret(data_dir: Path) -> str:
+    # The service's secret, or the one `chatbot dev` keeps under its data dir: `make dev` then
+    # needs no set-up. Never created here: a secret the server does not know would only 401.
+    settings = common.load_settings(environment="dev")
+    if settings.service_secret is not None:
+        return settings.service_secret.get_secret_value()
+    path = data_dir / common.DEV_SECRET_FILE
+    if path.exists():
+        return path.read_text().strip()
+    common.fail("no CHATBOT_SERVICE_SECRET set (and no dev secret under .chatbot/): cannot sign tokens", 2)
+    raise AssertionError("unreachable")
+
+
+def new_thread_id() -> str:
+    """Return a fresh thread id."""
+    return f"chat-{secrets.token_hex(6)}"
+
+
+def _transcript(client: ChatbotClient, thread: str) -> list[TranscriptMessage]:
+    messages: list[TranscriptMessage] = []
+    before = None
+    while True:
+        try:
+            page = client.messages(thread, limit=100, before=before)
+        except ChatbotError as exc:
+            if exc.status == 404 and not messages:
+                return []  # nothing said on this thread yet
+            raise
+        messages[:0] = page.messages
+        if not page.has_more:
+            return messages
+        before = page.next_before
+
+
+def _ask(client: ChatbotClient, view: View, thread: str, text: str) -> None:
+    event: Event
+    for event in client.stream(thread, text):
+        if event.event == "progress":
+            view.progress(event.data)
+        elif event.event == "token":
+            view.token(str(event.data.get("content", "")))
+        elif event.event == "end":
+            view.end(event.end())
+        elif event.event == "error":
+            view.error(error_from_event(event.data))
+
+
+def converse(client: ChatbotClient, view: View, thread: str) -> None:
+    """Read lines until `/quit` or the end of input; each is a message or a command."""
+    view.info(f"thread: {thread} ({HELP})")
+    while (line := view.read()) is not None:
+        text = line.strip()
+        if not text:
+            continue
+        if text in ("/quit", "/exit"):
+            break
+        try:
+            if text == "/history":
+                view.history(_transcript(client, thread))
+            elif text == "/memory":
+                view.memory(client.memory())
+            elif text == "/new":
+                thread = new_thread_id()
+                view.info(f"thread: {thread}")
+            elif text.startswith("/"):
+                view.info(HELP)
+            else:
+                _ask(client, view, thread, text)
+        except RateLimitedError as exc:
+            view.error(RuntimeError(f"rate limited: try again in {exc.retry_after or 60:.0f} s"))
+        except (ChatbotError, StreamInterrupted) as exc:
+            view.error(exc)
+        except KeyboardInterrupt:
+            view.error(RuntimeError("interrupted (the run goes on in the service)"))
+
+
+def chat(
+    url: str = typer.Option("http://127.0.0.1:8000", "--url", help="Base URL of the service."),
+    tenant: str = typer.Option(..., "--tenant", help="tenant_id of the tokens."),
+    user: str = typer.Option(..., "--user", help="user_id of the tokens."),
+    thread: str | None = typer.Option(None, "--thread", help="Thread to continue (default: a new one)."),
+    locale: str = typer.Option("fa-IR", "--locale", help="locale of the tokens (fa-* answers in Persian)."),
+    plain: bool = typer.Option(False, "--plain", help="Plain lines even on a terminal."),
+) -> None:
+    """Chat with a running service; tokens are minted with CHATBOT_SERVICE_SECRET."""
+    settings = common.load_settings(environment="dev")
+    secret = _secret(settings.data_dir)
+    interactive = not plain and os.isatty(0) and os.isatty(1)
+    view: View = RichView() if interactive else PlainView()
+    # A chat waits a few seconds at most for a busy service, then says so.
+    retries = Retries(attempts=2, max_wait=5)
+    with ChatbotClient(
+        url,
+        secret=secret,
+        tenant_id=tenant,
+        user_id=user,
+        locale=locale,
+        issuer=settings.jwt_issuer,
+        audience=settings.jwt_audience,
+        retries=retries,
+    ) as client:
+        converse(client, view, thread or new_thread_id())

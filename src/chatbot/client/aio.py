@@ -1,0 +1,195 @@
+"""`AsyncChatbotClient`: the service's API for asyncio callers, over httpx."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, Literal
+
+import httpx
+
+from chatbot.client import api
+from chatbot.client.errors import StreamInterrupted, error_from_event, error_from_response, retry_after_seconds
+from chatbot.client.events import Event, RunFollower, SSEDecoder
+from chatbot.client.sync import DEFAULT_TIMEOUT
+from chatbot.client.tokens import TokenSource, token_source, user_of
+from chatbot.responses import ErasureReport, MessagesPage, RunEnd, RunRecord, UserMemory
+
+
+class AsyncChatbotClient:
+    """Call the conversational agent service from asyncio code; the twin of `ChatbotClient`.
+
+    Construct it with `token` (a string, or a callable returning one per request) or with
+    `secret`, `tenant_id`, `user_id` and `locale` to mint HS256 service tokens here.
+    Problem answers raise `ChatbotError` (`ConflictError` for 409, `RateLimitedError` for
+    429); 429 and 503 are retried as `retries` says, 409 never.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        token: TokenSource | None = None,
+        *,
+        secret: str | None = None,
+        tenant_id: str | None = None,
+        user_id: str | None = None,
+        locale: str | None = None,
+        issuer: str = "main-backend",
+        audience: str = "chatbot-agent",
+        timeout: float | httpx.Timeout = DEFAULT_TIMEOUT,
+        retries: api.Retries | None = None,
+        resumes: int = 1,
+        transport: httpx.AsyncBaseTransport | None = None,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
+        self._token = token_source(
+            token, secret=secret, tenant_id=tenant_id, user_id=user_id, locale=locale, issuer=issuer, audience=audience
+        )
+        self._user_id = user_id
+        self._retries = retries or api.Retries()
+        self._resumes = resumes
+        self._sleep = sleep
+        self._http = httpx.AsyncClient(base_url=base_url, timeout=timeout, transport=transport)
+
+    async def aclose(self) -> None:
+        """Close the connections."""
+        await self._http.aclose()
+
+    async def __aenter__(self) -> AsyncChatbotClient:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.aclose()
+
+    # Runs -------------------------------------------------------------------------------
+
+    async def run(self, thread_id: str, content: str) -> RunEnd:
+        """Send one message and return the run's `end` (a failed run raises its problem)."""
+        async for event in self.stream(thread_id, content):
+            if event.event == "end":
+                return event.end()
+            if event.event == "error":
+                raise error_from_event(event.data)
+        raise AssertionError("unreachable: a stream ends with end or error, or raises")
+
+    async def stream(self, thread_id: str, content: str) -> AsyncIterator[Event]:
+        """Send one message and yield the run's events as they arrive, `metadata` to `end` or `error`.
+
+        A stream that breaks after `metadata` is rejoined (`resumes` times, once by default)
+        from the last event received, and continues without a repeated or missing token.
+        """
+        follower = RunFollower(thread_id)
+        response = await self._send(
+            "POST", api.runs_path(thread_id), json=api.run_body(content), headers={"Accept": api.SSE}, stream=True
+        )
+        async for event in self._follow(response, follower):
+            yield event
+
+    async def join(self, thread_id: str, run_id: str, last_event_id: str | None = None) -> AsyncIterator[Event]:
+        """Rejoin a run's stream (after `last_event_id`, or from its start) and follow it to its end."""
+        follower = RunFollower.joining(thread_id, run_id, last_event_id)
+        async for event in self._follow(await self._rejoin(follower), follower):
+            yield event
+
+    async def run_record(self, thread_id: str, run_id: str) -> RunRecord:
+        """Return what the agent saw and said in one run."""
+        return RunRecord.model_validate((await self._send("GET", api.run_path(thread_id, run_id))).json())
+
+    async def feedback(
+        self, thread_id: str, run_id: str, score: Literal["up", "down"], comment: str | None = None
+    ) -> None:
+        """Rate a run's answer (sending again replaces the earlier rating)."""
+        await self._send("POST", api.feedback_path(thread_id, run_id), json=api.feedback_body(score, comment))
+
+    # Threads ----------------------------------------------------------------------------
+
+    async def messages(self, thread_id: str, limit: int = 20, before: str | None = None) -> MessagesPage:
+        """Return the newest `limit` messages older than `before`, oldest first."""
+        response = await self._send("GET", api.messages_path(thread_id), params=api.messages_params(limit, before))
+        return MessagesPage.model_validate(response.json())
+
+    async def delete_thread(self, thread_id: str) -> None:
+        """Purge a thread (nothing happens for a thread that does not exist)."""
+        await self._send("DELETE", api.thread_path(thread_id))
+
+    # The token's user -------------------------------------------------------------------
+
+    async def memory(self) -> UserMemory:
+        """Return what the service remembers about the token's user."""
+        return UserMemory.model_validate((await self._send("GET", api.memory_path(self._user()))).json())
+
+    async def reset_memory(self) -> None:
+        """Forget the token's user's profile and facts."""
+        await self._send("DELETE", api.memory_path(self._user()))
+
+    async def erase_user(self) -> ErasureReport:
+        """Erase the token's user in its tenant: threads, memory and feedback."""
+        return ErasureReport.model_validate((await self._send("DELETE", api.user_path(self._user()))).json())
+
+    # Plumbing ---------------------------------------------------------------------------
+
+    def _user(self) -> str:
+        return self._user_id or user_of(self._token())
+
+    async def _send(
+        self,
+        method: str,
+        path: str,
+        *,
+        json: Any = None,
+        params: dict[str, Any] | None = None,
+        headers: dict[str, str] | None = None,
+        stream: bool = False,
+    ) -> httpx.Response:
+        attempt = 0
+        while True:
+            request = self._http.build_request(
+                method,
+                path,
+                json=json,
+                params=params,
+                headers={"Authorization": f"Bearer {self._token()}", **(headers or {})},
+            )
+            response = await self._http.send(request, stream=stream)
+            if response.is_success:
+                return response
+            await response.aread()
+            await response.aclose()
+            wait = self._retries.delay(
+                attempt, response.status_code, retry_after_seconds(response.headers.get("retry-after"))
+            )
+            if wait is None:
+                raise error_from_response(response)
+            await self._sleep(wait)
+            attempt += 1
+
+    async def _rejoin(self, follower: RunFollower) -> httpx.Response:
+        assert follower.run_id is not None
+        # `<run_id>:0` asks for the whole stream, as no header does.
+        headers = {"Accept": api.SSE, "Last-Event-ID": follower.last_event_id or f"{follower.run_id}:0"}
+        return await self._send(
+            "GET", api.stream_path(follower.thread_id, follower.run_id), headers=headers, stream=True
+        )
+
+    async def _follow(self, response: httpx.Response, follower: RunFollower) -> AsyncIterator[Event]:
+        resumes = self._resumes
+        while True:
+            broken: Exception | None = None
+            try:
+                decoder = SSEDecoder()
+                async for line in response.aiter_lines():
+                    event = decoder.feed(line)
+                    if event is None:
+                        continue
+                    if follower.admit(event):
+                        yield event
+                    if follower.finished:
+                        return
+            except httpx.TransportError as exc:  # the connection dropped mid-stream
+                broken = exc
+            finally:
+                await response.aclose()  # also when the consumer stops early: the run goes on without us
+            if follower.run_id is None or resumes <= 0:
+                raise StreamInterrupted(follower.thread_id, follower.run_id, follower.last_event_id) from broken
+            resumes -= 1
+            response = await self._rejoin(follower)

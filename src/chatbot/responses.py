@@ -1,0 +1,144 @@
+"""Response bodies of the API, as the contract defines them.
+
+The typed client (`chatbot.client`) parses every answer into these models. They accept
+fields they do not know (`extra="ignore"`, pydantic's default), so an older client keeps
+working against a newer service that adds a field.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+RunStatus = Literal["answered", "clarifying", "escalate"]
+
+
+class ProblemDetails(BaseModel):
+    """An RFC 9457 problem-details object (error bodies and the SSE `error` event)."""
+
+    type: str = "about:blank"
+    title: str = ""
+    status: int
+    detail: str = ""
+
+
+class MessageRef(BaseModel):
+    """A message by id and content (the answer of `end`, the input and answer of a run record)."""
+
+    id: str
+    content: str
+
+
+class RoleMessage(BaseModel):
+    """A message with its role, as a hand-off payload lists them."""
+
+    role: str
+    content: str
+
+
+class HandoffContext(BaseModel):
+    """What a human assistant needs to take the conversation over (`end` on `escalate`)."""
+
+    reason: str
+    conversation_summary: str
+    user_profile: dict[str, Any] = Field(default_factory=dict)
+    recent_messages: list[RoleMessage] = Field(default_factory=list)
+
+
+class RunEnd(BaseModel):
+    """The `end` event of a run, also the JSON answer of `POST …/runs`."""
+
+    run_id: str
+    thread_id: str
+    status: RunStatus
+    message: MessageRef
+    citations: list[str] = Field(default_factory=list)
+    handoff_context: HandoffContext | None = None
+
+
+class TranscriptMessage(BaseModel):
+    """One user or assistant message of `GET …/messages`."""
+
+    id: str
+    role: Literal["user", "assistant"]
+    content: str
+    created_at: datetime
+    run_id: str | None = None
+    citations: list[str] = Field(default_factory=list)
+
+
+class MessagesPage(BaseModel):
+    """One page of a thread's transcript, oldest first."""
+
+    messages: list[TranscriptMessage]
+    has_more: bool
+    next_before: str | None = None
+
+
+class ContextMessage(BaseModel):
+    """A message of the window the model was given in a run."""
+
+    id: str | None = None
+    role: str
+    content: str
+
+
+class RetrievedChunk(BaseModel):
+    """A knowledge chunk as it read when the run retrieved it."""
+
+    chunk_id: str
+    document_id: str
+    version: int | str | None = None
+    text: str
+
+
+class RunContext(BaseModel):
+    """What the agent saw in a run."""
+
+    system_prompt_sha256: str | None = None
+    summary: str | None = None
+    profile: dict[str, Any] = Field(default_factory=dict)
+    facts: list[Any] = Field(default_factory=list)
+    messages: list[ContextMessage] = Field(default_factory=list)
+    retrieved: list[RetrievedChunk] = Field(default_factory=list)
+
+
+class RunRecord(BaseModel):
+    """`GET …/runs/{run_id}`: the run as recorded, for audits and disputed answers."""
+
+    run_id: str
+    thread_id: str
+    status: str
+    created_at: datetime
+    model: str | None = None
+    input: MessageRef
+    answer: MessageRef | None = None
+    citations: list[str] = Field(default_factory=list)
+    context: RunContext = Field(default_factory=RunContext)
+
+
+class MemoryFact(BaseModel):
+    """One remembered fact about the user."""
+
+    id: str
+    text: str
+    category: str
+    updated_at: datetime
+
+
+class UserMemory(BaseModel):
+    """`GET /v1/users/{user_id}/memory`: what the store holds about the user."""
+
+    user_id: str
+    profile: dict[str, Any] = Field(default_factory=dict)
+    facts: list[MemoryFact] = Field(default_factory=list)
+
+
+class ErasureReport(BaseModel):
+    """`DELETE /v1/users/{user_id}`: what the erasure removed."""
+
+    threads_deleted: int
+    memory_items_deleted: int
+    feedback_deleted: int
