@@ -27,6 +27,7 @@ import contextlib
 import logging
 import os
 import uuid
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,6 +41,8 @@ log = logging.getLogger(__name__)
 _THREAD_KEY = "hashtextextended('chatbot/thread/' || %(thread)s, 0)"
 _USER_KEY = "hashtextextended('chatbot/user/' || %(tenant)s || '/' || %(user)s, 0)"
 
+_ERASE_KEY = "hashtextextended('chatbot/erase/' || %(tenant)s || '/' || %(user)s, 0)"
+
 # Taking a thread lock also sets the thread's fence token, in the same round trip; the
 # upsert runs only when the lock was granted (the CTE is volatile, so evaluated once).
 _TRY_THREAD = f"""
@@ -49,11 +52,31 @@ fence as (
     on conflict (thread_id) do update set token = excluded.token
     returning 1
 )
-select ok, (select count(*) from fence) as fenced from lock
+select ok, true as user_ok, (select count(*) from fence) as fenced from lock
 """
 _UNLOCK_THREAD = f"select pg_advisory_unlock({_THREAD_KEY})"
+
+# A run's thread lock comes with a shared hold on its user's erasure key, in the same
+# round trip: an erasure takes that key exclusively, so it waits for the user's runs in
+# flight on every thread, and refuses new ones until it is done (ops/erasure.py). CASE
+# orders the attempts; a shared hold whose thread lock was refused is given back at once.
+_TRY_RUN = f"""
+with run as (select pg_try_advisory_lock_shared({_ERASE_KEY}) as ok),
+lock as (select case when (select ok from run) then pg_try_advisory_lock({_THREAD_KEY}) else false end as ok),
+undo as (select pg_advisory_unlock_shared({_ERASE_KEY}) from run, lock where run.ok and not lock.ok),
+fence as (
+    insert into thread_fences (thread_id, token) select %(thread)s, %(token)s from lock where ok
+    on conflict (thread_id) do update set token = excluded.token
+    returning 1
+)
+select lock.ok, run.ok as user_ok, (select count(*) from fence) + (select count(*) from undo) as done
+from run, lock
+"""
+_UNLOCK_RUN = f"select pg_advisory_unlock({_THREAD_KEY}), pg_advisory_unlock_shared({_ERASE_KEY})"
 _TRY_USER = f"select pg_try_advisory_lock({_USER_KEY}) as ok"
 _UNLOCK_USER = f"select pg_advisory_unlock({_USER_KEY})"
+_TRY_ERASE = f"select pg_try_advisory_lock({_ERASE_KEY}) as ok"
+_UNLOCK_ERASE = f"select pg_advisory_unlock({_ERASE_KEY})"
 
 # Whether any session (of any replica) holds the thread's lock: for followers of a run
 # executing elsewhere. A bigint advisory key shows in pg_locks split into two oids.
@@ -71,6 +94,10 @@ PING_SECONDS = 1.0
 
 class LeaseLost(Exception):
     """The run's thread lock was lost (its lock session dropped) and another holder may run."""
+
+
+class UserErasing(Exception):
+    """The run's user is being erased: no run of theirs may start until the erasure is done."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,9 +182,12 @@ class Lease:
         unlock_sql: str,
         params: dict[str, Any],
         fence: Fence | None,
+        shared: str | None = None,
     ) -> None:
         self._locks = locks
         self._name = name
+        self.shared = shared
+        """The key this lease also holds in shared mode (a run's user erasure key), if any."""
         self._session = session
         self._conn = conn
         self._unlock_sql = unlock_sql
@@ -201,6 +231,7 @@ class Locks:
     def __init__(self, conninfo: str, kwargs: dict[str, Any], *, sessions: int = 2) -> None:
         self._sessions = [LockSession(conninfo, kwargs, f"locks-{i}") for i in range(sessions)]
         self._held: dict[str, Lease | None] = {}  # None: being acquired
+        self._shared: Counter[str] = Counter()  # keys this process holds in shared mode, by holders
         self._pinger: asyncio.Task[None] | None = None
 
     async def open(self) -> None:
@@ -231,6 +262,25 @@ class Locks:
         params = {"thread": thread_id, "token": token}
         return await self._try(f"thread/{thread_id}", _TRY_THREAD, _UNLOCK_THREAD, params, Fence(thread_id, token))
 
+    async def try_run(self, thread_id: str, tenant_id: str, user_id: str) -> Lease | None:
+        """Take a run's thread lock and a shared hold on its user's erasure key, or return None.
+
+        None when the thread is held; raise `UserErasing` when the user is being erased.
+        """
+        erasure = f"erase/{tenant_id}/{user_id}"
+        if erasure in self._held:
+            raise UserErasing()
+        token = str(uuid.uuid4())
+        params = {"thread": thread_id, "token": token, "tenant": tenant_id, "user": user_id}
+        fence = Fence(thread_id, token)
+        return await self._try(f"thread/{thread_id}", _TRY_RUN, _UNLOCK_RUN, params, fence, shared=erasure)
+
+    async def wait_erasure(self, tenant_id: str, user_id: str, timeout: float) -> Lease | None:
+        """Poll for the user's erasure key, exclusive: granted once no run of the user is in flight."""
+        params = {"tenant": tenant_id, "user": user_id}
+        name = f"erase/{tenant_id}/{user_id}"
+        return await _poll(lambda: self._try(name, _TRY_ERASE, _UNLOCK_ERASE, params, None), timeout)
+
     async def try_user(self, tenant_id: str, user_id: str) -> Lease | None:
         """Take the (tenant, user) lock now, or return None when someone holds it."""
         params = {"tenant": tenant_id, "user": user_id}
@@ -245,20 +295,39 @@ class Locks:
         return await _poll(lambda: self.try_user(tenant_id, user_id), timeout)
 
     def forget(self, name: str, lease: Lease) -> None:
-        """Drop a released lease from the table of held keys."""
+        """Drop a released lease from the tables of held keys."""
         if self._held.get(name) is lease:
             del self._held[name]
+            self._unshare(lease.shared)
+
+    def _unshare(self, shared: str | None) -> None:
+        if shared is not None:
+            self._shared[shared] -= 1
+            if self._shared[shared] <= 0:
+                del self._shared[shared]
 
     async def _try(
-        self, name: str, sql: str, unlock_sql: str, params: dict[str, Any], fence: Fence | None
+        self,
+        name: str,
+        sql: str,
+        unlock_sql: str,
+        params: dict[str, Any],
+        fence: Fence | None,
+        *,
+        shared: str | None = None,
     ) -> Lease | None:
-        if name in self._held:
-            return None  # held (or being taken) by this process: never re-enter the session lock
+        if name in self._held or self._shared[name] > 0:
+            # Held (or being taken) by this process: never re-enter a session lock, and never
+            # take exclusively what a local holder has in shared mode (one session would not
+            # conflict with itself).
+            return None
         self._held[name] = None
+        if shared is not None:
+            self._shared[shared] += 1
         session = self._sessions[hash(name) % len(self._sessions)]
         # The statement runs in a task of its own: if the caller is cancelled after Postgres
         # granted the lock, the lease must still be released, not leaked on the session.
-        attempt = asyncio.ensure_future(self._take(name, session, sql, unlock_sql, params, fence))
+        attempt = asyncio.ensure_future(self._take(name, session, sql, unlock_sql, params, fence, shared))
         try:
             return await asyncio.shield(attempt)
         except asyncio.CancelledError:
@@ -273,16 +342,21 @@ class Locks:
         unlock_sql: str,
         params: dict[str, Any],
         fence: Fence | None,
+        shared: str | None,
     ) -> Lease | None:
         try:
             conn, row = await session.fetch(sql, params)
         except BaseException:
             del self._held[name]
+            self._unshare(shared)
             raise
         if not row["ok"]:
             del self._held[name]
+            self._unshare(shared)
+            if not row.get("user_ok", True):
+                raise UserErasing()
             return None
-        lease = Lease(self, name, session, conn, unlock_sql, params, fence)
+        lease = Lease(self, name, session, conn, unlock_sql, params, fence, shared)
         self._held[name] = lease
         return lease
 

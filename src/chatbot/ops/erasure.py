@@ -71,13 +71,29 @@ _USER_THREADS = (
 async def erase_user(pool: Pool, locks: Locks, tenant_id: str, user_id: str, *, wait: float = 10.0) -> ErasureReport:
     """Remove the user's threads, memory, feedback and counters in one tenant.
 
-    Holds the user's lock (memory writes take it too, so none lands half-way) and the lock
-    of every thread found (runs in flight are waited for, never half-erased). A memory job
-    queued before the erasure finds its thread gone afterwards and drops itself.
+    First takes the user's erasure key exclusively: every run of the user holds it shared
+    for as long as it runs (db/locks.py), so this waits for the user's runs in flight on any
+    thread, and refuses (409) runs the user starts until the erasure is done; the threads
+    listed afterwards are all there will be. Then holds the user's lock (memory writes take
+    it too, so none lands half-way) and the lock of every thread found. A memory job queued
+    before the erasure finds its thread gone afterwards and drops itself.
     """
-    user_lease = await locks.wait_user(tenant_id, user_id, wait)
-    if user_lease is None:
-        raise ErasureBusy("memory work for this user did not finish in time")
+    erasure = await locks.wait_erasure(tenant_id, user_id, wait)
+    if erasure is None:
+        raise ErasureBusy("a run of this user stayed in flight")
+    try:
+        user_lease = await locks.wait_user(tenant_id, user_id, wait)
+        if user_lease is None:
+            raise ErasureBusy("memory work for this user did not finish in time")
+        try:
+            return await _erase_locked(pool, locks, tenant_id, user_id, wait)
+        finally:
+            await user_lease.release()
+    finally:
+        await erasure.release()
+
+
+async def _erase_locked(pool: Pool, locks: Locks, tenant_id: str, user_id: str, wait: float) -> ErasureReport:
     leases: list[Lease] = []
     try:
         async with pool.connection() as conn:
@@ -105,4 +121,3 @@ async def erase_user(pool: Pool, locks: Locks, tenant_id: str, user_id: str, *, 
     finally:
         for lease in leases:
             await lease.release()
-        await user_lease.release()

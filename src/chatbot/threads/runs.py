@@ -39,7 +39,7 @@ from chatbot.agent.context import Context
 from chatbot.agent.modelcall import ModelFailure, ModelTimeout
 from chatbot.agent.state import META_KEY, now_rfc3339, text_of, user_turn
 from chatbot.caller import CallerContext
-from chatbot.db.locks import Lease, LeaseLost, Locks
+from chatbot.db.locks import Lease, LeaseLost, Locks, UserErasing
 from chatbot.db.pool import Pool
 from chatbot.db.saver import fenced
 from chatbot.errors import Problem, problem_body
@@ -119,8 +119,12 @@ class RunService:
     async def _start(self, thread_id: str, caller: CallerContext, content: str) -> Listener:
         # The lock is tried first: the statements that decide 404 and 429 are needed on the
         # way to 409 only, while a run that gets the lock must check its owner under it anyway.
+        erasing = False
         try:
-            lease = await self.locks.try_thread(thread_id)
+            try:
+                lease = await self.locks.try_run(thread_id, caller.tenant_id, caller.user_id)
+            except UserErasing:
+                lease, erasing = None, True
             if lease is None:
                 await check_thread_access(self.pool, thread_id, caller, must_exist=False)
                 retry = await self.limiter.retry_after(caller)
@@ -130,6 +134,8 @@ class RunService:
             if retry is not None:
                 raise _rate_limited(retry)
             metrics.RUNS_REJECTED.labels("in_flight").inc()
+            if erasing:
+                raise Problem(409, "this user is being erased; nothing can be started until the erasure is done")
             raise Problem(409, "a run is already in flight on this thread")
         try:
             # Decided under the lock: another caller's first run on this thread id may have
