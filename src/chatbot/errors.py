@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from http import HTTPStatus
 from typing import Any
 
+import psycopg
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -18,6 +19,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 log = logging.getLogger(__name__)
 
 PROBLEM_JSON = "application/problem+json"
+# Seconds a caller is asked to wait after a 503: the pool retries connections meanwhile.
+DATABASE_RETRY_AFTER_SECONDS = 2
 
 
 class Problem(Exception):
@@ -61,6 +64,15 @@ def unauthorized(reason: str) -> Problem:
     return Problem(401, reason, headers={"WWW-Authenticate": "Bearer"})
 
 
+def database_unavailable() -> JSONResponse:
+    """Return the 503 every endpoint answers with while Postgres is unreachable."""
+    return problem_response(
+        503,
+        "the database is unavailable; retry shortly",
+        headers={"Retry-After": str(DATABASE_RETRY_AFTER_SECONDS)},
+    )
+
+
 def _describe_validation(exc: RequestValidationError) -> str:
     # Name the fields and what is wrong with them, never the values sent.
     parts = []
@@ -78,7 +90,19 @@ def install_problem_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(Problem)
     async def _problem(_: Request, exc: Problem) -> JSONResponse:
-        return problem_response(exc.status, exc.detail, title=exc.title, headers=exc.headers)
+        headers = exc.headers
+        if exc.status == 503 and "Retry-After" not in headers:
+            # Code that maps a database error itself (the run path) still tells callers when to retry.
+            headers = {**headers, "Retry-After": str(DATABASE_RETRY_AFTER_SECONDS)}
+        return problem_response(exc.status, exc.detail, title=exc.title, headers=headers)
+
+    # One mapping for every endpoint: a lost connection, a refused connect, a pool that
+    # could not hand out a connection within its (short) timeout, an admin shutdown. All
+    # of them are psycopg.OperationalError, psycopg_pool's PoolTimeout and PoolClosed too.
+    @app.exception_handler(psycopg.OperationalError)
+    async def _database(request: Request, exc: psycopg.OperationalError) -> JSONResponse:
+        log.warning("database unavailable", extra={"path": request.url.path, "error": type(exc).__name__})
+        return database_unavailable()
 
     @app.exception_handler(RequestValidationError)
     async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
@@ -86,6 +110,11 @@ def install_problem_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if exc.status_code == 400:
+            # FastAPI answers 400 when it cannot decode the body at all (invalid UTF-8, JSON
+            # nested too deep, a number too long to convert): the contract calls any body
+            # that is not valid UTF-8 JSON a request-shape error.
+            return problem_response(422, "the request body is not valid UTF-8 JSON")
         detail = exc.detail if isinstance(exc.detail, str) else HTTPStatus(exc.status_code).phrase
         return problem_response(exc.status_code, detail, headers=exc.headers)
 
