@@ -47,9 +47,7 @@ async def test_unstorable_text_is_refused_and_nothing_is_stored(client: httpx.As
 async def test_a_surrogate_pair_is_one_character_and_is_stored_as_sent(client: httpx.AsyncClient) -> None:
     thread = "t-pair"
     raw = b'{"message": {"content": "hello \\ud83d\\ude00"}}'
-    response = await client.post(
-        _runs(thread), content=raw, headers={**JSON, **auth(), "Accept": "application/json"}
-    )
+    response = await client.post(_runs(thread), content=raw, headers={**JSON, **auth(), "Accept": "application/json"})
     assert response.status_code == 200
     messages = (await client.get(f"/v1/threads/{thread}/messages", headers=auth())).json()["messages"]
     assert messages[0]["content"] == "hello \U0001f600"
