@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: dev test lint bench clean
+.PHONY: dev test lint bench clean fuzz
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,6 +19,12 @@ dev: $(STAMP)
 ## make test: the whole suite against a real Postgres (embedded unless CHATBOT_TEST_DATABASE_URL is set)
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -p no:cacheprovider
+
+## make fuzz: the long fuzzing run (OpenAPI fuzzer, hostile raw requests); `make test` runs 25 examples each
+FUZZ_EXAMPLES ?= 500
+fuzz: $(STAMP)
+	CHATBOT_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/python -m pytest -q -s -p no:cacheprovider \
+		tests/hardening/test_fuzz_openapi.py tests/hardening/test_hostile_corpus.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench

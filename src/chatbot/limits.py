@@ -1,4 +1,4 @@
-"""Request limits: body size (413), body read deadline (408), request-head deadline (close).
+"""Request limits: header size (431), body size (413), body read deadline (408), head deadline (close).
 
 Bodies are read here, in full, before anything else sees them: a body over the limit gets
 413 whether it was declared (`Content-Length`) or streamed (chunked), and a body that does
@@ -24,6 +24,7 @@ from chatbot.config import MAX_BODY_BYTES
 from chatbot.errors import problem_response
 
 DEFAULT_READ_TIMEOUT_SECONDS = 10.0
+MAX_HEADER_BYTES = 16 * 1024  # the whole header block; a service token is about 1 KiB
 
 
 class _ClientGone(Exception):
@@ -43,6 +44,11 @@ class BodySizeLimitMiddleware:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
+            return
+        # Counted as on the wire (": " and CRLF per line), so many tiny headers count too.
+        if sum(len(name) + len(value) + 4 for name, value in scope.get("headers", ())) > MAX_HEADER_BYTES:
+            # h11 bounds only a head that arrives in pieces; one sent whole is parsed at any size.
+            await self._refuse(scope, receive, send, 431, f"request headers larger than {MAX_HEADER_BYTES // 1024} KiB")
             return
         if self._declared_too_large(scope):
             await self._refuse(scope, receive, send, 413, f"request body larger than {self.limit // 1024} KiB")
