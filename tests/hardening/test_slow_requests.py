@@ -38,7 +38,10 @@ def _read_until_closed(sock: socket.socket) -> bytes:
     """Return everything the server sent until it closed the connection (raises on a timeout)."""
     received = b""
     while True:
-        chunk = sock.recv(65536)
+        try:
+            chunk = sock.recv(65536)
+        except ConnectionResetError:  # closed while we were still sending: closed all the same
+            return received
         if not chunk:
             return received
         received += chunk
