@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: dev test lint bench clean
+.PHONY: dev test lint bench clean fuzz
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -20,6 +20,12 @@ dev: $(STAMP)
 ## CHATBOT_TEST_DATABASE_URL is set). CI (.ci/run) runs only `make test`, so the checks live here.
 test: lint
 	$(BIN)/python -m pytest -q -p no:cacheprovider
+
+## make fuzz: the long fuzzing run (OpenAPI fuzzer, hostile raw requests); `make test` runs 25 examples each
+FUZZ_EXAMPLES ?= 500
+fuzz: $(STAMP)
+	CHATBOT_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/python -m pytest -q -s -p no:cacheprovider \
+		tests/hardening/test_fuzz_openapi.py tests/hardening/test_hostile_corpus.py
 
 ## make lint: ruff and mypy alone (seconds, no database)
 lint: $(STAMP)

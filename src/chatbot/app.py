@@ -160,5 +160,5 @@ def create_app(
     app.include_router(record_router)
     # Outermost first: 413 before 401 before anything else (the contract's order).
     app.add_middleware(ServiceAuthMiddleware, verifier=TokenVerifier(settings))
-    app.add_middleware(BodySizeLimitMiddleware)
+    app.add_middleware(BodySizeLimitMiddleware, read_timeout=settings.request_read_timeout_seconds)
     return app

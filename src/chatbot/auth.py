@@ -39,6 +39,7 @@ class TokenVerifier:
             self._key, self._algorithm = None, "HS256"
         self._issuer = settings.jwt_issuer
         self._audience = settings.jwt_audience
+        self._max_lifetime = settings.jwt_max_lifetime_seconds
 
     def verify(self, authorization: str | None) -> CallerContext:
         """Return the caller named by a valid token, or raise a 401 `Problem`."""
@@ -63,6 +64,10 @@ class TokenVerifier:
             raise unauthorized("token expired") from None
         except jwt.InvalidTokenError:
             raise unauthorized("invalid token") from None
+        # PyJWT has checked that both convert with int() (it accepts "123" too); a token minted
+        # to live longer than the maximum is refused even while young.
+        if int(claims["exp"]) - int(claims["iat"]) > self._max_lifetime:
+            raise unauthorized("token lifetime too long")
         return _caller_from_claims(claims)
 
 

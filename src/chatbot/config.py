@@ -92,6 +92,20 @@ class Settings(BaseSettings):
     memory_ttl_sweep_minutes: float = Field(default=1.0, gt=0, le=1)
     # Keys the pseudonymous user key of `chatbot feedback export` (HMAC-SHA256).
     export_key: SecretStr | None = None
+    # Hardening (issue 14). A token may live at most this long from `iat` to `exp`: a leaked
+    # long-lived token would otherwise stay valid for as long as its signer wished.
+    jwt_max_lifetime_seconds: int = Field(default=3600, ge=1)
+    # How long a request path waits for a pooled connection: with Postgres down, callers get
+    # a 503 within this bound instead of queueing behind connection attempts.
+    pool_timeout_seconds: float = Field(default=2.0, gt=0)
+    # A request's head, then its body, must each arrive within this many seconds (slow or
+    # half-sent requests would otherwise hold a connection and a task forever).
+    request_read_timeout_seconds: float = Field(default=10.0, gt=0)
+    # Idle keep-alive connections are closed after this; keep it above the load balancer's
+    # upstream idle timeout (docs/reliability.md).
+    keep_alive_seconds: int = Field(default=5, ge=1)
+    # Connections plus in-flight requests a replica accepts before answering 503; 0 = no limit.
+    max_concurrency: int = Field(default=0, ge=0)
 
     @field_validator("prepare_threshold", mode="before")
     @classmethod

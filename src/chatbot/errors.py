@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from http import HTTPStatus
 from typing import Any
 
+import psycopg
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -18,6 +19,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 log = logging.getLogger(__name__)
 
 PROBLEM_JSON = "application/problem+json"
+# Seconds a caller is asked to wait after a 503: the pool retries connections meanwhile.
+DATABASE_RETRY_AFTER_SECONDS = 2
 
 
 class Problem(Exception):
@@ -61,6 +64,15 @@ def unauthorized(reason: str) -> Problem:
     return Problem(401, reason, headers={"WWW-Authenticate": "Bearer"})
 
 
+def database_unavailable() -> JSONResponse:
+    """Return the 503 every endpoint answers with while Postgres is unreachable."""
+    return problem_response(
+        503,
+        "the database is unavailable; retry shortly",
+        headers={"Retry-After": str(DATABASE_RETRY_AFTER_SECONDS)},
+    )
+
+
 def _describe_validation(exc: RequestValidationError) -> str:
     # Name the fields and what is wrong with them, never the values sent.
     parts = []
@@ -73,12 +85,97 @@ def _describe_validation(exc: RequestValidationError) -> str:
     return "; ".join(parts) or "invalid request"
 
 
+# The problem statuses each endpoint may answer with (docs/api.md, the contract), added to
+# the OpenAPI document so that the backend, and the fuzzer in tests/hardening, can rely on
+# it: every status a `/v1/` operation answers is documented. Every operation may answer the
+# first set; the table adds each operation's own.
+_EVERY_OPERATION = {
+    401: "Missing, invalid or too long-lived service token",
+    408: "The request body did not arrive within the read deadline",
+    413: "Request body larger than 64 KiB",
+    431: "Request headers larger than 16 KiB",
+    422: "Request shape: path, query or body invalid (also: not UTF-8 JSON, U+0000, unpaired surrogates)",
+    503: "The database is unreachable; retry after `Retry-After` seconds",
+}
+_OPERATION_STATUSES: dict[tuple[str, str], dict[int, str]] = {
+    ("post", "/v1/threads/{thread_id}/runs"): {
+        404: "The thread belongs to another caller",
+        409: "A run is already in flight on this thread",
+        429: "Rate limit exceeded; retry after `Retry-After` seconds",
+        502: "The model failed (JSON responses)",
+        504: "The model timed out (JSON responses)",
+    },
+    ("get", "/v1/threads/{thread_id}/messages"): {404: "Unknown thread, or another caller's"},
+    ("delete", "/v1/threads/{thread_id}"): {409: "A run is in flight on the thread"},
+    ("post", "/v1/threads/{thread_id}/runs/{run_id}/feedback"): {
+        403: "The thread belongs to another user",
+        404: "Unknown thread or run",
+    },
+    ("get", "/v1/users/{user_id}/memory"): {403: "Another user than the token's"},
+    ("delete", "/v1/users/{user_id}/memory"): {
+        403: "Another user than the token's",
+        409: "A memory write for the user is in progress",
+    },
+    ("delete", "/v1/users/{user_id}"): {
+        403: "Another user than the token's",
+        409: "A run or memory write of the user is still in flight",
+    },
+}
+_PROBLEM_SCHEMA = {
+    "type": "object",
+    "required": ["type", "title", "status", "detail"],
+    "properties": {
+        "type": {"type": "string"},
+        "title": {"type": "string"},
+        "status": {"type": "integer"},
+        "detail": {"type": "string"},
+    },
+}
+
+
+def _document_problems(app: FastAPI) -> None:
+    """Add the problem-details responses of every `/v1/` operation to the app's OpenAPI document."""
+    build = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is not None:
+            return app.openapi_schema
+        schema = build()
+        schema.setdefault("components", {}).setdefault("schemas", {})["Problem"] = _PROBLEM_SCHEMA
+        problem = {PROBLEM_JSON: {"schema": {"$ref": "#/components/schemas/Problem"}}}
+        for path, operations in schema.get("paths", {}).items():
+            if not path.startswith("/v1/"):
+                continue
+            for method, operation in operations.items():
+                statuses = {**_EVERY_OPERATION, **_OPERATION_STATUSES.get((method, path), {})}
+                responses = operation.setdefault("responses", {})
+                for status, description in sorted(statuses.items()):
+                    responses[str(status)] = {"description": description, "content": problem}
+        app.openapi_schema = schema
+        return schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+
 def install_problem_handlers(app: FastAPI) -> None:
-    """Make every error of `app` a problem-details response."""
+    """Make every error of `app` a problem-details response, and document them in its OpenAPI."""
+    _document_problems(app)
 
     @app.exception_handler(Problem)
     async def _problem(_: Request, exc: Problem) -> JSONResponse:
-        return problem_response(exc.status, exc.detail, title=exc.title, headers=exc.headers)
+        headers = exc.headers
+        if exc.status == 503 and "Retry-After" not in headers:
+            # Code that maps a database error itself (the run path) still tells callers when to retry.
+            headers = {**headers, "Retry-After": str(DATABASE_RETRY_AFTER_SECONDS)}
+        return problem_response(exc.status, exc.detail, title=exc.title, headers=headers)
+
+    # One mapping for every endpoint: a lost connection, a refused connect, a pool that
+    # could not hand out a connection within its (short) timeout, an admin shutdown. All
+    # of them are psycopg.OperationalError, psycopg_pool's PoolTimeout and PoolClosed too.
+    @app.exception_handler(psycopg.OperationalError)
+    async def _database(request: Request, exc: psycopg.OperationalError) -> JSONResponse:
+        log.warning("database unavailable", extra={"path": request.url.path, "error": type(exc).__name__})
+        return database_unavailable()
 
     @app.exception_handler(RequestValidationError)
     async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
@@ -86,6 +183,11 @@ def install_problem_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if exc.status_code == 400:
+            # FastAPI answers 400 when it cannot decode the body at all (invalid UTF-8, JSON
+            # nested too deep, a number too long to convert): the contract calls any body
+            # that is not valid UTF-8 JSON a request-shape error.
+            return problem_response(422, "the request body is not valid UTF-8 JSON")
         detail = exc.detail if isinstance(exc.detail, str) else HTTPStatus(exc.status_code).phrase
         return problem_response(exc.status_code, detail, headers=exc.headers)
 

@@ -53,10 +53,14 @@ def dev(
         return url
 
     settings = settings.model_copy(update={"database_url": common.run(prepare())})
-    bearer = common.mint_token(settings, tenant=DEMO_TENANT, user=DEMO_USER, locale="en-US", ttl=12 * 3600)
+    bearer = common.mint_token(
+        settings, tenant=DEMO_TENANT, user=DEMO_USER, locale="en-US", ttl=settings.jwt_max_lifetime_seconds
+    )
     body = '{"message": {"content": "How do I file a car body claim and which documents do I need?"}}'
     typer.echo(
-        "\nReady. Try it (token valid 12 h; mint more with `.venv/bin/chatbot token --tenant acme --user u1`):\n\n"
+        "\nReady. Try it (token valid "
+        f"{settings.jwt_max_lifetime_seconds // 60} min, the longest CHATBOT_JWT_MAX_LIFETIME_SECONDS allows;\n"
+        "mint more with `.venv/bin/chatbot token --tenant acme --user u1`):\n\n"
         f"curl -N http://{host}:{port}/v1/threads/demo-1/runs \\\n"
         f"  -H {shlex.quote('Authorization: Bearer ' + bearer)} \\\n"
         f"  -H 'Content-Type: application/json' -d {shlex.quote(body)}\n"

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import functools
+from typing import Any, cast
+
 import typer
 import uvicorn
 
@@ -14,6 +17,7 @@ from chatbot.cli.replay import replay
 from chatbot.cli.retention import retention
 from chatbot.db.migrate import migrate as run_migrations
 from chatbot.db.pool import resolve_database_url
+from chatbot.limits import HeadDeadlineH11Protocol
 from chatbot.logs import configure_logging
 from chatbot.metrics import worker_metrics
 
@@ -61,6 +65,13 @@ def serve(
             log_config=None,
             access_log=False,
             timeout_graceful_shutdown=int(settings.shutdown_grace_seconds),
+            # Limits against slow or half-sent requests (docs/reliability.md): a request head
+            # must arrive within the read timeout, idle connections close after the keep-alive.
+            http=cast(
+                Any, functools.partial(HeadDeadlineH11Protocol, head_timeout=settings.request_read_timeout_seconds)
+            ),
+            timeout_keep_alive=settings.keep_alive_seconds,
+            limit_concurrency=settings.max_concurrency or None,
         )
 
 

@@ -91,7 +91,7 @@ def make_pool(
         check=check_unless_fresh,
         reset=release_advisory_locks if takes_locks else note_returned,
         max_idle=settings.pool_max_idle_seconds,
-        timeout=10.0,
+        timeout=settings.pool_timeout_seconds,
     )
 
 

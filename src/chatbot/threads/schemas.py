@@ -2,12 +2,28 @@
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Literal
 
 from fastapi import Path
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
 MAX_CONTENT_CHARS = 8000
+
+# U+0000 cannot be stored in a Postgres text or jsonb value, and an unpaired surrogate
+# cannot be encoded as UTF-8 (it would be stored as "?"): both are refused, never altered.
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+
+
+def refuse_unstorable(value: str) -> str:
+    """Refuse text holding U+0000 or an unpaired surrogate; return it unchanged otherwise."""
+    if _UNSTORABLE.search(value):
+        raise ValueError("must not contain U+0000 or unpaired surrogates")
+    return value
+
+
+# Every free-text field of a request body: stored as sent, or refused.
+StorableText = Annotated[str, AfterValidator(refuse_unstorable)]
 
 ThreadId = Annotated[str, Path(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")]
 
@@ -16,7 +32,7 @@ class MessageIn(BaseModel):
     """The user's message."""
 
     model_config = ConfigDict(extra="forbid")
-    content: str
+    content: StorableText
 
     @field_validator("content")
     @classmethod
@@ -41,4 +57,4 @@ class FeedbackRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     score: Literal["up", "down"]
-    comment: str | None = Field(default=None, max_length=2000)
+    comment: StorableText | None = Field(default=None, max_length=2000)
