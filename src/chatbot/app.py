@@ -11,6 +11,7 @@ from typing import Any
 from fastapi import FastAPI
 from langgraph.store.postgres.aio import AsyncPostgresStore
 
+from chatbot import openapi
 from chatbot.agent.deps import AgentDeps
 from chatbot.agent.graph import build_graph
 from chatbot.auth import ServiceAuthMiddleware, TokenVerifier
@@ -149,7 +150,14 @@ def create_app(
             await locks.close()
             await pool.close()
 
-    app = FastAPI(title="Insurance chatbot agent service", version="0.1.0", lifespan=lifespan)
+    app = FastAPI(
+        title="Insurance chatbot agent service",
+        version="0.1.0",
+        lifespan=lifespan,
+        summary="The conversational agent behind the insurance support chatbot, for the main backend.",
+        description=openapi.DESCRIPTION,
+        openapi_tags=openapi.TAGS,
+    )
     app.state.settings = settings
     install_problem_handlers(app)
     app.include_router(health_router)

@@ -85,81 +85,8 @@ def _describe_validation(exc: RequestValidationError) -> str:
     return "; ".join(parts) or "invalid request"
 
 
-# The problem statuses each endpoint may answer with (docs/api.md, the contract), added to
-# the OpenAPI document so that the backend, and the fuzzer in tests/hardening, can rely on
-# it: every status a `/v1/` operation answers is documented. Every operation may answer the
-# first set; the table adds each operation's own.
-_EVERY_OPERATION = {
-    401: "Missing, invalid or too long-lived service token",
-    408: "The request body did not arrive within the read deadline",
-    413: "Request body larger than 64 KiB",
-    431: "Request headers larger than 16 KiB",
-    422: "Request shape: path, query or body invalid (also: not UTF-8 JSON, U+0000, unpaired surrogates)",
-    503: "The database is unreachable; retry after `Retry-After` seconds",
-}
-_OPERATION_STATUSES: dict[tuple[str, str], dict[int, str]] = {
-    ("post", "/v1/threads/{thread_id}/runs"): {
-        404: "The thread belongs to another caller",
-        409: "A run is already in flight on this thread",
-        429: "Rate limit exceeded; retry after `Retry-After` seconds",
-        502: "The model failed (JSON responses)",
-        504: "The model timed out (JSON responses)",
-    },
-    ("get", "/v1/threads/{thread_id}/messages"): {404: "Unknown thread, or another caller's"},
-    ("delete", "/v1/threads/{thread_id}"): {409: "A run is in flight on the thread"},
-    ("post", "/v1/threads/{thread_id}/runs/{run_id}/feedback"): {
-        403: "The thread belongs to another user",
-        404: "Unknown thread or run",
-    },
-    ("get", "/v1/users/{user_id}/memory"): {403: "Another user than the token's"},
-    ("delete", "/v1/users/{user_id}/memory"): {
-        403: "Another user than the token's",
-        409: "A memory write for the user is in progress",
-    },
-    ("delete", "/v1/users/{user_id}"): {
-        403: "Another user than the token's",
-        409: "A run or memory write of the user is still in flight",
-    },
-}
-_PROBLEM_SCHEMA = {
-    "type": "object",
-    "required": ["type", "title", "status", "detail"],
-    "properties": {
-        "type": {"type": "string"},
-        "title": {"type": "string"},
-        "status": {"type": "integer"},
-        "detail": {"type": "string"},
-    },
-}
-
-
-def _document_problems(app: FastAPI) -> None:
-    """Add the problem-details responses of every `/v1/` operation to the app's OpenAPI document."""
-    build = app.openapi
-
-    def openapi() -> dict[str, Any]:
-        if app.openapi_schema is not None:
-            return app.openapi_schema
-        schema = build()
-        schema.setdefault("components", {}).setdefault("schemas", {})["Problem"] = _PROBLEM_SCHEMA
-        problem = {PROBLEM_JSON: {"schema": {"$ref": "#/components/schemas/Problem"}}}
-        for path, operations in schema.get("paths", {}).items():
-            if not path.startswith("/v1/"):
-                continue
-            for method, operation in operations.items():
-                statuses = {**_EVERY_OPERATION, **_OPERATION_STATUSES.get((method, path), {})}
-                responses = operation.setdefault("responses", {})
-                for status, description in sorted(statuses.items()):
-                    responses[str(status)] = {"description": description, "content": problem}
-        app.openapi_schema = schema
-        return schema
-
-    app.openapi = openapi  # type: ignore[method-assign]
-
-
 def install_problem_handlers(app: FastAPI) -> None:
-    """Make every error of `app` a problem-details response, and document them in its OpenAPI."""
-    _document_problems(app)
+    """Make every error of `app` a problem-details response (chatbot.openapi documents them)."""
 
     @app.exception_handler(Problem)
     async def _problem(_: Request, exc: Problem) -> JSONResponse:

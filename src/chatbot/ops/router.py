@@ -4,24 +4,38 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter
 
+from chatbot import openapi_examples as examples
 from chatbot.auth import CallerDep
+from chatbot.deps import AUTHENTICATED, LocksDep, MemoryDep, PoolDep
 from chatbot.errors import Problem
 from chatbot.memory.router import UserId, require_self
+from chatbot.openapi import v1_problems
 from chatbot.ops.erasure import ErasureBusy, erase_user
+from chatbot.responses import ErasureReport
 
-router = APIRouter(prefix="/v1/users", tags=["users"])
+router = APIRouter(prefix="/v1/users", tags=["users"], dependencies=AUTHENTICATED)
 
 
-@router.delete("/{user_id}")
-async def erase(request: Request, user_id: UserId, caller: CallerDep) -> dict[str, Any]:
+# Three counts: the model serialises them exactly as the handler's dict did.
+@router.delete(
+    "/{user_id}",
+    response_model=ErasureReport,
+    summary="Erase the user in the token's tenant",
+    responses={
+        200: {"content": {"application/json": {"examples": examples.ERASURE_REPORT}}},
+        **v1_problems(403, 409),
+    },
+)
+async def erase(
+    user_id: UserId, caller: CallerDep, pool: PoolDep, locks: LocksDep, memory: MemoryDep
+) -> dict[str, Any]:
     """Erase the user's threads, memory and feedback in the token's tenant."""
     require_self(user_id, caller)
-    state = request.app.state
-    state.memory.forget(caller.tenant_id, user_id)
+    memory.forget(caller.tenant_id, user_id)
     try:
-        report = await erase_user(state.pool, state.locks, caller.tenant_id, user_id)
+        report = await erase_user(pool, locks, caller.tenant_id, user_id)
     except ErasureBusy:
         raise Problem(409, "a run or memory write of this user is still in flight; retry shortly") from None
     return {

@@ -6,34 +6,49 @@ import uuid
 from typing import Annotated, Any
 
 import psycopg
-from fastapi import APIRouter, Path, Request
+from fastapi import APIRouter, Path
 from psycopg_pool import PoolTimeout
 
+from chatbot import openapi_examples as examples
 from chatbot.auth import CallerDep
+from chatbot.deps import AUTHENTICATED, LocksDep, PoolDep, SaverDep
 from chatbot.errors import Problem
+from chatbot.openapi import v1_problems
+from chatbot.responses import RunRecord
 from chatbot.threads.ownership import check_thread_access
 from chatbot.threads.record import read_run_record
 from chatbot.threads.schemas import ThreadId
 
-router = APIRouter(prefix="/v1/threads", tags=["threads"])
+router = APIRouter(prefix="/v1/threads", tags=["threads"], dependencies=AUTHENTICATED)
 
 
-@router.get("/{thread_id}/runs/{run_id}")
+# `response_model=None`: the model documents the body, the handler's dict goes out unchanged.
+@router.get(
+    "/{thread_id}/runs/{run_id}",
+    response_model=None,
+    summary="Read a run's record: what the agent saw and said",
+    responses={
+        200: {"model": RunRecord, "content": {"application/json": {"examples": examples.RUN_RECORD}}},
+        **v1_problems(404),
+    },
+)
 async def get_run_record(
-    request: Request, thread_id: ThreadId, run_id: Annotated[str, Path()], caller: CallerDep
+    thread_id: ThreadId,
+    run_id: Annotated[str, Path()],
+    caller: CallerDep,
+    pool: PoolDep,
+    saver: SaverDep,
+    locks: LocksDep,
 ) -> dict[str, Any]:
     """Return what the run's model was given and what it answered."""
-    state = request.app.state
     try:
-        await check_thread_access(state.pool, thread_id, caller, must_exist=True)
+        await check_thread_access(pool, thread_id, caller, must_exist=True)
         try:
             # Run ids are UUIDs we made: any other string, however long, names no run (404, not 422).
             canonical = str(uuid.UUID(run_id[:64]))
         except ValueError:
             raise Problem(404, "run not found on this thread") from None
-        record = await read_run_record(
-            state.pool, state.saver.serde, state.locks, thread_id, canonical, caller.tenant_id
-        )
+        record = await read_run_record(pool, saver.serde, locks, thread_id, canonical, caller.tenant_id)
     except (psycopg.OperationalError, PoolTimeout):
         raise Problem(503, "the database is unavailable", headers={"Retry-After": "1"}) from None
     if record is None:

@@ -5,32 +5,25 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Annotated
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Header, Path, Request
+from fastapi import APIRouter, Body, Depends, Header, Path
 from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.responses import Response
 
+from chatbot import openapi_examples as examples
 from chatbot.auth import CallerDep
+from chatbot.deps import AUTHENTICATED, RecordsDep, RunsDep, SettingsDep
 from chatbot.errors import PROBLEM_JSON, Problem
+from chatbot.openapi import SSE_MEDIA, SSE_SCHEMA, STREAM_HEADERS, v1_problems
+from chatbot.responses import RunEnd
 from chatbot.threads.ownership import check_thread_access
-from chatbot.threads.rejoin import RunRecords, follower_listener, parse_last_event_id, replay_listener
-from chatbot.threads.runs import RunService
+from chatbot.threads.rejoin import follower_listener, parse_last_event_id, replay_listener
 from chatbot.threads.schemas import RunRequest, ThreadId
 from chatbot.threads.sse import SSE_MEDIA_TYPE, sse_body, wants_json
 from chatbot.threads.stream import Listener
 
-router = APIRouter(prefix="/v1/threads", tags=["threads"])
-
-
-def run_service(request: Request) -> RunService:
-    """Return the app's run service."""
-    return request.app.state.runs
-
-
-def run_records(request: Request) -> RunRecords:
-    """Return the reader of runs' records."""
-    return request.app.state.run_records
+router = APIRouter(prefix="/v1/threads", tags=["threads"], dependencies=AUTHENTICATED)
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,14 +34,11 @@ class StreamTiming:
     flush: float
 
 
-def stream_timing(request: Request) -> StreamTiming:
+def stream_timing(settings: SettingsDep) -> StreamTiming:
     """Return the streams' pacing from the settings."""
-    settings = request.app.state.settings
     return StreamTiming(settings.sse_keepalive_seconds, settings.sse_flush_ms / 1000)
 
 
-RunsDep = Annotated[RunService, Depends(run_service)]
-RecordsDep = Annotated[RunRecords, Depends(run_records)]
 TimingDep = Annotated[StreamTiming, Depends(stream_timing)]
 
 
@@ -71,14 +61,45 @@ def _sse_response(
     )
 
 
-@router.post("/{thread_id}/runs", response_model=None)
+_RUN_RESPONSES: dict[int | str, dict[str, Any]] = {
+    200: {
+        "description": "The run: an event stream (the default), or its `end` object when `Accept` prefers JSON.",
+        "model": RunEnd,
+        "headers": STREAM_HEADERS,
+        "content": {
+            "application/json": {"examples": examples.RUN_END},
+            SSE_MEDIA: {"schema": SSE_SCHEMA, "examples": examples.RUN_STREAM},
+        },
+    },
+    **v1_problems(404, 409, 429, 502, 504),
+}
+_REJOIN_RESPONSES: dict[int | str, dict[str, Any]] = {
+    200: {
+        "description": "The run's events from the `Last-Event-ID` offset on: `metadata`, the rest of the answer, "
+        "then `end` (or `error`).",
+        "headers": STREAM_HEADERS,
+        "content": {SSE_MEDIA: {"schema": SSE_SCHEMA, "examples": examples.REJOIN_STREAM}},
+    },
+    **v1_problems(404),
+}
+
+
+@router.post(
+    "/{thread_id}/runs",
+    response_model=None,
+    summary="Send the user's message: start a run",
+    responses=_RUN_RESPONSES,
+)
 async def create_run(
     thread_id: ThreadId,
-    body: RunRequest,
+    body: Annotated[RunRequest, Body(openapi_examples=examples.RUN_REQUEST)],
     caller: CallerDep,
     runs: RunsDep,
     timing: TimingDep,
-    accept: Annotated[str | None, Header()] = None,
+    accept: Annotated[
+        str | None,
+        Header(description="`text/event-stream` (the default, also `*/*`) or `application/json` to wait for `end`."),
+    ] = None,
 ) -> Response:
     """Run the graph on the user's message; stream it (SSE) or answer with its `end` object."""
     listener = await runs.start(thread_id, caller, body.message.content)
@@ -91,7 +112,13 @@ async def create_run(
     return _sse_response(listener, timing)
 
 
-@router.get("/{thread_id}/runs/{run_id}/stream", response_model=None)
+@router.get(
+    "/{thread_id}/runs/{run_id}/stream",
+    response_model=None,
+    response_class=StreamingResponse,
+    summary="Rejoin a run's event stream",
+    responses=_REJOIN_RESPONSES,
+)
 async def rejoin_run(
     thread_id: ThreadId,
     run_id: Annotated[str, Path(max_length=64)],
@@ -99,7 +126,11 @@ async def rejoin_run(
     runs: RunsDep,
     records: RecordsDep,
     timing: TimingDep,
-    last_event_id: Annotated[str | None, Header(max_length=200)] = None,
+    last_event_id: Annotated[
+        str | None,
+        Header(max_length=200, description="`<run_id>:<offset>`, the last event id received; the answer is sent "
+               "from that offset on (from its start without the header)."),
+    ] = None,
 ) -> Response:
     """Rejoin a run's stream from the offset of `Last-Event-ID`: live, followed, or replayed."""
     await check_thread_access(records.pool, thread_id, caller, must_exist=True)

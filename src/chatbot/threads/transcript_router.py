@@ -5,64 +5,90 @@ from __future__ import annotations
 import uuid
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Path, Query, Request, Response
+from fastapi import APIRouter, Body, Path, Query, Response
 
+from chatbot import openapi_examples as examples
 from chatbot.auth import CallerDep
+from chatbot.deps import AUTHENTICATED, LocksDep, PoolDep, SaverDep
 from chatbot.errors import Problem
+from chatbot.openapi import v1_problems
 from chatbot.ops.erasure import delete_threads
+from chatbot.responses import MessagesPage
 from chatbot.threads.feedback import run_exists, save_feedback
 from chatbot.threads.ownership import check_thread_access, thread_owner
 from chatbot.threads.schemas import FeedbackRequest, ThreadId
 from chatbot.threads.transcript import read_page
 
-router = APIRouter(prefix="/v1/threads", tags=["threads"])
+router = APIRouter(prefix="/v1/threads", tags=["threads"], dependencies=AUTHENTICATED)
 
 
-@router.get("/{thread_id}/messages")
+# The typed models document the bodies (`responses`) without re-serialising them
+# (`response_model=None`): the handlers' dicts go out as they are, byte for byte (a
+# response model would rewrite `created_at`'s milliseconds, for one).
+@router.get(
+    "/{thread_id}/messages",
+    response_model=None,
+    summary="Read the thread's transcript, a page at a time",
+    responses={
+        200: {"model": MessagesPage, "content": {"application/json": {"examples": examples.MESSAGES_PAGE}}},
+        **v1_problems(404),
+    },
+)
 async def list_messages(
-    request: Request,
     thread_id: ThreadId,
     caller: CallerDep,
-    limit: Annotated[int, Query(ge=1, le=100)] = 20,
-    before: Annotated[str | None, Query(min_length=1, max_length=128)] = None,
+    pool: PoolDep,
+    saver: SaverDep,
+    limit: Annotated[int, Query(ge=1, le=100, description="Messages per page.")] = 20,
+    before: Annotated[
+        str | None,
+        Query(min_length=1, max_length=128, description="A message id of this thread: the page ends before it."),
+    ] = None,
 ) -> dict[str, Any]:
     """Return one page of the thread's user and assistant messages, oldest first."""
-    await check_thread_access(request.app.state.pool, thread_id, caller, must_exist=True)
-    state = request.app.state
-    page = await read_page(state.pool, state.saver.serde, thread_id, limit=limit, before=before)
+    await check_thread_access(pool, thread_id, caller, must_exist=True)
+    page = await read_page(pool, saver.serde, thread_id, limit=limit, before=before)
     return {"messages": page.messages, "has_more": page.has_more, "next_before": page.next_before}
 
 
-@router.delete("/{thread_id}", status_code=204)
-async def delete_thread(request: Request, thread_id: ThreadId, caller: CallerDep) -> Response:
+@router.delete(
+    "/{thread_id}",
+    status_code=204,
+    summary="Delete a thread",
+    responses={204: {"description": "Deleted, or there was nothing of the caller's to delete."}, **v1_problems(409)},
+)
+async def delete_thread(thread_id: ThreadId, caller: CallerDep, pool: PoolDep, locks: LocksDep) -> Response:
     """Purge the thread's checkpoints, blobs, writes and feedback (204 even if absent)."""
-    state = request.app.state
-    owner = await thread_owner(state.pool, thread_id)
+    owner = await thread_owner(pool, thread_id)
     if owner is not None and not owner.is_caller(caller):
         return Response(status_code=204)  # another caller's thread: nothing to do, nothing revealed
-    lease = await state.locks.try_thread(thread_id)
+    lease = await locks.try_thread(thread_id)
     if lease is None:
         raise Problem(409, "a run is in flight on this thread")
     try:
         # Again under the lock: another caller's first run may have created the thread since.
-        owner = await thread_owner(state.pool, thread_id)
+        owner = await thread_owner(pool, thread_id)
         if owner is None or owner.is_caller(caller):
-            await delete_threads(state.pool, [thread_id])
+            await delete_threads(pool, [thread_id])
     finally:
         await lease.release()
     return Response(status_code=204)
 
 
-@router.post("/{thread_id}/runs/{run_id}/feedback", status_code=204)
+@router.post(
+    "/{thread_id}/runs/{run_id}/feedback",
+    status_code=204,
+    summary="Rate a run",
+    responses={204: {"description": "Recorded (replacing the run's earlier feedback)."}, **v1_problems(404)},
+)
 async def post_feedback(
-    request: Request,
     thread_id: ThreadId,
     run_id: Annotated[str, Path(max_length=64)],
-    body: FeedbackRequest,
+    body: Annotated[FeedbackRequest, Body(openapi_examples=examples.FEEDBACK_REQUEST)],
     caller: CallerDep,
+    pool: PoolDep,
 ) -> Response:
     """Record (or replace) the user's rating of one run."""
-    pool = request.app.state.pool
     await check_thread_access(pool, thread_id, caller, must_exist=True)
     # Run ids are UUIDs we generated: anything else cannot be a run of this thread (404).
     if not _is_uuid(run_id) or not await run_exists(pool, thread_id, str(uuid.UUID(run_id)), caller.tenant_id):
