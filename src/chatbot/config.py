@@ -92,6 +92,9 @@ class Settings(BaseSettings):
     memory_ttl_sweep_minutes: float = Field(default=1.0, gt=0, le=1)
     # Keys the pseudonymous user key of `chatbot feedback export` (HMAC-SHA256).
     export_key: SecretStr | None = None
+    # OpenTelemetry traces of runs (docs/operations.md "Tracing"): off, otlp (the exporter
+    # reads the standard OTEL_EXPORTER_OTLP_* variables; needs the `tracing` extra) or console.
+    tracing: Literal["off", "otlp", "console"] = "off"
 
     @field_validator("prepare_threshold", mode="before")
     @classmethod
