@@ -12,9 +12,12 @@ import pytest
 from langchain_core.messages import BaseMessage
 from opentelemetry.trace import StatusCode
 
+from chatbot.agent.deps import MemoryJob
+from chatbot.memory.extraction import MemoryCandidates
+from chatbot.memory.writer import offline_extractor
 from tests.fixtures.app import parse_sse, running_app
 from tests.fixtures.knowledge import load_demo_kb
-from tests.fixtures.models import ProviderErrorChatModel, StreamingChatModel
+from tests.fixtures.models import ProviderErrorChatModel, ScriptedChatModel, StreamingChatModel
 from tests.fixtures.tokens import auth
 from tests.tracing.spans import NODES, children, everything_said, leaks, memory_provider, run_span
 
@@ -152,3 +155,49 @@ async def test_concurrent_runs_get_separate_traces(kb_database_url: str) -> None
         assert all(n.context.trace_id == root.context.trace_id for n in nodes)
         assert len(children(spans, nodes[NODES.index("generate")])) == 1
     assert len(spans) == 4 * (1 + len(NODES) + 1)
+
+
+async def test_a_model_that_times_out_ends_its_spans_as_failed(kb_database_url: str) -> None:
+    provider, exporter = memory_provider()
+    overrides = {"chat_model": ScriptedChatModel(mode="hang"), "model_timeout_seconds": 0.3}
+    async with running_app(kb_database_url, agent_overrides=overrides, tracer_provider=provider) as client:
+        events = await run(client, "traced-timeout", "What does travel insurance cover abroad?")
+    assert events[-1][0] == "error" and events[-1][1]["status"] == 504
+    spans = exporter.get_finished_spans()
+    root = run_span(spans, events[0][1]["run_id"])
+    assert (root.attributes or {})["error.type"] == "ModelTimeout"
+    generate = children(spans, root)[-1]
+    assert generate.name == "generate" and (generate.attributes or {})["error.type"] == "ModelTimeout"
+    (call,) = children(spans, generate)
+    assert call.status.status_code == StatusCode.ERROR and (call.attributes or {})["chatbot.status"] == "error"
+    assert call.end_time is not None and call.end_time <= root.end_time  # type: ignore[operator]
+
+
+@pytest.mark.parametrize("delay", [0, 0.2], ids=["run-still-open", "run-ended"])
+async def test_the_memory_writers_model_call_after_the_answer_is_not_in_the_runs_trace(
+    kb_database_url: str, delay: float
+) -> None:
+    # The memory worker is a task started inside `write_memory`: it inherits the run's
+    # callbacks, and its model call comes after that node ended, the run still open or not.
+    provider, exporter = memory_provider()
+    extracted = asyncio.Event()
+    side_model = NamedStreamingModel(mode="answer", reply={"status": "answered", "answer": "x", "citations": []})
+
+    async def extractor(job: MemoryJob) -> MemoryCandidates:
+        await asyncio.sleep(delay)
+        await side_model.with_structured_output({"title": "Fact", "type": "object"}).ainvoke("extract")
+        extracted.set()
+        return await offline_extractor(job)
+
+    model = NamedStreamingModel(mode="answer", reply={"status": "answered", "answer": ANSWER, "citations": []})
+    async with running_app(
+        kb_database_url, agent_overrides={"chat_model": model}, memory_extractor=extractor, tracer_provider=provider
+    ) as client:
+        events = await run(client, f"traced-memory-{delay}", "remember that my car is a Peugeot 206")
+        await asyncio.wait_for(extracted.wait(), 10)
+    spans = exporter.get_finished_spans()
+    root = run_span(spans, events[-1][1]["run_id"])
+    model_spans = [s for s in spans if s.name.startswith("chat ")]
+    (generate,) = [n for n in children(spans, root) if n.name == "generate"]
+    assert model_spans == children(spans, generate)  # the answer's call only
+    assert len(spans) == 1 + len(NODES) + 1

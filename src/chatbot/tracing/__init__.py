@@ -19,7 +19,7 @@ TracingMode = Literal["off", "otlp", "console"]
 
 
 class RunTrace:
-    """The trace of one run; this base traces nothing (tracing off)."""
+    """The trace of one run; this base traces nothing (tracing off). No method raises."""
 
     def configure(self, config: RunnableConfig) -> RunnableConfig:
         """Return the run's graph config, with the callback that opens node and model spans."""
@@ -31,8 +31,6 @@ class RunTrace:
 
 class Tracing:
     """The replica's tracer of runs; this base traces nothing (tracing off)."""
-
-    enabled = False
 
     def start_run(self, *, thread_id: str, run_id: str, tenant_id: str) -> RunTrace:
         """Open the span of a run that is starting."""

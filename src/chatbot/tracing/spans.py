@@ -13,6 +13,7 @@ exception messages (a provider's message can quote the user) or metadata wholesa
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 from uuid import UUID
 
@@ -26,7 +27,9 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExport
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
 from chatbot.agent.modelcall import http_status
-from chatbot.tracing import RunTrace, Tracing
+from chatbot.tracing import NO_TRACE, RunTrace, Tracing
+
+log = logging.getLogger(__name__)
 
 TRACER_NAME = "chatbot"
 RUN_SPAN = "chatbot.run"
@@ -35,8 +38,6 @@ DEFAULT_SERVICE_NAME = "chatbot"
 
 class OtelTracing(Tracing):
     """Trace runs into an OpenTelemetry tracer provider."""
-
-    enabled = True
 
     def __init__(self, provider: TracerProvider, *, owns_provider: bool) -> None:
         self._provider = provider
@@ -57,13 +58,17 @@ class OtelTracing(Tracing):
         return cls(provider, owns_provider=True)
 
     def start_run(self, *, thread_id: str, run_id: str, tenant_id: str) -> RunTrace:
-        """Open the span of a run that is starting."""
-        span = self._tracer.start_span(
-            RUN_SPAN,
-            kind=SpanKind.INTERNAL,
-            attributes={"chatbot.thread_id": thread_id, "chatbot.run_id": run_id, "chatbot.tenant_id": tenant_id},
-        )
-        return OtelRunTrace(self._tracer, span)
+        """Open the span of a run that is starting; on any failure, trace nothing rather than fail the run."""
+        try:
+            span = self._tracer.start_span(
+                RUN_SPAN,
+                kind=SpanKind.INTERNAL,
+                attributes={"chatbot.thread_id": thread_id, "chatbot.run_id": run_id, "chatbot.tenant_id": tenant_id},
+            )
+            return OtelRunTrace(self._tracer, span)
+        except Exception as exc:  # the run starts after this returns: it must not depend on tracing
+            log.warning("run span not started", extra={"run_id": run_id, "error": type(exc).__name__})
+            return NO_TRACE
 
     def shutdown(self) -> None:
         """Export what is still buffered and stop the exporter, if this provider is ours."""
@@ -92,13 +97,16 @@ class OtelRunTrace(RunTrace):
 
     def end(self, *, status: str, ttft_ms: float | None, error: BaseException | None) -> None:
         """Close the run's span with its outcome (and any node or model span left open)."""
-        self.handler.close(error)
-        _mark(self.span, error)
-        # The run's own status (answered, clarifying, escalate, error) over _mark's ok/error.
-        self.span.set_attribute("chatbot.status", status)
-        if ttft_ms is not None:
-            self.span.set_attribute("chatbot.ttft_ms", ttft_ms)
-        self.span.end()
+        try:
+            self.handler.close(error)
+            _mark(self.span, error)
+            # The run's own status (answered, clarifying, escalate, error) over _mark's ok/error.
+            self.span.set_attribute("chatbot.status", status)
+            if ttft_ms is not None:
+                self.span.set_attribute("chatbot.ttft_ms", ttft_ms)
+            self.span.end()
+        except Exception as exc:  # called from the run's `finally`: the run's own log line comes next
+            log.warning("run span not ended", extra={"error": type(exc).__name__})
 
 
 class GraphSpans(BaseCallbackHandler):
