@@ -10,7 +10,11 @@ apart from the spans themselves. Runs go in-process (httpx's ASGI transport), SS
 `end`, in alternating slices so that drift of this shared machine hits both sides alike.
 CPU is this process's (`time.process_time`, the batch thread included), not Postgres's.
 
-Usage: python -m bench.tracing [--runs 300] [--concurrency 1 8] [--slices 4]
+On a shared machine those differences sink in the noise, so the same three sides are then
+timed on the graph alone (offline model, no retrieval, `InMemorySaver`, no HTTP, one run
+at a time), where tracing's own cost is a large share of a run's.
+
+Usage: python -m bench.tracing [--runs 300] [--concurrency 1 8] [--slices 6] [--graph-runs 3000]
 Uses CHATBOT_DATABASE_URL (migrated here) or starts an embedded Postgres under a temp dir.
 Needs the OpenTelemetry SDK (the dev extra has it).
 """
@@ -30,17 +34,21 @@ from pathlib import Path
 import httpx
 from langchain_core.callbacks import BaseCallbackHandler
 from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.memory import InMemorySaver
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 from pydantic import SecretStr
 
 from bench._pg import bench_database
+from chatbot.agent.context import Context
+from chatbot.agent.deps import AgentDeps
+from chatbot.agent.graph import build_graph
 from chatbot.app import create_app
 from chatbot.cli.common import mint_token
 from chatbot.config import Settings
 from chatbot.db.pool import make_pool
 from chatbot.retrieval.ingest import ingest_paths
-from chatbot.tracing import RunTrace, Tracing
+from chatbot.tracing import NO_TRACING, RunTrace, Tracing, tracing_for
 
 ROOT = Path(__file__).resolve().parent.parent
 KB = ROOT / "knowledge" / "demo"
@@ -151,6 +159,47 @@ async def run_slice(
     tally.cpu += time.process_time() - cpu
 
 
+async def graph_only(runs: int, slices: int, provider: TracerProvider) -> None:
+    """Time the graph alone, run after run, with each side's tracer; print CPU per run."""
+    graph = build_graph(AgentDeps()).compile(checkpointer=InMemorySaver())
+    sides: dict[str, Tracing] = {
+        "off": NO_TRACING,
+        "on": tracing_for("off", tracer_provider=provider),
+        "callback": CallbackOnlyTracing(),
+    }
+    cpu = dict.fromkeys(sides, 0.0)
+    done = dict.fromkeys(sides, 0)
+
+    async def one(tracing: Tracing, n: int) -> None:
+        run_id = f"graph-{n}"
+        trace = tracing.start_run(thread_id=run_id, run_id=run_id, tenant_id=TENANT)
+        config = trace.configure({"configurable": {"thread_id": run_id}})
+        context = Context(tenant_id=TENANT, user_id="bench", locale="en-US", run_id=run_id, thread_id=run_id)
+        question = {"messages": [{"role": "user", "content": QUESTIONS[n % len(QUESTIONS)][0]}]}
+        await graph.ainvoke(question, config, context=context, durability="exit")
+        trace.end(status="answered", ttft_ms=None, error=None)
+
+    for tracing in sides.values():  # warm-up
+        for n in range(50):
+            await one(tracing, -n - 1)
+    per_slice = max(1, runs // slices)
+    counter = 0
+    for index in range(slices):
+        names = list(sides)[index % 3 :] + list(sides)[: index % 3]
+        for name in names:
+            started = time.process_time()
+            for _ in range(per_slice):
+                counter += 1
+                await one(sides[name], counter)
+            cpu[name] += time.process_time() - started
+            done[name] += per_slice
+    print("graph only (InMemorySaver, offline model, one run at a time):")
+    base = cpu["off"] / done["off"]
+    for name in sides:
+        each = cpu[name] / done[name]
+        print(f"  {name:<12} CPU {each * 1000:6.3f} ms/run   x{each / base:.2f} ({(each - base) * 1000:+.3f} ms)")
+
+
 async def main(args: argparse.Namespace) -> None:
     """Measure both sides at each concurrency and print them with their ratio."""
     async with bench_database("tracing") as url:
@@ -198,6 +247,7 @@ async def main(args: argparse.Namespace) -> None:
                         f"  {name} / off: CPU per run x{cpu_side / cpu_off:.2f}"
                         f" ({(cpu_side - cpu_off) * 1000:+.2f} ms), runs/s x{rate_ratio:.2f}"
                     )
+        await graph_only(args.graph_runs, args.slices, provider)
         provider.shutdown()
         print(f"spans exported (dropped) while tracing on: {exporter.exported}")
 
@@ -208,6 +258,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--runs", type=int, default=300, help="runs per side and concurrency")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8])
     parser.add_argument("--slices", type=int, default=6, help="slices per side, the order rotating")
+    parser.add_argument("--graph-runs", type=int, default=3000, help="runs per side of the graph-only timing")
     return parser.parse_args()
 
 
