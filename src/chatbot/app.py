@@ -39,6 +39,7 @@ from chatbot.threads.rejoin import RunRecords
 from chatbot.threads.router import router as threads_router
 from chatbot.threads.runs import RunService
 from chatbot.threads.transcript_router import router as transcript_router
+from chatbot.tracing import tracing_for
 
 log = logging.getLogger(__name__)
 
@@ -48,12 +49,14 @@ def create_app(
     *,
     agent_overrides: dict[str, Any] | None = None,
     memory_extractor: Extractor | None = None,
+    tracer_provider: Any = None,
 ) -> FastAPI:
     """Build the application; nothing touches the database until the lifespan starts.
 
     `agent_overrides` replaces fields of the graph's `AgentDeps` and `memory_extractor`
     the memory writer's extractor (tests use them for failing or slow collaborators, or to
-    observe the model window).
+    observe the model window). `tracer_provider`, an OpenTelemetry SDK TracerProvider,
+    traces runs into it whatever `CHATBOT_TRACING` says; its owner shuts it down.
     """
     settings = settings or Settings()
     # Loaded here, not in the lifespan: a missing provider extra fails at start-up, loudly.
@@ -63,6 +66,8 @@ def create_app(
     extractor = memory_extractor or (
         offline_extractor if chat_model is None else model_extractor(chat_model, timeout=settings.model_timeout_seconds)
     )
+    # Also here: CHATBOT_TRACING=otlp without the `tracing` extra fails at start-up.
+    tracing = tracing_for(settings.tracing, tracer_provider=tracer_provider)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -126,6 +131,7 @@ def create_app(
                 graph=graph,
                 limiter=RateLimiter(pool, settings.rate_limit_per_minute),
                 max_in_flight=settings.max_runs_in_flight,
+                tracing=tracing,
             )
             app.state.run_records = RunRecords(pool, saver.serde)
             # Lifecycle: the retention sweep (when CHATBOT_RETENTION_DAYS is set) and the
@@ -149,6 +155,9 @@ def create_app(
         finally:
             await locks.close()
             await pool.close()
+            # After the drain, so the last runs' spans go too; in a thread: an unreachable
+            # collector can hold the final export for the exporter's timeout.
+            await asyncio.to_thread(tracing.shutdown)
 
     app = FastAPI(
         title="Insurance chatbot agent service",

@@ -106,6 +106,9 @@ class Settings(BaseSettings):
     keep_alive_seconds: int = Field(default=5, ge=1)
     # Connections plus in-flight requests a replica accepts before answering 503; 0 = no limit.
     max_concurrency: int = Field(default=0, ge=0)
+    # OpenTelemetry traces of runs (docs/operations.md "Tracing"): off, otlp (the exporter
+    # reads the standard OTEL_EXPORTER_OTLP_* variables; needs the `tracing` extra) or console.
+    tracing: Literal["off", "otlp", "console"] = "off"
 
     @field_validator("prepare_threshold", mode="before")
     @classmethod

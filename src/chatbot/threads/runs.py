@@ -46,6 +46,7 @@ from chatbot.errors import Problem, problem_body
 from chatbot.threads.ownership import check_thread_access, thread_not_found, thread_owner
 from chatbot.threads.ratelimit import RateLimiter
 from chatbot.threads.stream import Listener, RunStream
+from chatbot.tracing import NO_TRACING, Tracing
 
 log = logging.getLogger("chatbot.runs")
 
@@ -78,12 +79,14 @@ class RunService:
         graph: CompiledStateGraph[Any, Any, Any, Any],
         limiter: RateLimiter,
         max_in_flight: int = 1000,
+        tracing: Tracing = NO_TRACING,
     ) -> None:
         self.pool = pool
         self.locks = locks
         self.graph = graph
         self.limiter = limiter
         self.max_in_flight = max_in_flight
+        self.tracing = tracing
         self._starting = 0
         self._runs: dict[str, RunStream] = {}
         self._tasks: set[asyncio.Task[None]] = set()
@@ -187,6 +190,8 @@ class RunService:
             thread_id=stream.thread_id,
         )
         failure: BaseException | None = None
+        trace = self.tracing.start_run(thread_id=stream.thread_id, run_id=stream.run_id, tenant_id=caller.tenant_id)
+        config = trace.configure(config)
         try:
             outcome: dict[str, Any] = {}
             content = ""
@@ -218,6 +223,8 @@ class RunService:
             metrics.RUNS.labels(status).inc()
             elapsed = time.perf_counter() - started
             metrics.RUN_SECONDS.observe(elapsed)
+            ttft_ms = None if first_token is None else round((first_token - started) * 1000, 1)
+            trace.end(status=status, ttft_ms=ttft_ms, error=failure)
             log.log(
                 logging.WARNING if failure else logging.INFO,
                 "run finished",
