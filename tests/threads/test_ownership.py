@@ -80,3 +80,20 @@ async def test_another_user_of_the_tenant_cannot_read_post_into_rate_or_delete_a
         page = await client.get("/v1/threads/private/messages", headers=auth(user="u1"))
     assert [m["role"] for m in page.json()["messages"]] == ["user", "assistant"]  # untouched
     assert _owners(isolated_database_url, "private") == {("acme", "u1")}
+
+
+async def test_erasing_a_user_leaves_the_threads_another_user_of_the_tenant_owns(isolated_database_url: str) -> None:
+    async with running_app(isolated_database_url) as client:
+        first = await client.post("/v1/threads/kept/runs", json=QUESTION, headers=auth(user="u1"))
+        assert first.status_code == 200
+        # u2 tries to write into u1's thread (refused), then has its own thread, then is erased.
+        intrusion = await client.post("/v1/threads/kept/runs", json=QUESTION, headers=auth(user="u2"))
+        own = await client.post("/v1/threads/u2-own/runs", json=QUESTION, headers=auth(user="u2"))
+        erased = await client.delete("/v1/users/u2", headers=auth(user="u2"))
+        kept = await client.get("/v1/threads/kept/messages", headers=auth(user="u1"))
+        gone = await client.get("/v1/threads/u2-own/messages", headers=auth(user="u2"))
+    assert (intrusion.status_code, own.status_code, erased.status_code) == (404, 200, 200)
+    assert erased.json()["threads_deleted"] == 1
+    assert [m["role"] for m in kept.json()["messages"]] == ["user", "assistant"]
+    assert gone.status_code == 404
+    assert _owners(isolated_database_url, "kept") == {("acme", "u1")}
