@@ -95,8 +95,9 @@ class Settings(BaseSettings):
     # Hardening (issue 14). A token may live at most this long from `iat` to `exp`: a leaked
     # long-lived token would otherwise stay valid for as long as its signer wished.
     jwt_max_lifetime_seconds: int = Field(default=3600, ge=1)
-    # How long a request path waits for a pooled connection: with Postgres down, callers get
-    # a 503 within this bound instead of queueing behind connection attempts.
+    # How long a request waits for a pooled connection before asking whether Postgres answers
+    # at all: with Postgres down, callers get a 503 within about this bound; with Postgres up
+    # they keep their place in the queue (db/patient_pool.py).
     pool_timeout_seconds: float = Field(default=2.0, gt=0)
     # A request's head, then its body, must each arrive within this many seconds (slow or
     # half-sent requests would otherwise hold a connection and a task forever).

@@ -15,6 +15,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from chatbot.config import Settings
 from chatbot.db.embedded import start_embedded_postgres
+from chatbot.db.patient_pool import PatientPool
 
 Pool = AsyncConnectionPool[AsyncConnection[dict[str, Any]]]
 
@@ -81,8 +82,11 @@ def make_pool(
     queries: session advisory locks are only ever taken on the lock pool (`Locks`), so
     its connections need no unlock round trip when they come back.
     """
-    return AsyncConnectionPool(
+    # An outage answers within `pool_timeout_seconds`; a queue of a live Postgres is waited
+    # out (db/patient_pool.py).
+    return PatientPool(
         conninfo,
+        outage_after=settings.pool_timeout_seconds,
         kwargs=connection_kwargs(settings),
         min_size=min_size,
         max_size=max_size,
@@ -91,7 +95,6 @@ def make_pool(
         check=check_unless_fresh,
         reset=release_advisory_locks if takes_locks else note_returned,
         max_idle=settings.pool_max_idle_seconds,
-        timeout=settings.pool_timeout_seconds,
     )
 
 
