@@ -122,7 +122,8 @@ async def watch(url: str, pids: list[int], peaks: Peaks, stop: asyncio.Event) ->
                     "select (select count(*) from pg_stat_activity where datname = current_database() "
                     "and pid <> pg_backend_pid()), (select count(*) from pg_locks where locktype = 'advisory' "
                     # exclusive: thread locks; the erasure key's shared holds are not runs
-                    "and granted and mode = 'ExclusiveLock' and database = (select oid from pg_database where datname = current_database()))"
+                    "and granted and mode = 'ExclusiveLock' "
+                    "and database = (select oid from pg_database where datname = current_database()))"
                 )
             ).fetchone()
             assert row is not None
