@@ -19,7 +19,7 @@ cite or retrieve it. At the end no response body any caller received holds anoth
 caller's message text, fact, feedback comment, run id or message id.
 
 `CHATBOT_ISOLATION_ROUNDS` (default 1) repeats steps 1-2 on fresh threads and
-`CHATBOT_ISOLATION_THREADS` (default 12) sets the thread ids raced per round (`make isolation`).
+`CHATBOT_ISOLATION_THREADS` (default 10) sets the thread ids raced per round (`make isolation`).
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ from tests.hardening.isolation_world import (
 )
 
 ROUNDS = int(os.environ.get("CHATBOT_ISOLATION_ROUNDS", "1"))
-THREADS = int(os.environ.get("CHATBOT_ISOLATION_THREADS", "12"))
+THREADS = int(os.environ.get("CHATBOT_ISOLATION_THREADS", "10"))
 # A clarifying answer is ~40 tokens: about 1.5 s per run at 40 ms, so the race and the
 # intrusions meet runs in flight.
 TOKEN_DELAY_MS = os.environ.get("CHATBOT_ISOLATION_TOKEN_DELAY_MS", "40")
@@ -73,12 +73,16 @@ SEED = int(os.environ.get("CHATBOT_ISOLATION_SEED", str(random.SystemRandom().ra
 
 RIDER_DOC = {
     "zephyrine-rider.md": "# Zephyrine lagoon rider\n\n"
-    "The Zephyrine lagoon rider pays 7,431 quetzal credits for kelp damage to moored houseboats.\n"
+    "The Zephyrine lagoon rider pays 7,431 quetzal credits for kelp damage to moored houseboats, "
+    "and 7,431 for flood damage to a parked car.\n"
 }
 RIDER_FIGURE = "7,431"  # in tenant A's rider only, and in no question: only the rider can bring it
 PROBES = (
     "What does the Zephyrine lagoon rider pay for moored houseboats?",
     "How many quetzal credits for kelp damage to houseboats?",
+    # Words tenant B's own documents have too: B's search weighs them, so only its tenant
+    # filter on chunks keeps the rider out.
+    "What is paid for flood damage to a parked car?",
 )
 JSON = {"Accept": "application/json"}
 
