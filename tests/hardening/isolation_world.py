@@ -63,6 +63,7 @@ class Ledger:
     statuses: Counter[int] = field(default_factory=Counter)
     pairs: set[tuple[str, str]] = field(default_factory=set)
     intrusions: int = 0
+    during_runs: int = 0
     owner_checks: int = 0
     failures: list[str] = field(default_factory=list)
     secrets: dict[Caller, set[str]] = field(default_factory=lambda: {c: set() for c in CALLERS})

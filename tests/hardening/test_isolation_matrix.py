@@ -127,7 +127,9 @@ async def test_callers_never_reach_each_other(
     pair = await asyncio.gather(
         *(asyncio.to_thread(replicas, CHATBOT_OFFLINE_TOKEN_DELAY_MS=TOKEN_DELAY_MS) for _ in range(2))
     )
-    limits = httpx.Limits(max_connections=400, max_keepalive_connections=100)
+    # Idle connections are dropped before the replica's keep-alive (5 s) closes them: a request
+    # sent on a connection the server is just closing fails with ReadError, as behind a balancer.
+    limits = httpx.Limits(max_connections=400, max_keepalive_connections=100, keepalive_expiry=2)
     async with (
         httpx.AsyncClient(base_url=pair[0].base_url, timeout=60, limits=limits) as one,
         httpx.AsyncClient(base_url=pair[1].base_url, timeout=60, limits=limits) as two,
@@ -155,7 +157,8 @@ async def test_callers_never_reach_each_other(
         f"  requests: {ledger.requests} ({', '.join(f'{s}: {n}' for s, n in sorted(ledger.statuses.items()))})\n"
         f"  first runs: {dict(sorted(world.first_run_statuses.items()))}\n"
         f"  owner runs in flight at the start / end of the in-flight pass: {world.in_flight}\n"
-        f"  (thread, non-owner) pairs: {len(ledger.pairs)}, intrusions: {ledger.intrusions}, "
+        f"  (thread, non-owner) pairs: {len(ledger.pairs)}, intrusions: {ledger.intrusions} "
+        f"({ledger.during_runs} answered while the owner's run was in flight), "
         f"owner-side checks: {ledger.owner_checks}\n"
         f"  (body, other caller) pairs scanned for secrets: {scanned}\n"
         f"  leaks found: {len(ledger.failures)}"
@@ -310,30 +313,40 @@ async def _intrude_while_owners_run(world: World, threads: list[Thread]) -> None
         if last is None or last.event != "end":
             ledger.fail(f"{t.owner} second run on its own thread ended with {last}")
 
-    runs = [asyncio.create_task(second_run(t)) for t in threads]
+    runs = {t.id: asyncio.create_task(second_run(t)) for t in threads}
     await asyncio.wait_for(asyncio.gather(*(e.wait() for e in started.values())), 30)
-    at_start = sum(not r.done() for r in runs)
+    at_start = sum(not r.done() for r in runs.values())
     await asyncio.gather(
-        *(_intrude(world, t, c, k, runs=t.runs[-1:], users=False) for k, (t, c) in enumerate(_non_owners(threads)))
+        *(
+            _intrude(world, t, c, k, runs=t.runs[-1:], users=False, running=runs[t.id])
+            for k, (t, c) in enumerate(_non_owners(threads))
+        )
     )
-    world.in_flight.append((at_start, sum(not r.done() for r in runs)))
-    await asyncio.gather(*runs)
+    world.in_flight.append((at_start, sum(not r.done() for r in runs.values())))
+    await asyncio.gather(*runs.values())
 
 
 async def _intrude(
-    world: World, t: Thread, caller: Caller, k: int, *, runs: list[str] | None = None, users: bool = True
+    world: World,
+    t: Thread,
+    caller: Caller,
+    k: int,
+    *,
+    runs: list[str] | None = None,
+    users: bool = True,
+    running: asyncio.Task[None] | None = None,
 ) -> None:
-    """Try every endpoint on another caller's thread and user; expect 404, 204 (a no-op) or 403."""
+    """Try every endpoint on another caller's thread and user; expect 404, 204 (a no-op) or 403.
+
+    With `running` (the owner's run in flight), each pair starts at another endpoint, so that
+    every endpoint meets runs live; answers received before the run ended are counted.
+    """
     ledger, client = world.ledger, world.clients[k % 2]
     ledger.pairs.add((t.id, str(caller)))
     mark = marker()
     ledger.own(caller, mark)
     path = f"/v1/threads/{t.id}"
-    tries: list[tuple[str, str, str, dict[str, Any], int]] = [
-        ("POST runs", "POST", f"{path}/runs", {"json": _message(nonsense(mark)), "headers": JSON}, 404),
-        ("GET messages", "GET", f"{path}/messages", {"params": {"limit": 100}}, 404),
-        ("DELETE thread", "DELETE", path, {}, 204),
-    ]
+    tries: list[tuple[str, str, str, dict[str, Any], int]] = []
     for run in t.runs if runs is None else runs:
         tries += [
             ("GET stream", "GET", f"{path}/runs/{run}/stream", {}, 404),
@@ -342,6 +355,11 @@ async def _intrude(
             ("GET run record", "GET", f"{path}/runs/{run}", {}, 404),
             ("POST feedback", "POST", f"{path}/runs/{run}/feedback", {"json": {"score": "down", "comment": mark}}, 404),
         ]
+    tries[1:1] = [("POST runs", "POST", f"{path}/runs", {"json": _message(nonsense(mark)), "headers": JSON}, 404)]
+    tries += [
+        ("GET messages", "GET", f"{path}/messages", {"params": {"limit": 100}}, 404),
+        ("DELETE thread", "DELETE", path, {}, 204),
+    ]
     if users and caller.user != t.owner.user:
         user = f"/v1/users/{t.owner.user}"
         tries += [
@@ -353,10 +371,15 @@ async def _intrude(
         # The same user id in the other tenant: its own memory, which must not be the owner's
         # (the leak scan looks for the owner's fact in this body).
         tries.append(("GET namesake's memory", "GET", f"/v1/users/{t.owner.user}/memory", {}, 200))
+    if running is not None:
+        # Pairs start at different endpoints: every endpoint is somebody's first, sent at once.
+        tries = tries[k % len(tries) :] + tries[: k % len(tries)]
     for label, method, url, kwargs, expected in tries:
         headers = caller.headers(**kwargs.pop("headers", {}))
         response = await client.request(method, url, headers=headers, **kwargs)
         ledger.intrusions += 1
+        if running is not None and not running.done():
+            ledger.during_runs += 1
         ledger.expect(caller, f"{label} on {t.owner}'s {t.id}", response, expected)
 
 
