@@ -4,11 +4,13 @@ Two tenants with the same two user ids (`u1`, `u2` in each), so a check that com
 the user id, or only the tenant, lets one of them through. Every caller owns secrets (the
 markers in its messages, fact and feedback comment, its run and message ids); the ledger
 keeps every response body a caller received and, at the end, looks for any other caller's
-secret in it.
+secret in it. `Thread` and `World` hold what the test knows to be true: who owns each
+raced thread, what the owner sent, which feedback and memory it must find again.
 """
 
 from __future__ import annotations
 
+import random
 import uuid
 from collections import Counter
 from dataclasses import dataclass, field
@@ -21,6 +23,7 @@ from tests.fixtures.tokens import auth
 
 TENANT_A, TENANT_B = "iso-a", "iso-b"
 USERS = ("u1", "u2")
+JSON = {"Accept": "application/json"}
 
 # Letters only: the PII guard refuses remember-statements with IBAN- or card-like digit runs,
 # and a marker must survive storage as a fact.
@@ -108,6 +111,39 @@ class Ledger:
                 if tenant != caller.tenant and any(w in body for w in words):
                     self.fail(f"{caller} {label}: body carries tenant {tenant}'s knowledge")
         return scanned
+
+
+@dataclass
+class Thread:
+    """A raced thread id, its owner, and what the owner put into it."""
+
+    id: str
+    owner: Caller
+    client: httpx.AsyncClient
+    sent: list[str] = field(default_factory=list)
+    runs: list[str] = field(default_factory=list)
+    feedback: list[tuple[Any, ...]] = field(default_factory=list)
+    snapshot: list[dict[str, Any]] | None = None
+
+
+@dataclass
+class World:
+    """The replicas' clients, the database, and what the test knows to be true."""
+
+    ledger: Ledger
+    clients: tuple[httpx.AsyncClient, httpx.AsyncClient]
+    conn: psycopg.AsyncConnection[Any]
+    a_only_chunks: set[str] = field(default_factory=set)
+    memories: dict[Caller, dict[str, Any]] = field(default_factory=dict)
+    first_run_statuses: Counter[int] = field(default_factory=Counter)
+    probe_threads: dict[Caller, str] = field(default_factory=dict)
+    in_flight: list[tuple[int, int]] = field(default_factory=list)
+    rng: random.Random = field(default_factory=random.Random)
+
+
+def message(text: str) -> dict[str, Any]:
+    """Return the body of a run carrying `text`."""
+    return {"message": {"content": text}}
 
 
 async def transcript(client: httpx.AsyncClient, caller: Caller, thread: str) -> list[dict[str, Any]] | None:

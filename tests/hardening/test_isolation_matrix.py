@@ -29,33 +29,31 @@ import os
 import random
 import time
 import uuid
-from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import httpx
 import psycopg
 
-from chatbot.db.pool import make_pool
-from chatbot.retrieval.ingest import ingest_paths
 from tests.fixtures.app import Replica
-from tests.fixtures.knowledge import DEMO_KB
-from tests.fixtures.postgres import settings_for
-from tests.fixtures.retrieval_kb import write_docs
 from tests.fixtures.sse import events_of
+from tests.hardening.isolation_probes import RIDER_FIGURE, a_only_chunks, ingest_knowledge, probe_and_remember
 from tests.hardening.isolation_world import (
     CALLERS,
+    JSON,
     TENANT_A,
     TENANT_B,
     USERS,
     Caller,
     Ledger,
+    Thread,
+    World,
     checkpoint_writers,
     feedback_rows,
     marker,
     memory,
+    message,
     nonsense,
     transcript,
 )
@@ -71,59 +69,13 @@ TOKEN_DELAY_MS = os.environ.get("CHATBOT_ISOLATION_TOKEN_DELAY_MS", "40")
 LATE_SECONDS = 2.5
 SEED = int(os.environ.get("CHATBOT_ISOLATION_SEED", str(random.SystemRandom().randrange(1 << 31))))
 
-RIDER_DOC = {
-    "zephyrine-rider.md": "# Zephyrine lagoon rider\n\n"
-    "The Zephyrine lagoon rider pays 7,431 quetzal credits for kelp damage to moored houseboats, "
-    "and 7,431 for flood damage to a parked car.\n"
-}
-RIDER_FIGURE = "7,431"  # in tenant A's rider only, and in no question: only the rider can bring it
-PROBES = (
-    "What does the Zephyrine lagoon rider pay for moored houseboats?",
-    "How many quetzal credits for kelp damage to houseboats?",
-    # Words tenant B's own documents have too: B's search weighs them, so only its tenant
-    # filter on chunks keeps the rider out.
-    "What is paid for flood damage to a parked car?",
-)
-JSON = {"Accept": "application/json"}
-
-
-@dataclass
-class Thread:
-    """A raced thread id, its owner, and what the owner put into it."""
-
-    id: str
-    owner: Caller
-    client: httpx.AsyncClient
-    sent: list[str] = field(default_factory=list)
-    runs: list[str] = field(default_factory=list)
-    feedback: list[tuple[Any, ...]] = field(default_factory=list)
-    snapshot: list[dict[str, Any]] | None = None
-
-
-@dataclass
-class World:
-    """The replicas' clients, the database, and what the test knows to be true."""
-
-    ledger: Ledger
-    clients: tuple[httpx.AsyncClient, httpx.AsyncClient]
-    conn: psycopg.AsyncConnection[Any]
-    a_only_chunks: set[str] = field(default_factory=set)
-    memories: dict[Caller, dict[str, Any]] = field(default_factory=dict)
-    first_run_statuses: Counter[int] = field(default_factory=Counter)
-    probe_threads: dict[Caller, str] = field(default_factory=dict)
-    in_flight: list[tuple[int, int]] = field(default_factory=list)
-    rng: random.Random = field(default_factory=lambda: random.Random(SEED))
-
-
-def _message(text: str) -> dict[str, Any]:
-    return {"message": {"content": text}}
 
 
 async def test_callers_never_reach_each_other(
     replicas: Callable[..., Replica], migrated_database_url: str, tmp_path: Path
 ) -> None:
     started = time.monotonic()
-    await _ingest(migrated_database_url, tmp_path)
+    await ingest_knowledge(migrated_database_url, tmp_path)
     pair = await asyncio.gather(
         *(asyncio.to_thread(replicas, CHATBOT_OFFLINE_TOKEN_DELAY_MS=TOKEN_DELAY_MS) for _ in range(2))
     )
@@ -135,10 +87,10 @@ async def test_callers_never_reach_each_other(
         httpx.AsyncClient(base_url=pair[1].base_url, timeout=60, limits=limits) as two,
         await psycopg.AsyncConnection.connect(migrated_database_url, autocommit=True) as conn,
     ):
-        world = World(Ledger(), (one, two), conn)
-        world.a_only_chunks = await _a_only_chunks(conn)
+        world = World(Ledger(), (one, two), conn, rng=random.Random(SEED))
+        world.a_only_chunks = await a_only_chunks(conn)
         world.ledger.tenant_secrets[TENANT_A] = {RIDER_FIGURE}
-        await asyncio.gather(*(_probe_and_remember(world, k, c) for k, c in enumerate(CALLERS)))
+        await asyncio.gather(*(probe_and_remember(world, k, c) for k, c in enumerate(CALLERS)))
         threads: list[Thread] = []
         for round_no in range(ROUNDS):
             raced = await _race_first_runs(world, round_no)
@@ -167,75 +119,6 @@ async def test_callers_never_reach_each_other(
     assert not failures, "\n".join(failures[:40])
 
 
-async def _ingest(url: str, tmp_path: Path) -> None:
-    """Load the demo knowledge base for both tenants and the rider for tenant A alone."""
-    pool = make_pool(url, settings_for(url), name="kb", min_size=1, max_size=2)
-    await pool.open(wait=True)
-    try:
-        await ingest_paths(pool, TENANT_A, [DEMO_KB / "en", write_docs(tmp_path / "rider", RIDER_DOC)])
-        await ingest_paths(pool, TENANT_B, [DEMO_KB / "en"])
-    finally:
-        await pool.close()
-
-
-async def _a_only_chunks(conn: psycopg.AsyncConnection[Any]) -> set[str]:
-    # Chunk ids derive from content: the demo documents have the same ids in both tenants.
-    cur = await conn.execute(
-        "select chunk_id from kb_chunks where tenant_id = %s "
-        "except select chunk_id from kb_chunks where tenant_id = %s",
-        (TENANT_A, TENANT_B),
-    )
-    chunks = {row[0] for row in await cur.fetchall()}
-    assert any(c.startswith("zephyrine-rider.md") for c in chunks), chunks
-    return chunks
-
-
-async def _probe_and_remember(world: World, k: int, caller: Caller) -> None:
-    """Ask about tenant A's rider (A must cite it, B must not see it); then remember a fact."""
-    ledger, client = world.ledger, world.clients[k % 2]
-    thread = f"iso-probe-{caller.tenant}-{caller.user}-{uuid.uuid4().hex[:8]}"
-    world.probe_threads[caller] = thread
-    for question in PROBES if caller.tenant == TENANT_B else PROBES[:1]:
-        body = _message(question)
-        response = await client.post(f"/v1/threads/{thread}/runs", json=body, headers=caller.headers(**JSON))
-        if not ledger.expect(caller, "probe run", response, 200):
-            return
-        end = response.json()
-        ledger.own(caller, end["run_id"], end["message"]["id"])
-        cited = set(end["citations"])
-        if caller.tenant == TENANT_A:
-            if not cited & world.a_only_chunks:  # the control: the question does reach the rider
-                ledger.fail(f"{caller} probe: tenant A's run did not cite its own rider ({sorted(cited)})")
-            continue
-        if cited & world.a_only_chunks:
-            ledger.fail(f"{caller} probe: cites tenant A's chunks {sorted(cited & world.a_only_chunks)}")
-        record = await client.get(f"/v1/threads/{thread}/runs/{end['run_id']}", headers=caller.headers())
-        if ledger.expect(caller, "probe record", record, 200):
-            retrieved = {c["chunk_id"] for c in record.json()["context"]["retrieved"]}
-            if retrieved & world.a_only_chunks:
-                ledger.fail(f"{caller} probe: retrieved tenant A's chunks {sorted(retrieved & world.a_only_chunks)}")
-    fact = marker()
-    ledger.own(caller, fact)
-    remember = _message(f"Please remember that my boat is called {fact}.")
-    response = await client.post(f"/v1/threads/{thread}/runs", json=remember, headers=caller.headers(**JSON))
-    if ledger.expect(caller, "remember run", response, 200):
-        ledger.own(caller, response.json()["run_id"], response.json()["message"]["id"])
-    world.memories[caller] = await _settled_memory(client, caller, fact)
-
-
-async def _settled_memory(client: httpx.AsyncClient, caller: Caller, fact: str) -> dict[str, Any]:
-    """Wait until the fact is stored and memory stops changing; return it."""
-    deadline = time.monotonic() + 20
-    previous: dict[str, Any] | None = None
-    while time.monotonic() < deadline:
-        current = await memory(client, caller)
-        if current == previous and any(f["text"].endswith(fact) for f in current["facts"]):
-            return current
-        previous = current
-        await asyncio.sleep(0.5)
-    raise AssertionError(f"{caller}: the remembered fact never settled in memory")
-
-
 async def _race_first_runs(world: World, round_no: int) -> list[Thread]:
     """Send every caller's first run on every fresh thread id at once; keep the threads won."""
     ledger = world.ledger
@@ -248,7 +131,7 @@ async def _race_first_runs(world: World, round_no: int) -> list[Thread]:
         client = world.clients[(i + k) % 2]  # each thread's callers split over both replicas
         if world.rng.random() < 0.5:
             await asyncio.sleep(world.rng.uniform(0, LATE_SECONDS))
-        body = _message(sent[thread, caller])
+        body = message(sent[thread, caller])
         response = await client.post(f"/v1/threads/{thread}/runs", json=body, headers=caller.headers(**JSON))
         return caller, ledger.seen(caller, "first run", response)
 
@@ -294,7 +177,7 @@ async def _intrude_while_owners_run(world: World, threads: list[Thread]) -> None
         last = None
         try:
             async with t.client.stream(
-                "POST", f"/v1/threads/{t.id}/runs", json=_message(text), headers=t.owner.headers()
+                "POST", f"/v1/threads/{t.id}/runs", json=message(text), headers=t.owner.headers()
             ) as response:
                 ledger.requests += 1
                 ledger.statuses[response.status_code] += 1
@@ -355,7 +238,7 @@ async def _intrude(
             ("GET run record", "GET", f"{path}/runs/{run}", {}, 404),
             ("POST feedback", "POST", f"{path}/runs/{run}/feedback", {"json": {"score": "down", "comment": mark}}, 404),
         ]
-    tries[1:1] = [("POST runs", "POST", f"{path}/runs", {"json": _message(nonsense(mark)), "headers": JSON}, 404)]
+    tries[1:1] = [("POST runs", "POST", f"{path}/runs", {"json": message(nonsense(mark)), "headers": JSON}, 404)]
     tries += [
         ("GET messages", "GET", f"{path}/messages", {"params": {"limit": 100}}, 404),
         ("DELETE thread", "DELETE", path, {}, 204),
