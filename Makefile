@@ -34,3 +34,13 @@ lint: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .chatbot
+
+## make isolation: the long isolation matrix (two tenants x two users x every endpoint, two replicas);
+## `make test` runs one round of 10 raced thread ids. ISOLATION_SEED=N replays a run's timing.
+.PHONY: isolation
+ISOLATION_ROUNDS ?= 5
+ISOLATION_THREADS ?= 40
+isolation: $(STAMP)
+	CHATBOT_ISOLATION_ROUNDS=$(ISOLATION_ROUNDS) CHATBOT_ISOLATION_THREADS=$(ISOLATION_THREADS) \
+		$(if $(ISOLATION_SEED),CHATBOT_ISOLATION_SEED=$(ISOLATION_SEED)) \
+		$(BIN)/python -m pytest -q -s -p no:cacheprovider tests/hardening/test_isolation_matrix.py
