@@ -5,6 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
 .PHONY: dev test lint bench clean fuzz
+.PHONY: faults
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -34,3 +35,11 @@ lint: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .chatbot
+
+## make faults: the long fault suite: 50 replica kills at seeded random points (CHATBOT_FAULT_SEED
+## replays a run), a replica killed in its memory work, Postgres outages mid-run, faulty models;
+## `make test` runs 3 kills
+FAULT_KILLS ?= 50
+faults: $(STAMP)
+	CHATBOT_FAULT_KILLS=$(FAULT_KILLS) $(BIN)/python -m pytest -q -s -p no:cacheprovider \
+		tests/hardening/test_faults_kill.py tests/hardening/test_faults_postgres.py tests/hardening/test_faults_model.py
