@@ -2,7 +2,8 @@
 
 Each round starts a replica, sends it a question and a "remember that ..." message on
 threads that carry history from earlier rounds, and kills it after a random delay
-(seeded; the seed is printed, `CHATBOT_FAULT_SEED` replays it). After each kill, from
+(seeded; the seed is printed, `CHATBOT_FAULT_SEED` replays it), or, every fourth round,
+the moment the question is acknowledged (before its first token). After each kill, from
 a surviving replica: the threads' locks are free within a second, every acknowledged
 message is in its transcript exactly once, no answer is half-written, and the next run
 answers. `CHATBOT_FAULT_KILLS` sets the number of rounds (`make faults`: 50).
@@ -16,7 +17,6 @@ import random
 import time
 from collections import Counter
 from collections.abc import Callable
-from typing import Any
 
 import httpx
 import psycopg
@@ -25,7 +25,7 @@ import pytest
 from tests.fixtures.app import Replica
 from tests.fixtures.knowledge import load_demo_kb
 from tests.fixtures.tokens import auth
-from tests.hardening.faults_ledger import Findings, Ledger
+from tests.hardening.faults_ledger import Attempt, Findings, Ledger
 from tests.hardening.faults_runs import (
     LOCK_FREE_SECONDS,
     json_run,
@@ -62,6 +62,40 @@ async def _facts(client: httpx.AsyncClient, user: str) -> list[str]:
     return [f["text"] for f in response.json()["facts"]]
 
 
+async def _kill_after(doomed: Replica, kill_at: float, runs: tuple[tuple[Attempt, float], ...]) -> None:
+    """Send each run at its offset (seconds) as an SSE stream; SIGKILL the replica at `kill_at`."""
+    async with httpx.AsyncClient(base_url=doomed.base_url, timeout=60) as client:
+
+        async def send(attempt: Attempt, after: float) -> None:
+            await asyncio.sleep(after)
+            await stream_run(client, attempt)
+
+        tasks = [asyncio.create_task(send(a, after)) for a, after in runs]
+        await asyncio.sleep(kill_at)
+        doomed.kill()
+        await asyncio.gather(*tasks)
+
+
+async def _kill_on_metadata(doomed: Replica, question: Attempt, other: Attempt) -> float:
+    """Send both runs at once; SIGKILL the replica when the question's `metadata` arrives.
+
+    Return the seconds from sending to the kill.
+    """
+    started = time.monotonic()
+    killed_at = 0.0
+
+    def kill(attempt: Attempt) -> None:
+        nonlocal killed_at
+        if attempt.run_id and not attempt.tokens and doomed.process.poll() is None:
+            killed_at = time.monotonic() - started
+            doomed.kill()
+
+    async with httpx.AsyncClient(base_url=doomed.base_url, timeout=60) as client:
+        await asyncio.gather(stream_run(client, question, kill), stream_run(client, other))
+    doomed.kill()  # had the question been refused, nothing above would have killed it
+    return killed_at
+
+
 async def test_sigkill_at_random_points_loses_and_duplicates_nothing(
     replicas: Callable[..., Replica], migrated_database_url: str
 ) -> None:
@@ -92,16 +126,13 @@ async def test_sigkill_at_random_points_loses_and_duplicates_nothing(
             # The question starts with the round; the memory message shortly before the kill
             # (its answer is short: the kill then meets its stream or its memory work).
             offsets = [0.0, rng.uniform(max(0.0, kill_at - 0.5), kill_at)]
-            async with httpx.AsyncClient(base_url=doomed.base_url, timeout=60) as client:
-
-                async def send(attempt: Any, after: float, client: httpx.AsyncClient = client) -> None:
-                    await asyncio.sleep(after)
-                    await stream_run(client, attempt)
-
-                tasks = [asyncio.create_task(send(a, o)) for a, o in zip((question, remember), offsets, strict=True)]
-                await asyncio.sleep(kill_at)
-                doomed.kill()
-                await asyncio.gather(*tasks)
+            # Every fourth round kills the moment the question is acknowledged: a random delay
+            # rarely lands in the few milliseconds between `metadata` and the first token.
+            if k % 4 == 1:
+                offsets[1] = 0.0
+                kill_at = await _kill_on_metadata(doomed, question, remember)
+            else:
+                await _kill_after(doomed, kill_at, ((question, offsets[0]), (remember, offsets[1])))
             waited = await seconds_until_unlocked(migrated_database_url, threads)
             unlock_times.append(waited)
             sent = zip(("question", "memory"), (question, remember), offsets, strict=True)
@@ -115,9 +146,11 @@ async def test_sigkill_at_random_points_loses_and_duplicates_nothing(
             assert not findings.problems, f"seed {seed}, kill {k + 1}: {findings.problems}"
         facts = await _facts(checker, "mem1")
     assert len(facts) == len(set(facts)), facts  # memory work cut short left no duplicate
+    acknowledged = sum(a.acknowledged for a in ledger.attempts)
     print(
-        f"faults: {KILLS} kills, phases {dict(phases)}; checked {findings.acknowledged} acknowledged messages "
-        f"over {findings.threads} thread checks, {findings.error_runs} runs recorded as error; "
+        f"faults: {KILLS} kills, killed runs by phase {dict(phases)}; {len(ledger.attempts)} messages sent, "
+        f"{acknowledged} acknowledged, each checked after every later kill on its thread "
+        f"({findings.acknowledged} checks over {findings.threads} transcripts); "
         f"locks free after at most {max(unlock_times):.3f} s; problems {len(findings.problems)}"
     )
 
