@@ -1,6 +1,6 @@
 """A chat model that fails on cue: hangs, raises, or streams garbage, before or after its first token.
 
-The test sets `FaultScript.mode` (and `answer`) before each run; every copy LangChain makes
+The test calls `FaultScript.set` before each run; every copy LangChain makes
 of the model (`bind_tools`, `with_structured_output`) shares the one script object.
 """
 
@@ -38,6 +38,11 @@ class FaultScript:
     """answer | hang | hang-mid | raise | raise-mid | raw-args | content-only."""
     answer: str = "Your policy covers emergency medical costs abroad up to the stated limit."
     status: Any = "answered"
+
+    def set(self, mode: str = "answer", **fields: Any) -> None:
+        """Script the next calls: `mode` and any field; the rest back to a working model."""
+        fresh = FaultScript(mode=mode, **fields)
+        self.mode, self.answer, self.status = fresh.mode, fresh.answer, fresh.status
 
 
 def _chunk(args: str, first: bool) -> ChatGenerationChunk:

@@ -50,9 +50,9 @@ async def test_a_faulty_model_gets_only_documented_errors_and_leaves_the_thread_
     ) as client:
         for index, (name, behaviour, expected) in enumerate(CASES):
             thread = f"model-{accept}-{index}"
-            script.__init__()  # type: ignore[misc]  # a model that works
+            script.set()  # a model that works
             await next_run_answers(client, ledger, thread, "u1", f"hello before case {index} ({accept})")
-            script.__init__(**behaviour)  # type: ignore[misc]
+            script.set(**behaviour)
             attempt = ledger.new(thread, "u1", f"the question of case {index} ({accept})")
             if accept == "sse":
                 await stream_run(client, attempt)
@@ -68,7 +68,7 @@ async def test_a_faulty_model_gets_only_documented_errors_and_leaves_the_thread_
             else:
                 assert attempt.terminal == "error" and attempt.data["status"] == expected, (name, attempt.data)
             outcomes.append(f"{name}: {attempt.terminal} {attempt.data.get('status')}")
-            script.__init__()  # type: ignore[misc]
+            script.set()
             await next_run_answers(client, ledger, thread, "u1", f"hello after case {index} ({accept})")
             await ledger.check(client, findings, [thread])
             assert not findings.problems, (name, findings.problems)
