@@ -5,6 +5,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
 .PHONY: dev test lint bench clean fuzz
+.PHONY: faults
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -37,10 +38,18 @@ clean:
 
 ## make isolation: the long isolation matrix (two tenants x two users x every endpoint, two replicas);
 ## `make test` runs one round of 10 raced thread ids. ISOLATION_SEED=N replays a run's timing.
-.PHONY: isolation
+.PHONY: isolation faults
 ISOLATION_ROUNDS ?= 5
 ISOLATION_THREADS ?= 40
 isolation: $(STAMP)
 	CHATBOT_ISOLATION_ROUNDS=$(ISOLATION_ROUNDS) CHATBOT_ISOLATION_THREADS=$(ISOLATION_THREADS) \
 		$(if $(ISOLATION_SEED),CHATBOT_ISOLATION_SEED=$(ISOLATION_SEED)) \
 		$(BIN)/python -m pytest -q -s -p no:cacheprovider tests/hardening/test_isolation_matrix.py
+
+## make faults: the long fault suite: 50 replica kills at seeded random points (CHATBOT_FAULT_SEED
+## replays a run), a replica killed in its memory work, Postgres outages mid-run, faulty models;
+## `make test` runs 3 kills
+FAULT_KILLS ?= 50
+faults: $(STAMP)
+	CHATBOT_FAULT_KILLS=$(FAULT_KILLS) $(BIN)/python -m pytest -q -s -p no:cacheprovider \
+		tests/hardening/test_faults_kill.py tests/hardening/test_faults_postgres.py tests/hardening/test_faults_model.py

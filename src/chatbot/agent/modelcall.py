@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -107,7 +108,8 @@ async def ask_model(
                 async for partial in structured.astream(list(window)):
                     last = partial
                     answer = partial.get("answer") if isinstance(partial, dict) else None
-                    if isinstance(answer, str) and len(answer) > len(streamed) and answer.startswith(streamed):
+                    answer = encodable(answer, partial=True) if isinstance(answer, str) else None
+                    if answer is not None and len(answer) > len(streamed) and answer.startswith(streamed):
                         on_delta(answer[len(streamed) :])
                         streamed = answer
     except TimeoutError as exc:
@@ -127,13 +129,34 @@ async def ask_model(
         fallback = _FALLBACK.get(language, _FALLBACK["en"])
         on_delta(fallback)
         return ModelReply("clarifying", fallback, [], None)
-    if parsed.answer.startswith(streamed) and len(parsed.answer) > len(streamed):
-        on_delta(parsed.answer[len(streamed) :])
-        streamed = parsed.answer
+    final = encodable(parsed.answer, partial=False)
+    if final.startswith(streamed) and len(final) > len(streamed):
+        on_delta(final[len(streamed) :])
+        streamed = final
     # Cite only chunks this turn actually retrieved: a model can invent ids.
     citations = [c for c in dict.fromkeys(parsed.citations) if c in known_chunk_ids]
     reason = "model_escalated" if parsed.status == "escalate" else None
     return ModelReply(parsed.status, streamed, citations, reason)
+
+
+# A surrogate not paired with its other half: JSON's "\ud800" escapes decode to these, and
+# no UTF-8 encoder accepts them (the SSE frame, the JSON response and the stored record all fail).
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_LONE_SURROGATE = re.compile("[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]")
+
+
+def encodable(text: str, *, partial: bool) -> str:
+    """Return model text as valid Unicode: lone surrogates become U+FFFD, escaped pairs one character.
+
+    A partial answer's trailing high surrogate is held back: the next piece may bring its
+    pair, and a character once streamed cannot be taken back.
+    """
+    if partial and text and "\ud800" <= text[-1] <= "\udbff":
+        text = text[:-1]
+    if not _SURROGATE.search(text):
+        return text
+    paired = _LONE_SURROGATE.sub("\ufffd", text)
+    return paired.encode("utf-16", "surrogatepass").decode("utf-16")
 
 
 def http_status(exc: BaseException) -> int | None:

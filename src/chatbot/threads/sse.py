@@ -12,7 +12,15 @@ SSE_MEDIA_TYPE = "text/event-stream"
 JSON_MEDIA_TYPE = "application/json"
 KEEP_ALIVE = b": keep-alive\n\n"
 
-_dumps: Callable[[object], str] = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+_encode: Callable[[object], str] = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+# JSON leaves these unescaped, and line readers that follow `str.splitlines` (httpx's
+# `iter_lines`, which chatbot.client uses) end a line at each: a `data:` line holding one
+# would reach such a client cut in two. Escaped, the JSON decodes to the same text.
+_LINE_BREAKS = str.maketrans({"\x85": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"})
+
+
+def _dumps(value: object) -> str:
+    return _encode(value).translate(_LINE_BREAKS)
 
 
 def coalesce(events: Sequence[StreamEvent]) -> list[StreamEvent]:

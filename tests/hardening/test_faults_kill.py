@@ -1,0 +1,194 @@
+"""SIGKILL of a replica at random points of its runs, and while its memory work runs.
+
+Each round starts a replica, sends it a question and a "remember that ..." message on
+threads that carry history from earlier rounds, and kills it after a random delay
+(seeded; the seed is printed, `CHATBOT_FAULT_SEED` replays it), or, every fourth round,
+the moment the question is acknowledged (before its first token). After each kill, from
+a surviving replica: the threads' locks are free within a second, every acknowledged
+message is in its transcript exactly once, no answer is half-written, and the next run
+answers. `CHATBOT_FAULT_KILLS` sets the number of rounds (`make faults`: 50).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import time
+from collections import Counter
+from collections.abc import Callable
+
+import httpx
+import psycopg
+import pytest
+
+from tests.fixtures.app import Replica
+from tests.fixtures.knowledge import load_demo_kb
+from tests.fixtures.tokens import auth
+from tests.hardening.faults_ledger import Attempt, Findings, Ledger
+from tests.hardening.faults_runs import (
+    LOCK_FREE_SECONDS,
+    json_run,
+    next_run_answers,
+    seconds_until_unlocked,
+    stream_run,
+)
+
+KILLS = int(os.environ.get("CHATBOT_FAULT_KILLS", "3"))
+QUESTION = "What does travel insurance cover for medical costs abroad?"
+# Slow enough that a random delay lands before, during and after the stream.
+TOKEN_DELAY_MS = "15"
+# The memory writer waits for this lock (memory/resets.py) inside its write transaction:
+# holding it from the test parks a replica's memory work mid-transaction.
+MEMORY_WRITE_LOCK = "select pg_advisory_xact_lock(hashtextextended('chatbot/memory-reset/' || %s || '/' || %s, 0))"
+WAITING_ADVISORY = (
+    "select count(*) from pg_locks where locktype = 'advisory' and not granted and pid <> pg_backend_pid()"
+)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _knowledge(migrated_database_url: str) -> None:
+    asyncio.run(load_demo_kb(migrated_database_url))
+
+
+def _seed() -> int:
+    configured = os.environ.get("CHATBOT_FAULT_SEED")
+    return int(configured) if configured else random.SystemRandom().randrange(1 << 30)
+
+
+async def _facts(client: httpx.AsyncClient, user: str) -> list[str]:
+    response = await client.get(f"/v1/users/{user}/memory", headers=auth(user=user))
+    assert response.status_code == 200
+    return [f["text"] for f in response.json()["facts"]]
+
+
+async def _kill_after(doomed: Replica, kill_at: float, runs: tuple[tuple[Attempt, float], ...]) -> None:
+    """Send each run at its offset (seconds) as an SSE stream; SIGKILL the replica at `kill_at`."""
+    async with httpx.AsyncClient(base_url=doomed.base_url, timeout=60) as client:
+
+        async def send(attempt: Attempt, after: float) -> None:
+            await asyncio.sleep(after)
+            await stream_run(client, attempt)
+
+        tasks = [asyncio.create_task(send(a, after)) for a, after in runs]
+        await asyncio.sleep(kill_at)
+        doomed.kill()
+        await asyncio.gather(*tasks)
+
+
+async def _kill_on_metadata(doomed: Replica, question: Attempt, other: Attempt) -> float:
+    """Send both runs at once; SIGKILL the replica when the question's `metadata` arrives.
+
+    Return the seconds from sending to the kill.
+    """
+    started = time.monotonic()
+    killed_at = 0.0
+
+    def kill(attempt: Attempt) -> None:
+        nonlocal killed_at
+        if attempt.run_id and not attempt.tokens and doomed.process.poll() is None:
+            killed_at = time.monotonic() - started
+            doomed.kill()
+
+    async with httpx.AsyncClient(base_url=doomed.base_url, timeout=60) as client:
+        await asyncio.gather(stream_run(client, question, kill), stream_run(client, other))
+    doomed.kill()  # had the question been refused, nothing above would have killed it
+    return killed_at
+
+
+async def test_sigkill_at_random_points_loses_and_duplicates_nothing(
+    replicas: Callable[..., Replica], migrated_database_url: str
+) -> None:
+    seed = _seed()
+    rng = random.Random(seed)
+    print(f"\nfaults: seed {seed} (CHATBOT_FAULT_SEED={seed} replays it), {KILLS} kills")
+    survivor = replicas()
+    ledger, findings = Ledger(), Findings()
+    phases: Counter[str] = Counter()
+    unlock_times: list[float] = []
+    env = {"CHATBOT_OFFLINE_TOKEN_DELAY_MS": TOKEN_DELAY_MS, "CHATBOT_SSE_KEEPALIVE_SECONDS": "0.2"}
+    async with httpx.AsyncClient(base_url=survivor.base_url, timeout=60) as checker:
+        span = 0.0
+        for k in range(KILLS):
+            doomed = replicas(**env)
+            if not span:  # a timed run: random delays then cover the whole of a run and its memory work
+                async with httpx.AsyncClient(base_url=doomed.base_url, timeout=60) as warm:
+                    await json_run(warm, ledger.new("kill-q0", "u1", f"{QUESTION} (warm-up)"))
+                    started = time.monotonic()
+                    await json_run(warm, ledger.new("kill-q0", "u1", f"{QUESTION} (timed)"))
+                took = time.monotonic() - started
+                span = took + 0.3
+                print(f"faults: a run takes {took:.2f} s; kill delays drawn from [0, {span:.2f}] s")
+            threads = [f"kill-q{k % 3}", f"kill-m{k % 2}"]
+            question = ledger.new(threads[0], "u1", f"{QUESTION} (round {k})")
+            remember = ledger.new(threads[1], "mem1", f"remember that my favourite colour number {k} is teal")
+            kill_at = rng.uniform(0, span)
+            # The question starts with the round; the memory message shortly before the kill
+            # (its answer is short: the kill then meets its stream or its memory work).
+            offsets = [0.0, rng.uniform(max(0.0, kill_at - 0.5), kill_at)]
+            # Every fourth round kills the moment the question is acknowledged: a random delay
+            # rarely lands in the few milliseconds between `metadata` and the first token.
+            if k % 4 == 1:
+                offsets[1] = 0.0
+                kill_at = await _kill_on_metadata(doomed, question, remember)
+            else:
+                await _kill_after(doomed, kill_at, ((question, offsets[0]), (remember, offsets[1])))
+            waited = await seconds_until_unlocked(migrated_database_url, threads)
+            unlock_times.append(waited)
+            sent = zip(("question", "memory"), (question, remember), offsets, strict=True)
+            cut = [f"{kill_at - o:.2f} s into the {name} run ({a.phase})" for name, a, o in sent]
+            print(f"faults: kill {k + 1}: at {kill_at:.2f} s: " + ", ".join(cut) + f"; locks free after {waited:.3f} s")
+            phases.update(a.phase for a in (question, remember))
+            assert waited <= LOCK_FREE_SECONDS, f"seed {seed}, kill {k + 1}: locks held {waited:.2f} s after the kill"
+            for thread, user in zip(threads, ("u1", "mem1"), strict=True):
+                await next_run_answers(checker, ledger, thread, user, f"after kill {k + 1} on {thread}")
+            await ledger.check(checker, findings, threads)
+            assert not findings.problems, f"seed {seed}, kill {k + 1}: {findings.problems}"
+        facts = await _facts(checker, "mem1")
+    assert len(facts) == len(set(facts)), facts  # memory work cut short left no duplicate
+    acknowledged = sum(a.acknowledged for a in ledger.attempts)
+    print(
+        f"faults: {KILLS} kills, killed runs by phase {dict(phases)}; {len(ledger.attempts)} messages sent, "
+        f"{acknowledged} acknowledged, each checked after every later kill on its thread "
+        f"({findings.acknowledged} checks over {findings.threads} transcripts); "
+        f"locks free after at most {max(unlock_times):.3f} s; problems {len(findings.problems)}"
+    )
+
+
+async def test_sigkill_during_memory_work_leaves_the_thread_and_memory_consistent(
+    replicas: Callable[..., Replica], migrated_database_url: str
+) -> None:
+    survivor = replicas()
+    doomed = replicas()
+    ledger, findings = Ledger(), Findings()
+    thread, user = "kill-memory", "mem2"
+    async with await psycopg.AsyncConnection.connect(migrated_database_url) as holder:
+        await holder.execute(MEMORY_WRITE_LOCK, ("acme", user))  # held until the rollback below
+        async with httpx.AsyncClient(base_url=doomed.base_url, timeout=60) as client:
+            killed = await stream_run(client, ledger.new(thread, user, "remember that my garage is in Shiraz"))
+        assert killed.terminal == "end"
+        async with await psycopg.AsyncConnection.connect(migrated_database_url, autocommit=True) as probe:
+            deadline = time.monotonic() + 10
+            while (await (await probe.execute(WAITING_ADVISORY)).fetchone() or [0])[0] == 0:
+                assert time.monotonic() < deadline, "the memory work never reached its write"
+                await asyncio.sleep(0.02)
+        doomed.kill()  # the memory write is parked inside its transaction
+        await holder.rollback()
+    waited = await seconds_until_unlocked(migrated_database_url, [thread])
+    assert waited <= LOCK_FREE_SECONDS
+    async with httpx.AsyncClient(base_url=survivor.base_url, timeout=60) as checker:
+        await next_run_answers(checker, ledger, thread, user, "remember that my insurer branch is in Tabriz")
+        await ledger.check(checker, findings)
+        deadline = time.monotonic() + 10
+        facts = await _facts(checker, user)
+        while not any("Tabriz" in f for f in facts):
+            assert time.monotonic() < deadline, "the next memory write never landed"
+            await asyncio.sleep(0.1)
+            facts = await _facts(checker, user)
+        rejoin = await checker.get(f"/v1/threads/{thread}/runs/{killed.run_id}/stream", headers=auth(user=user))
+    assert not findings.problems, findings.problems
+    assert rejoin.status_code == 200 and '"status":"answered"' in rejoin.text  # the answer was durable
+    # The killed replica's memory work was in flight, not durable: its fact is absent, or whole and once.
+    assert sum("Shiraz" in f for f in facts) <= 1, facts
+    assert len(facts) == len(set(facts)), facts
+    print(f"\nfaults: memory kill: killed job's fact {'kept' if any('Shiraz' in f for f in facts) else 'lost'}")
