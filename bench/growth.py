@@ -27,11 +27,12 @@ from bench._pg import bench_database
 from chatbot.agent.context import Context
 from chatbot.agent.deps import AgentDeps
 from chatbot.agent.graph import build_graph
-from chatbot.agent.state import META_KEY, now_rfc3339, user_turn
+from chatbot.agent.state import META_KEY, user_turn
 from chatbot.caller import CallerContext
 from chatbot.config import Settings
 from chatbot.db.pool import make_pool
 from chatbot.db.saver import PooledPostgresSaver
+from chatbot.timestamps import now_rfc3339
 
 CHUNKS = [
     {
