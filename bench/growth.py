@@ -79,7 +79,7 @@ async def run_turn(graph: Any, thread: str, turn: int) -> float:
 async def main(turns: int, other_threads: int) -> None:
     async with bench_database("growth") as url:
         settings = Settings(environment="dev", database_url=url)
-        pool = make_pool(url, settings, name="bench", min_size=1, max_size=4, takes_locks=False)
+        pool = make_pool(url, settings, name="bench", min_size=1, max_size=4)
         await pool.open(wait=True)
         try:
             graph = build_graph(AgentDeps(retriever=_chunks)).compile(

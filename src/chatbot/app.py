@@ -80,7 +80,6 @@ def create_app(
             name="main",
             min_size=settings.pool_min_size,
             max_size=settings.pool_max_size,
-            takes_locks=False,
         )
         # Every thread and user lock of the replica, on a few sessions of their own (db/locks.py):
         # at most pool_max_size + lock_connections connections, whatever is in flight.
