@@ -54,7 +54,7 @@ async def read_memory(user_id: UserId, caller: CallerDep, store: StoreDep, setti
                 "id": item.key,
                 "text": item.value.get("text", ""),
                 "category": item.value.get("category", "general"),
-                "updated_at": rfc3339(item.updated_at),
+                "updated_at": rfc3339(item.updated_at, timespec="auto"),
             }
             for item in sorted(facts, key=lambda it: it.updated_at)
         ],
