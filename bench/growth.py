@@ -27,11 +27,12 @@ from bench._pg import bench_database
 from chatbot.agent.context import Context
 from chatbot.agent.deps import AgentDeps
 from chatbot.agent.graph import build_graph
-from chatbot.agent.state import META_KEY, now_rfc3339, user_turn
+from chatbot.agent.state import META_KEY, user_turn
 from chatbot.caller import CallerContext
 from chatbot.config import Settings
 from chatbot.db.pool import make_pool
 from chatbot.db.saver import PooledPostgresSaver
+from chatbot.timestamps import now_rfc3339
 
 CHUNKS = [
     {
@@ -78,7 +79,7 @@ async def run_turn(graph: Any, thread: str, turn: int) -> float:
 async def main(turns: int, other_threads: int) -> None:
     async with bench_database("growth") as url:
         settings = Settings(environment="dev", database_url=url)
-        pool = make_pool(url, settings, name="bench", min_size=1, max_size=4, takes_locks=False)
+        pool = make_pool(url, settings, name="bench", min_size=1, max_size=4)
         await pool.open(wait=True)
         try:
             graph = build_graph(AgentDeps(retriever=_chunks)).compile(

@@ -39,7 +39,7 @@ from bench._pg import bench_database
 from chatbot.agent.context import Context
 from chatbot.agent.deps import AgentDeps
 from chatbot.agent.graph import build_graph
-from chatbot.agent.state import META_KEY, now_rfc3339, user_turn
+from chatbot.agent.state import META_KEY, user_turn
 from chatbot.app import create_app
 from chatbot.caller import CallerContext
 from chatbot.cli.common import mint_token
@@ -50,6 +50,7 @@ from chatbot.ops.erasure import delete_threads
 from chatbot.retrieval.ingest import ingest_paths
 from chatbot.retrieval.search import search_knowledge
 from chatbot.threads.transcript import read_messages
+from chatbot.timestamps import now_rfc3339
 
 ROOT = Path(__file__).resolve().parent.parent
 KB = ROOT / "knowledge" / "demo"

@@ -48,7 +48,7 @@ from bench._pg import bench_database
 from chatbot.agent.context import Context
 from chatbot.agent.deps import AgentDeps
 from chatbot.agent.graph import build_graph
-from chatbot.agent.state import META_KEY, now_rfc3339, user_turn
+from chatbot.agent.state import META_KEY, user_turn
 from chatbot.caller import CallerContext
 from chatbot.cli.common import mint_token
 from chatbot.config import Settings
@@ -58,6 +58,7 @@ from chatbot.db.saver import PooledPostgresSaver
 from chatbot.memory.writer import MemoryWriter
 from chatbot.retrieval.ingest import ingest_paths
 from chatbot.retrieval.search import search_knowledge
+from chatbot.timestamps import now_rfc3339
 
 ROOT = Path(__file__).resolve().parent.parent
 KB = ROOT / "knowledge" / "demo"
@@ -284,10 +285,7 @@ async def main(args: argparse.Namespace) -> None:
             async def retriever(caller: CallerContext, query: str) -> list[dict[str, Any]]:
                 return [c.to_state() for c in await search_knowledge(pool, caller, query)]
 
-            deps = AgentDeps(retriever=retriever, memory_sink=memory.submit,
-                             context_tokens=settings.context_tokens,
-                             summary_after_turns=settings.summary_after_turns,
-                             memory_max_facts=settings.memory_max_facts)
+            deps = AgentDeps(settings=settings, retriever=retriever, memory_sink=memory.submit)
             stock = AsyncPostgresSaver(pool)
             stock.lock = lock = TimedLock()
             graphs = {"inproc-stock": stock, "inproc-pooled": PooledPostgresSaver(pool)}

@@ -6,6 +6,7 @@ import asyncio
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from typing import Any
 
 from fastapi import FastAPI
@@ -53,7 +54,8 @@ def create_app(
 ) -> FastAPI:
     """Build the application; nothing touches the database until the lifespan starts.
 
-    `agent_overrides` replaces fields of the graph's `AgentDeps` and `memory_extractor`
+    `agent_overrides` replaces collaborators of the graph's `AgentDeps`, or settings as the
+    graph alone sees them (keys named like a `Settings` field), and `memory_extractor`
     the memory writer's extractor (tests use them for failing or slow collaborators, or to
     observe the model window). `tracer_provider`, an OpenTelemetry SDK TracerProvider,
     traces runs into it whatever `CHATBOT_TRACING` says; its owner shuts it down.
@@ -78,7 +80,6 @@ def create_app(
             name="main",
             min_size=settings.pool_min_size,
             max_size=settings.pool_max_size,
-            takes_locks=False,
         )
         # Every thread and user lock of the replica, on a few sessions of their own (db/locks.py):
         # at most pool_max_size + lock_connections connections, whatever is in flight.
@@ -108,19 +109,19 @@ def create_app(
                 return [c.to_state() for c in found]
 
             deps = AgentDeps(
+                settings=settings,
                 retriever=retriever,
                 chat_model=chat_model,
-                model_name=settings.model,
-                model_timeout_seconds=settings.model_timeout_seconds,
-                offline_token_delay_ms=settings.offline_token_delay_ms,
-                context_tokens=settings.context_tokens,
-                summary_after_turns=settings.summary_after_turns,
-                memory_max_facts=settings.memory_max_facts,
                 memory_sink=memory.submit,
                 prompt_registry=PromptRegistry(pool),
             )
             if agent_overrides:
-                deps = AgentDeps(**{**deps.__dict__, **agent_overrides})
+                # Keys named like a setting change the graph's copy of the settings only (say a
+                # short model timeout that must not also bound retrieval); the rest replace
+                # collaborators.
+                tuned = {k: v for k, v in agent_overrides.items() if k in Settings.model_fields}
+                others = {k: v for k, v in agent_overrides.items() if k not in tuned}
+                deps = replace(deps, settings=settings.model_copy(update=tuned), **others)
             graph = build_graph(deps).compile(checkpointer=saver, store=store)
             app.state.pool, app.state.locks = pool, locks
             app.state.saver, app.state.store, app.state.graph = saver, store, graph

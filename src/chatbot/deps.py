@@ -4,15 +4,15 @@ Handlers name what they need (`pool: PoolDep`, `runs: RunsDep`) instead of readi
 `request.app.state` themselves, so a handler's signature says what it touches and a test
 or a later refactor can swap one service without hunting for attribute reads.
 
-The services of features (runs, run records, the memory writer) are named for the type
-checker only: this module sits below the features, and a runtime import of them here
-would make every router that takes a dependency import every other feature too.
-FastAPI resolves these aliases by their `Depends`, never by the quoted type.
+This module sits below the features and names only what the lifespan builds from
+infrastructure (settings, pool, locks, saver, store). A feature's own services have their
+dependency beside them (`threads/deps.py`: runs and run records; `memory/deps.py`: the
+memory writer), so no import here points up at a feature.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 from fastapi import Depends, Request, Security
 from fastapi.security import HTTPBearer
@@ -22,11 +22,6 @@ from chatbot.config import Settings
 from chatbot.db.locks import Locks
 from chatbot.db.pool import Pool
 from chatbot.db.saver import FencedPostgresSaver
-
-if TYPE_CHECKING:
-    from chatbot.memory.writer import MemoryWriter
-    from chatbot.threads.rejoin import RunRecords
-    from chatbot.threads.runs import RunService
 
 # Documentation only: `ServiceAuthMiddleware` (auth.py) has verified the token before any
 # `/v1/` route runs, so this scheme never refuses (`auto_error=False`); it is here so the
@@ -70,29 +65,8 @@ def app_store(request: Request) -> AsyncPostgresStore:
     return store
 
 
-def app_runs(request: Request) -> RunService:
-    """Return the run service."""
-    runs: RunService = request.app.state.runs
-    return runs
-
-
-def app_run_records(request: Request) -> RunRecords:
-    """Return the reader of runs' final checkpoints (rejoins and replays)."""
-    records: RunRecords = request.app.state.run_records
-    return records
-
-
-def app_memory(request: Request) -> MemoryWriter:
-    """Return the background memory writer."""
-    memory: MemoryWriter = request.app.state.memory
-    return memory
-
-
 SettingsDep = Annotated[Settings, Depends(app_settings)]
 PoolDep = Annotated[Pool, Depends(app_pool)]
 LocksDep = Annotated[Locks, Depends(app_locks)]
 SaverDep = Annotated[FencedPostgresSaver, Depends(app_saver)]
 StoreDep = Annotated[AsyncPostgresStore, Depends(app_store)]
-RunsDep = Annotated["RunService", Depends(app_runs)]
-RecordsDep = Annotated["RunRecords", Depends(app_run_records)]
-MemoryDep = Annotated["MemoryWriter", Depends(app_memory)]

@@ -12,8 +12,8 @@ import psycopg
 import pytest
 from langchain_core.messages import BaseMessage
 
-from chatbot.agent.deps import MemoryJob
 from chatbot.memory.extraction import MemoryCandidates
+from chatbot.memory.jobs import MemoryJob
 from chatbot.memory.writer import offline_extractor
 from tests.fixtures.app import parse_sse, running_app
 from tests.fixtures.memory_pii_corpus import BENIGN_MESSAGES, PII_MESSAGES, PII_NEEDLES, contains_needle

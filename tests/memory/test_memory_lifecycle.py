@@ -9,8 +9,8 @@ from typing import Any
 import httpx
 import psycopg
 
-from chatbot.agent.deps import MemoryJob
 from chatbot.memory.extraction import MemoryCandidates
+from chatbot.memory.jobs import MemoryJob
 from chatbot.memory.writer import offline_extractor
 from tests.fixtures.app import running_app
 from tests.memory.test_memory_e2e import memory_of, say, wait_for_fact

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from chatbot.agent.deps import MemoryJob
+from chatbot.memory.jobs import MemoryJob
 from chatbot.memory.model_extraction import model_extractor
 from tests.fixtures.models import ScriptedChatModel
 

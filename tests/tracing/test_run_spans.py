@@ -12,8 +12,8 @@ import pytest
 from langchain_core.messages import BaseMessage
 from opentelemetry.trace import StatusCode
 
-from chatbot.agent.deps import MemoryJob
 from chatbot.memory.extraction import MemoryCandidates
+from chatbot.memory.jobs import MemoryJob
 from chatbot.memory.writer import offline_extractor
 from tests.fixtures.app import parse_sse, running_app
 from tests.fixtures.knowledge import load_demo_kb

@@ -10,23 +10,10 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import BaseMessage
 
 from chatbot.caller import CallerContext
+from chatbot.config import Settings
+from chatbot.memory.jobs import MemorySink, drop_memory_job
 
 Retriever = Callable[[CallerContext, str], Awaitable[Sequence[Mapping[str, Any]]]]
-
-
-@dataclass(frozen=True, slots=True)
-class MemoryJob:
-    """One answered turn handed to the memory writer, after the answer."""
-
-    tenant_id: str
-    user_id: str
-    thread_id: str
-    run_id: str
-    locale: str
-    user_text: str
-
-
-MemorySink = Callable[[MemoryJob], None]
 PromptRegistry = Callable[[str, str], Awaitable[None]]
 """Called as `registry(sha256, text)` before a system prompt is used: stores its text once."""
 
@@ -36,23 +23,24 @@ async def no_retrieval(_: CallerContext, __: str) -> Sequence[Mapping[str, Any]]
     return []
 
 
-def drop_memory_job(_: MemoryJob) -> None:
-    """Forget a memory job (a graph built without a memory writer)."""
+def standalone_settings() -> Settings:
+    """Return the settings of a graph built on its own (Studio, benchmarks): CHATBOT_* or defaults.
+
+    `environment="dev"`: the graph reads no token keys, so their start-up checks do not apply.
+    """
+    return Settings(environment="dev")
 
 
 @dataclass(frozen=True, kw_only=True)
 class AgentDeps:
-    """Collaborators and limits of the conversational graph."""
+    """Collaborators and settings of the conversational graph."""
 
+    settings: Settings = field(default_factory=standalone_settings)
+    """The replica's settings, as one object: the nodes read the model name and timeout,
+    the offline token delay, the context budget, the summary threshold and the fact limit."""
     retriever: Retriever = no_retrieval
     chat_model: BaseChatModel | None = None
     """None: the offline responder answers."""
-    model_name: str = "offline"
-    model_timeout_seconds: float = 60.0
-    offline_token_delay_ms: int = 0
-    context_tokens: int = 6000
-    summary_after_turns: int = 20
-    memory_max_facts: int = 50
     memory_sink: MemorySink = drop_memory_job
     window_observer: Callable[[Sequence[BaseMessage]], None] | None = field(default=None)
     """Sees every model window built (tests and diagnostics); must not keep references long."""

@@ -6,14 +6,14 @@ import asyncio
 import logging
 import re
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Literal
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import BaseMessage
 from pydantic import BaseModel, Field, ValidationError
 
 from chatbot import metrics
+from chatbot.models.reply import Reply
+from chatbot.responses import RunStatus
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +51,7 @@ class ModelTimeout(ModelFailure):
 class StructuredAnswer(BaseModel):
     """The shape the model must answer in."""
 
-    status: Literal["answered", "clarifying", "escalate"] = Field(
+    status: RunStatus = Field(
         description="answered: the chunks answer the question; clarifying: you need more detail from the user; "
         "escalate: the user asks for a person or the matter needs a human"
     )
@@ -61,16 +61,6 @@ class StructuredAnswer(BaseModel):
 
 # As JSON schema (not the pydantic class) so that streaming yields partial dicts.
 _ANSWER_SCHEMA = StructuredAnswer.model_json_schema()
-
-
-@dataclass(frozen=True, slots=True)
-class ModelReply:
-    """A validated model answer."""
-
-    status: Literal["answered", "clarifying", "escalate"]
-    content: str
-    citations: list[str]
-    escalation_reason: str | None
 
 
 _FALLBACK = {
@@ -88,7 +78,7 @@ async def ask_model(
     language: str,
     timeout: float,
     on_delta: Callable[[str], None],
-) -> ModelReply:
+) -> Reply:
     """Ask for a structured answer, streaming its `answer` field as it arrives.
 
     The schema is passed as JSON schema so the parser yields partial dicts while the
@@ -125,10 +115,10 @@ async def ask_model(
     parsed = _coerce(last)
     if parsed is None or not (streamed or parsed.answer).strip():
         if streamed:  # the user has seen it: keep the record faithful, ask for more detail
-            return ModelReply("clarifying", streamed, [], None)
+            return Reply("clarifying", streamed, [], None)
         fallback = _FALLBACK.get(language, _FALLBACK["en"])
         on_delta(fallback)
-        return ModelReply("clarifying", fallback, [], None)
+        return Reply("clarifying", fallback, [], None)
     final = encodable(parsed.answer, partial=False)
     if final.startswith(streamed) and len(final) > len(streamed):
         on_delta(final[len(streamed) :])
@@ -136,7 +126,7 @@ async def ask_model(
     # Cite only chunks this turn actually retrieved: a model can invent ids.
     citations = [c for c in dict.fromkeys(parsed.citations) if c in known_chunk_ids]
     reason = "model_escalated" if parsed.status == "escalate" else None
-    return ModelReply(parsed.status, streamed, citations, reason)
+    return Reply(parsed.status, streamed, citations, reason)
 
 
 # A surrogate not paired with its other half: JSON's "\ud800" escapes decode to these, and

@@ -13,8 +13,8 @@ from langgraph.runtime import Runtime
 
 from chatbot import metrics
 from chatbot.agent.context import Context
-from chatbot.agent.deps import AgentDeps, MemoryJob
-from chatbot.agent.modelcall import ModelReply, ask_model
+from chatbot.agent.deps import AgentDeps
+from chatbot.agent.modelcall import ask_model
 from chatbot.agent.prompts import system_prompt
 from chatbot.agent.record import chunk_refs, encode_record, prompt_sha256, window_ids
 from chatbot.agent.state import (
@@ -23,14 +23,16 @@ from chatbot.agent.state import (
     WINDOW_HISTORY,
     ConversationState,
     Outcome,
-    now_rfc3339,
-    text_of,
 )
 from chatbot.agent.summary import fold_summary, messages_to_fold, offline_summary
 from chatbot.agent.tokens import token_counter_for
 from chatbot.agent.window import Window, WindowInputs, build_window
+from chatbot.memory.extraction import MemoryCandidates, extract_offline
+from chatbot.memory.jobs import MemoryJob
 from chatbot.memory.namespaces import PROFILE_KEY, facts_namespace, profile_namespace, user_prefix
-from chatbot.models.offline import Reply, offline_reply, split_tokens
+from chatbot.models.offline import MemoryRequest, offline_reply, split_tokens
+from chatbot.models.reply import Reply
+from chatbot.timestamps import now_rfc3339
 
 RECENT_IN_HANDOFF = 10
 
@@ -40,7 +42,8 @@ class Nodes:
 
     def __init__(self, deps: AgentDeps) -> None:
         self.deps = deps
-        self.counter = token_counter_for(deps.model_name)
+        self.settings = deps.settings
+        self.counter = token_counter_for(deps.settings.model)
 
     async def load_memory(self, state: ConversationState, runtime: Runtime[Context]) -> dict[str, Any]:
         """Read the user's profile and facts; start the turn with no chunks and no outcome."""
@@ -51,7 +54,7 @@ class Nodes:
             # One search over the user's prefix returns the profile and the facts in a single
             # round trip; the explicit limit matters (asearch returns 10 items by default).
             found = await runtime.store.asearch(
-                user_prefix(ctx.tenant_id, ctx.user_id), limit=self.deps.memory_max_facts + 1
+                user_prefix(ctx.tenant_id, ctx.user_id), limit=self.settings.memory_max_facts + 1
             )
             profile_ns, facts_ns = (
                 profile_namespace(ctx.tenant_id, ctx.user_id),
@@ -68,14 +71,14 @@ class Nodes:
         """Find this turn's knowledge chunks for the user's question."""
         writer = get_stream_writer()
         writer({"event": "progress", "data": {"stage": "retrieval", "status": "started"}})
-        question = text_of(state["messages"][-1])
+        question = str(state["messages"][-1].text)
         chunks = [dict(c) for c in await self.deps.retriever(runtime.context.caller, question)]
         writer({"event": "progress", "data": {"stage": "retrieval", "chunks": len(chunks)}})
         # The text stays in this run's memory; state (and so any checkpoint) gets ids only.
         runtime.context.scratch["chunks"] = chunks
         refs = chunk_refs(chunks)
         # A partial record (no status): what a run that fails from here on retrieved.
-        partial = encode_record({"run_id": runtime.context.run_id, "model": self.deps.model_name, "retrieved": refs})
+        partial = encode_record({"run_id": runtime.context.run_id, "model": self.settings.model, "retrieved": refs})
         return {"retrieved": refs, "record": partial}
 
     async def generate(self, state: ConversationState, runtime: Runtime[Context]) -> dict[str, Any]:
@@ -97,7 +100,17 @@ class Nodes:
             self.deps.window_observer(window.messages)
         streak = state.get("unanswered_streak", 0)
         if self.deps.chat_model is None:
-            reply = offline_reply(text_of(question), chunks, language=ctx.language, unanswered_streak=streak)
+            # The offline rules run once per turn: their result answers "noted" here and is
+            # what the memory writer stores after the answer (write_memory hands it over).
+            candidates = extract_offline(str(question.text), locale=ctx.locale)
+            ctx.scratch["memory_candidates"] = candidates
+            reply = offline_reply(
+                str(question.text),
+                chunks,
+                language=ctx.language,
+                unanswered_streak=streak,
+                memory_request=_memory_request(candidates),
+            )
             await self._stream_offline(reply.content)
         else:
             reply = await self._ask_model(window, chunks, ctx.language)
@@ -155,7 +168,7 @@ class Nodes:
             {
                 "run_id": ctx.run_id,
                 "status": status,
-                "model": self.deps.model_name,
+                "model": self.settings.model,
                 "input_id": str(question.id),
                 "answer_id": str(answer.id),
                 "system_prompt_sha256": prompt_sha,
@@ -174,8 +187,8 @@ class Nodes:
                 ],
                 "retrieved": chunk_refs(chunks),
                 "settings": {
-                    "context_tokens": self.deps.context_tokens,
-                    "summary_after_turns": self.deps.summary_after_turns,
+                    "context_tokens": self.settings.context_tokens,
+                    "summary_after_turns": self.settings.summary_after_turns,
                     "window_history": WINDOW_HISTORY,
                     "fold_batch": FOLD_BATCH,
                     "tokenizer": self.counter.name,
@@ -195,7 +208,8 @@ class Nodes:
                 thread_id=ctx.thread_id,
                 run_id=ctx.run_id,
                 locale=ctx.locale,
-                user_text=text_of(question),
+                user_text=str(question.text),
+                offline_candidates=ctx.scratch.get("memory_candidates"),
             )
         )
         return {}
@@ -212,7 +226,7 @@ class Nodes:
         """Build the model window, folding what left it into the summary when a batch is due."""
         summary = state.get("summary", "")
         window = self._window(state, history, question, summary, chunks, ctx.language)
-        if turns <= self.deps.summary_after_turns:
+        if turns <= self.settings.summary_after_turns:
             return window, summary, {}
         start, end = self._fold_range(history, state.get("summarized_through"), window)
         # Folded a batch at a time: one summariser call (and one window rebuild) per few
@@ -221,7 +235,7 @@ class Nodes:
         if end - start < FOLD_BATCH:
             return window, summary, {}
         folded = await fold_summary(
-            summary, history[start:end], ctx.language, self.deps.chat_model, timeout=self.deps.model_timeout_seconds
+            summary, history[start:end], ctx.language, self.deps.chat_model, timeout=self.settings.model_timeout_seconds
         )
         metrics.SUMMARY_FOLDS.labels("ok" if folded != summary else "unchanged").inc()
         if folded == summary:  # a failed fold keeps the old summary; a later turn retries
@@ -262,7 +276,7 @@ class Nodes:
             history=history[-WINDOW_HISTORY:],
             question=question,
         )
-        window = build_window(inputs, budget=self.deps.context_tokens, counter=self.counter)
+        window = build_window(inputs, budget=self.settings.context_tokens, counter=self.counter)
         if window.chunks_shortened:
             metrics.WINDOW_SHORTENED.labels("chunks").inc()
         if window.question_shortened:
@@ -271,7 +285,7 @@ class Nodes:
 
     async def _stream_offline(self, content: str) -> None:
         writer = get_stream_writer()
-        delay = self.deps.offline_token_delay_ms / 1000
+        delay = self.settings.offline_token_delay_ms / 1000
         for piece in split_tokens(content):
             writer({"event": "token", "data": {"content": piece}})
             if delay:
@@ -280,15 +294,14 @@ class Nodes:
     async def _ask_model(self, window: Window, chunks: list[dict[str, Any]], language: str) -> Reply:
         assert self.deps.chat_model is not None
         writer = get_stream_writer()
-        reply: ModelReply = await ask_model(
+        return await ask_model(
             self.deps.chat_model,
             window.messages,
             known_chunk_ids={str(c["chunk_id"]) for c in chunks},
             language=language,
-            timeout=self.deps.model_timeout_seconds,
+            timeout=self.settings.model_timeout_seconds,
             on_delta=lambda delta: writer({"event": "token", "data": {"content": delta}}),
         )
-        return Reply(reply.status, reply.content, reply.citations, reply.escalation_reason)
 
     def _handoff(
         self, reply: Reply, state: ConversationState, question: HumanMessage, summary: str, language: str
@@ -300,6 +313,13 @@ class Nodes:
             "conversation_summary": summary or offline_summary("", transcript, language),
             "user_profile": state.get("profile") or {},
             "recent_messages": [
-                {"role": "user" if isinstance(m, HumanMessage) else "assistant", "content": text_of(m)} for m in recent
+                {"role": "user" if isinstance(m, HumanMessage) else "assistant", "content": str(m.text)} for m in recent
             ],
         }
+
+
+def _memory_request(candidates: MemoryCandidates) -> MemoryRequest | None:
+    """Return what a "remember …" in the message asks of memory, as the offline responder answers it."""
+    if candidates.rejected:
+        return "refused"
+    return "noted" if candidates.facts else None

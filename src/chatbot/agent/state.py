@@ -20,14 +20,14 @@ even a run that fails after retrieval leaves chunk text in a checkpoint.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import UTC, datetime
-from typing import Annotated, Any, Literal, TypedDict
+from typing import Annotated, Any, TypedDict
 
 from langchain_core.messages import AnyMessage, BaseMessage
 from langgraph.channels.delta import DeltaChannel
 from langgraph.graph.message import add_messages
 
-Status = Literal["answered", "clarifying", "escalate"]
+from chatbot.responses import RunStatus
+
 META_KEY = "chatbot"  # additional_kwargs key of our per-message metadata
 
 
@@ -64,7 +64,7 @@ def user_turn(message: BaseMessage) -> dict[str, Any]:
 class Outcome(TypedDict, total=False):
     """How this turn ended: read by the runs endpoint to build the `end` event."""
 
-    status: Status
+    status: RunStatus
     message_id: str
     citations: list[str]
     handoff_context: dict[str, Any] | None
@@ -97,20 +97,7 @@ class ConversationState(TypedDict, total=False):
     """Consecutive turns that could not be answered; escalates when it keeps growing."""
 
 
-def now_rfc3339() -> str:
-    """Return the current UTC time as RFC 3339 with milliseconds."""
-    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
 def message_meta(message: BaseMessage) -> dict[str, Any]:
     """Return our metadata stored on a persisted message (empty when absent)."""
     meta = message.additional_kwargs.get(META_KEY)
     return meta if isinstance(meta, dict) else {}
-
-
-def text_of(message: BaseMessage) -> str:
-    """Return a message's text content (joining text parts of multi-part content)."""
-    content = message.content
-    if isinstance(content, str):
-        return content
-    return "".join(part.get("text", "") if isinstance(part, dict) else str(part) for part in content)

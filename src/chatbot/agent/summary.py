@@ -23,6 +23,7 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 
 from chatbot.agent.prompts import SUMMARY_LABELS, SUMMARY_PROMPTS, language_key
+from chatbot.text import cut_at_word
 
 __all__ = [
     "OPENING_END",
@@ -67,12 +68,7 @@ def messages_to_fold(history_len: int, summarized_upto: int, first_kept: int) ->
 
 
 def _shorten(text: str, limit: int) -> str:
-    text = _WHITESPACE.sub(" ", text).strip()
-    if len(text) <= limit:
-        return text
-    head = text[:limit]
-    space = head.rfind(" ")
-    return (head[:space] if space > limit // 2 else head).rstrip() + "…"
+    return cut_at_word(_WHITESPACE.sub(" ", text).strip(), limit, min_keep=limit // 2 + 1, marker="…")
 
 
 def _citation_titles(message: BaseMessage) -> list[str]:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from chatbot.agent.prompts import SECTION_LABELS, TRUNCATION_MARKERS, language_key
-from chatbot.text import looks_persian
+from chatbot.text import cut_at_word, looks_persian
 
 __all__ = ["SystemCuts", "compose_system_text", "cut_text", "format_system_prompt", "shorten_question"]
 
@@ -32,14 +32,12 @@ class SystemCuts:
 
 
 def cut_text(text: str, length: int, marker: str) -> str:
-    """Return the first `length` characters of `text`, ended on a word boundary, plus `marker`."""
-    if length >= len(text):
-        return text
-    head = text[:length]
-    space = head.rfind(" ")
-    if space >= max(1, length - 30):  # a nearby word boundary reads better than a split word
-        head = head[:space]
-    return head.rstrip() + marker if head.strip() else marker.strip()
+    """Return the first `length` characters of `text`, ended on a word boundary, plus `marker`.
+
+    Run records rebuild the window with this same cut (threads/record.py), so what it keeps
+    must not change: a word boundary within 30 characters reads better than a split word.
+    """
+    return cut_at_word(text, length, min_keep=max(1, length - 30), marker=marker)
 
 
 def shorten_question(text: str, length: int) -> str:

@@ -197,11 +197,6 @@ class Lease:
         self._released = False
 
     @property
-    def held(self) -> bool:
-        """Return True until released or lost."""
-        return not self._released and not self.lost
-
-    @property
     def lost(self) -> bool:
         """Return True when the session that took the lock has dropped (the lock went with it)."""
         return self._session.conn is not self._conn or self._conn.closed
@@ -246,11 +241,6 @@ class Locks:
                 await self._pinger
         for session in self._sessions:
             await session.close()
-
-    @property
-    def held_count(self) -> int:
-        """Return how many locks this process holds now."""
-        return sum(1 for lease in self._held.values() if lease is not None)
 
     def holds_thread(self, thread_id: str) -> bool:
         """Return True when a lease of this process holds (or is taking) the thread's lock."""

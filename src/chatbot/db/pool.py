@@ -1,4 +1,4 @@
-"""The connection pools: one for the graph and the API, one small for run locks."""
+"""The connection pool of the graph, the API and the command line (locks have sessions of their own: db/locks.py)."""
 
 from __future__ import annotations
 
@@ -52,18 +52,8 @@ async def check_unless_fresh(conn: AsyncConnection[Any]) -> None:
 
 
 async def note_returned(conn: AsyncConnection[Any]) -> None:
-    """Remember when a connection came back (pools whose connections never lock)."""
+    """Remember when a connection came back to its pool."""
     _returned_at[conn] = time.monotonic()
-
-
-async def release_advisory_locks(conn: AsyncConnection[Any]) -> None:
-    """Drop session advisory locks before a connection goes back to the pool.
-
-    A session lock outlives the code that took it; a connection returned with one held
-    would keep a thread (or the migration lock) locked for whoever borrows it next.
-    """
-    await conn.execute("select pg_advisory_unlock_all()")
-    await note_returned(conn)
 
 
 async def resolve_database_url(settings: Settings) -> str:
@@ -73,14 +63,12 @@ async def resolve_database_url(settings: Settings) -> str:
     return await asyncio.to_thread(start_embedded_postgres, settings.embedded_pg_dir)
 
 
-def make_pool(
-    conninfo: str, settings: Settings, *, name: str, min_size: int, max_size: int, takes_locks: bool = True
-) -> Pool:
+def make_pool(conninfo: str, settings: Settings, *, name: str, min_size: int, max_size: int) -> Pool:
     """Build (not open) a pool with the service's connection options.
 
-    `takes_locks=False` is for the pool that serves the checkpointer, the store and
-    queries: session advisory locks are only ever taken on the lock pool (`Locks`), so
-    its connections need no unlock round trip when they come back.
+    No pooled connection ever holds a session advisory lock: thread and user locks live on
+    the sessions of `Locks` (db/locks.py) and `migrate` takes its lock on a connection of its
+    own, so a connection coming back needs no `pg_advisory_unlock_all()` round trip.
     """
     # An outage answers within `pool_timeout_seconds`; a queue of a live Postgres is waited
     # out (db/patient_pool.py).
@@ -93,7 +81,7 @@ def make_pool(
         name=name,
         open=False,
         check=check_unless_fresh,
-        reset=release_advisory_locks if takes_locks else note_returned,
+        reset=note_returned,
         max_idle=settings.pool_max_idle_seconds,
     )
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from uuid import uuid4
 
-from chatbot.memory.extraction import MAX_FACT_CHARS, FactCandidate
+from chatbot.memory.extraction import MAX_FACT_CHARS, FactCandidate, cut_fact
 from chatbot.memory.fact_keys import content_words
 from chatbot.memory.pii import normalize_for_pii
 
@@ -71,10 +71,10 @@ def _restates(slot: _Slot, text: str, words: frozenset[str]) -> bool:
 
 
 def _clip(fact: FactCandidate) -> FactCandidate:
-    """Hold a fact to MAX_FACT_CHARS whatever produced it."""
+    """Hold a fact to MAX_FACT_CHARS whatever produced it, cut as the offline rules cut."""
     if len(fact.text) <= MAX_FACT_CHARS:
         return fact
-    return replace(fact, text=fact.text[:MAX_FACT_CHARS].rstrip())
+    return replace(fact, text=cut_fact(fact.text))
 
 
 def consolidate(

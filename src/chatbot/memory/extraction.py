@@ -26,7 +26,7 @@ from chatbot.memory.extraction_terms import (
 )
 from chatbot.memory.fact_keys import classify_fact
 from chatbot.memory.pii import PiiCategory, normalize_for_pii, rejection_reason
-from chatbot.text import fold_digits, looks_persian
+from chatbot.text import cut_at_word, fold_digits, fold_letters, looks_persian
 
 __all__ = [
     "DEFAULT_PRODUCTS",
@@ -34,6 +34,7 @@ __all__ = [
     "FactCandidate",
     "MemoryCandidates",
     "compile_products",
+    "cut_fact",
     "extract_offline",
     "merge_profile",
 ]
@@ -68,9 +69,6 @@ class MemoryCandidates:
     """One category per statement the PII guard dropped (for the metric; never the value)."""
 
 
-# Length-preserving folding: trigger positions found on the folded text slice the original,
-# so the stored fact keeps the user's own spelling and digits.
-_FOLD_LETTERS = str.maketrans({"ي": "ی", "ى": "ی", "ك": "ک", "ۀ": "ه"})
 _GAP = r"[\s\u200b-\u200f]*"
 _TRIGGER = re.compile(
     rf"\b(?P<en>(?:please{_GAP})?(?:remember|don'?t{_GAP}forget|do{_GAP}not{_GAP}forget|keep{_GAP}in{_GAP}mind"
@@ -127,19 +125,18 @@ def _is_request(text: str, start: int) -> bool:
     return prev not in _NOT_A_REQUEST
 
 
-def _truncate(statement: str) -> str:
-    """Cut a statement to MAX_FACT_CHARS at a word boundary."""
-    if len(statement) <= MAX_FACT_CHARS:
-        return statement
-    cut = statement[: MAX_FACT_CHARS + 1]
-    space = cut.rfind(" ")
-    cut = cut[:space] if space > MAX_FACT_CHARS // 2 else cut[:MAX_FACT_CHARS]
-    return cut.rstrip(_TRAIL)
+def cut_fact(statement: str) -> str:
+    """Cut a statement to MAX_FACT_CHARS at a word boundary (a last word that ends at the limit stays)."""
+    return cut_at_word(
+        statement, MAX_FACT_CHARS, min_keep=MAX_FACT_CHARS // 2 + 1, strip=_TRAIL, space_after_counts=True
+    )
 
 
 def _statements(text: str) -> list[str]:
     """Return the statements that follow each remember trigger, as written, untruncated."""
-    folded = fold_digits(text).translate(_FOLD_LETTERS)
+    # Length-preserving folding: trigger positions found on the folded text slice the
+    # original, so the stored fact keeps the user's own spelling and digits.
+    folded = fold_letters(fold_digits(text))
     triggers = [m for m in _TRIGGER.finditer(folded) if m.group("fa") or _is_request(folded, m.start())]
     statements = []
     for i, trigger in enumerate(triggers):
@@ -164,7 +161,7 @@ def _facts(
     facts: list[FactCandidate] = []
     rejected: list[PiiCategory] = []
     for statement in _statements(text):
-        short = _truncate(statement)
+        short = cut_fact(statement)
         category, key = classify_fact(statement, products)
         reason = rejection_reason(statement, category=category) or rejection_reason(short)
         if reason is not None:

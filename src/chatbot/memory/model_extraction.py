@@ -16,9 +16,9 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import HumanMessage, SystemMessage
 from pydantic import BaseModel, Field
 
-from chatbot.agent.deps import MemoryJob
 from chatbot.memory.extraction import DEFAULT_PRODUCTS, MAX_FACT_CHARS, FactCandidate, MemoryCandidates, extract_offline
 from chatbot.memory.fact_keys import classify_fact
+from chatbot.memory.jobs import MemoryJob
 from chatbot.memory.pii import is_health_category, rejection_reason
 from chatbot.memory.writer import Extractor
 

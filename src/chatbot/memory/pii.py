@@ -42,7 +42,7 @@ from chatbot.memory.pii_terms import (
     HEALTH_PATTERN,
     SECRET_PATTERN,
 )
-from chatbot.text import normalize_persian
+from chatbot.text import fold_all_digits, normalize_persian
 
 
 class PiiCategory(StrEnum):
@@ -99,15 +99,10 @@ _SEPARATOR = re.compile(r"[ \-]")
 _IBAN_MIN_GROUPS, _IBAN_MAX_GROUPS, _IBAN_GROUP_CHARS = 3, 8, 4
 
 
-def _fold_all_digits(text: str) -> str:
-    """Replace every Unicode decimal digit with its ASCII twin (Persian, Arabic-Indic, others)."""
-    return "".join(str(unicodedata.decimal(c)) if c.isdecimal() and not c.isascii() else c for c in text)
-
-
 def normalize_for_pii(text: str) -> str:
     """Return the casefolded, digit-folded, invisible-free form of `text` the guard matches on."""
     text = unicodedata.normalize("NFKC", text)
-    text = _fold_all_digits(text)
+    text = fold_all_digits(text)
     text = _INVISIBLE_BETWEEN_DIGITS.sub("", text)
     text = _INVISIBLE_ANYWHERE.sub(" ", text)
     return normalize_persian(text).casefold()

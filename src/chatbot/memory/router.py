@@ -9,12 +9,14 @@ from fastapi import APIRouter, Path, Response
 from chatbot import openapi_examples as examples
 from chatbot.auth import CallerDep
 from chatbot.caller import CallerContext
-from chatbot.deps import AUTHENTICATED, MemoryDep, PoolDep, SettingsDep, StoreDep
+from chatbot.deps import AUTHENTICATED, PoolDep, SettingsDep, StoreDep
 from chatbot.errors import Problem
+from chatbot.memory.deps import MemoryDep
 from chatbot.memory.namespaces import PROFILE_KEY, facts_namespace, profile_namespace
 from chatbot.memory.resets import reset_memory as reset_user_memory
 from chatbot.openapi import v1_problems
 from chatbot.responses import UserMemory
+from chatbot.timestamps import rfc3339
 
 router = APIRouter(prefix="/v1/users", tags=["memory"], dependencies=AUTHENTICATED)
 
@@ -52,7 +54,7 @@ async def read_memory(user_id: UserId, caller: CallerDep, store: StoreDep, setti
                 "id": item.key,
                 "text": item.value.get("text", ""),
                 "category": item.value.get("category", "general"),
-                "updated_at": item.updated_at.isoformat().replace("+00:00", "Z"),
+                "updated_at": rfc3339(item.updated_at, timespec="auto"),
             }
             for item in sorted(facts, key=lambda it: it.updated_at)
         ],

@@ -22,10 +22,10 @@ from langgraph.store.base import GetOp, Item, PutOp, SearchOp, TTLConfig
 from langgraph.store.postgres.aio import AsyncPostgresStore
 
 from chatbot import metrics
-from chatbot.agent.deps import MemoryJob
 from chatbot.db.pool import Pool
 from chatbot.memory.consolidation import StoredFact, consolidate
 from chatbot.memory.extraction import MemoryCandidates, extract_offline, merge_profile
+from chatbot.memory.jobs import MemoryJob
 from chatbot.memory.namespaces import PROFILE_KEY, facts_namespace, profile_namespace
 from chatbot.memory.pii import rejection_reason
 from chatbot.memory.resets import hold_for_write
@@ -41,7 +41,9 @@ _THREAD_OF_USER = (
 
 
 async def offline_extractor(job: MemoryJob) -> MemoryCandidates:
-    """Extract with the deterministic offline rules."""
+    """Extract with the deterministic offline rules (once: the graph may have run them already)."""
+    if job.offline_candidates is not None:
+        return job.offline_candidates
     return extract_offline(job.user_text, locale=job.locale)
 
 

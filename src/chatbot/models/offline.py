@@ -10,11 +10,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
-from chatbot.agent.state import Status
-from chatbot.memory.extraction import extract_offline
+from chatbot.models.reply import Reply
 from chatbot.text import normalize_persian
 
 # Asking for a person, in English and Persian (matched on normalised, lower-cased text).
@@ -35,14 +33,8 @@ ESCALATE_AFTER_UNANSWERED = 3
 _MIN_QUESTION_CHARS = 6
 
 
-@dataclass(frozen=True, slots=True)
-class Reply:
-    """What the responder decided for one turn."""
-
-    status: Status
-    content: str
-    citations: list[str] = field(default_factory=list)
-    escalation_reason: str | None = None
+MemoryRequest = Literal["noted", "refused"]
+"""What the user's "remember …" asked of memory this turn: noted, or refused as personal data."""
 
 
 def wants_human(text: str) -> bool:
@@ -95,18 +87,26 @@ _TEXTS = {
 
 
 def offline_reply(
-    question: str, chunks: Sequence[Mapping[str, Any]], *, language: str, unanswered_streak: int
+    question: str,
+    chunks: Sequence[Mapping[str, Any]],
+    *,
+    language: str,
+    unanswered_streak: int,
+    memory_request: MemoryRequest | None = None,
 ) -> Reply:
-    """Decide the answer, status and citations for one user message."""
+    """Decide the answer, status and citations for one user message.
+
+    `memory_request` is what the memory rules made of the message (the graph runs them
+    once and hands the same result to the memory writer).
+    """
     texts = _TEXTS["fa" if language == "fa" else "en"]
     if wants_human(question):
         return Reply("escalate", texts["human"], escalation_reason="user_requested_human")
     # "Remember that …" is answered by acknowledging it; the memory writer stores it after
     # the answer (or, for personal data, the guard drops it and the user is told why).
-    candidates = extract_offline(question, locale="fa-IR" if language == "fa" else "en-US")
-    if candidates.rejected:
+    if memory_request == "refused":
         return Reply("answered", texts["private"])
-    if candidates.facts:
+    if memory_request == "noted":
         return Reply("answered", texts["noted"])
     if chunks and not _is_vague(question):
         chunk = _pick_chunk(chunks, language)

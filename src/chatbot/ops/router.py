@@ -8,8 +8,9 @@ from fastapi import APIRouter
 
 from chatbot import openapi_examples as examples
 from chatbot.auth import CallerDep
-from chatbot.deps import AUTHENTICATED, LocksDep, MemoryDep, PoolDep
+from chatbot.deps import AUTHENTICATED, LocksDep, PoolDep
 from chatbot.errors import Problem
+from chatbot.memory.deps import MemoryDep
 from chatbot.memory.router import UserId, require_self
 from chatbot.openapi import v1_problems
 from chatbot.ops.erasure import ErasureBusy, erase_user

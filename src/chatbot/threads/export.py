@@ -22,9 +22,10 @@ from typing import Any
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langgraph.checkpoint.base import BaseCheckpointSaver
 
-from chatbot.agent.state import message_meta, text_of
+from chatbot.agent.state import message_meta
 from chatbot.db.pool import Pool
 from chatbot.threads.transcript import read_messages
+from chatbot.timestamps import rfc3339
 
 # One thread's ratings after another, so each thread's state is read once.
 _RATED = """
@@ -53,11 +54,6 @@ def user_key(key: bytes, tenant_id: str, user_id: str) -> str:
     return hmac.new(key, message, hashlib.sha256).hexdigest()
 
 
-def rfc3339(moment: datetime) -> str:
-    """Return a timestamp as RFC 3339 in UTC with milliseconds."""
-    return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
 def _turn(messages: Sequence[BaseMessage], run_id: str) -> dict[str, Any]:
     """Return the question, answer, citations and status a run left in the transcript."""
     question: str | None = None
@@ -69,9 +65,9 @@ def _turn(messages: Sequence[BaseMessage], run_id: str) -> dict[str, Any]:
         if meta.get("run_id") != run_id:
             continue
         if isinstance(message, HumanMessage) and question is None:
-            question = text_of(message)
+            question = str(message.text)
         elif isinstance(message, AIMessage) and not message.tool_calls:
-            answer = text_of(message)
+            answer = str(message.text)
             citations = [str(c) for c in meta.get("citations", [])]
             status = meta.get("status")
     # A run that failed leaves its question and no answer: answer and status stay null.

@@ -19,7 +19,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from chatbot.agent.record import decode_record
-from chatbot.agent.state import message_meta, text_of
+from chatbot.agent.state import message_meta
 from chatbot.agent.system_message import SystemCuts, compose_system_text, shorten_question
 from chatbot.db.locks import THREAD_LOCKED, Locks
 from chatbot.db.pool import Pool
@@ -177,7 +177,7 @@ async def _transcript_to(
 
 def _public(message: BaseMessage, content: str | None = None) -> dict[str, Any]:
     role = "user" if isinstance(message, HumanMessage) else "assistant"
-    return {"id": str(message.id), "role": role, "content": text_of(message) if content is None else content}
+    return {"id": str(message.id), "role": role, "content": str(message.text) if content is None else content}
 
 
 def _window_ids(record: dict[str, Any], transcript: list[BaseMessage]) -> list[str]:
@@ -205,7 +205,7 @@ def _window(record: dict[str, Any], transcript: list[BaseMessage]) -> list[dict[
             continue
         cut = record.get("question_chars")
         if index == len(ids) - 1 and isinstance(cut, int):
-            messages.append(_public(message, shorten_question(text_of(message), cut)))
+            messages.append(_public(message, shorten_question(str(message.text), cut)))
         else:
             messages.append(_public(message))
     return messages
@@ -281,8 +281,8 @@ async def read_run_record(
         "status": status,
         "created_at": created or snap.row["ts"],
         "model": record.get("model"),
-        "input": None if question is None else {"id": str(question.id), "content": text_of(question)},
-        "answer": None if answer is None else {"id": str(answer.id), "content": text_of(answer)},
+        "input": None if question is None else {"id": str(question.id), "content": str(question.text)},
+        "answer": None if answer is None else {"id": str(answer.id), "content": str(answer.text)},
         "citations": list(message_meta(answer).get("citations", [])) if answer is not None else [],
         "context": {
             "system_prompt_sha256": record.get("system_prompt_sha256"),

@@ -23,7 +23,7 @@ from typing import Any
 from langchain_core.messages import AIMessage
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from chatbot.agent.state import message_meta, text_of
+from chatbot.agent.state import message_meta
 from chatbot.db.locks import THREAD_LOCKED
 from chatbot.db.pool import Pool
 from chatbot.errors import Problem, problem_body
@@ -109,7 +109,7 @@ class RunRecords:
             (m for m in turn or [] if isinstance(m, AIMessage) and message_meta(m).get("run_id") == run_id), None
         )
         if error is None and answer is not None and outcome and outcome.get("message_id") == answer.id:
-            content = text_of(answer)
+            content = str(answer.text)
             return Replayed(content, StreamEvent("end", end_event(run_id, thread_id, outcome, content), len(content)))
         code, detail = _error_status(self.serde, error)
         return Replayed("", StreamEvent("error", problem_body(code, detail), 0))

@@ -13,10 +13,11 @@ from starlette.responses import Response
 
 from chatbot import openapi_examples as examples
 from chatbot.auth import CallerDep
-from chatbot.deps import AUTHENTICATED, RecordsDep, RunsDep, SettingsDep
+from chatbot.deps import AUTHENTICATED, SettingsDep
 from chatbot.errors import PROBLEM_JSON, Problem
 from chatbot.openapi import SSE_MEDIA, SSE_SCHEMA, STREAM_HEADERS, v1_problems
 from chatbot.responses import RunEnd
+from chatbot.threads.deps import RecordsDep, RunsDep
 from chatbot.threads.ownership import check_thread_access
 from chatbot.threads.rejoin import follower_listener, parse_last_event_id, replay_listener
 from chatbot.threads.schemas import RunRequest, ThreadId

@@ -37,7 +37,7 @@ from psycopg_pool import PoolTimeout
 from chatbot import metrics
 from chatbot.agent.context import Context
 from chatbot.agent.modelcall import ModelFailure, ModelTimeout
-from chatbot.agent.state import META_KEY, now_rfc3339, text_of, user_turn
+from chatbot.agent.state import META_KEY, user_turn
 from chatbot.caller import CallerContext
 from chatbot.db.locks import Lease, LeaseLost, Locks, UserErasing
 from chatbot.db.pool import Pool
@@ -46,6 +46,7 @@ from chatbot.errors import Problem, problem_body
 from chatbot.threads.ownership import check_thread_access, thread_not_found, thread_owner
 from chatbot.threads.ratelimit import RateLimiter
 from chatbot.threads.stream import Listener, RunStream
+from chatbot.timestamps import now_rfc3339
 from chatbot.tracing import NO_TRACING, Tracing
 
 log = logging.getLogger("chatbot.runs")
@@ -205,7 +206,7 @@ class RunService:
                     stream.publish(chunk["event"], chunk["data"])
                 elif "generate" in chunk:
                     outcome = chunk["generate"]["outcome"]
-                    content = text_of(chunk["generate"]["messages"][0])
+                    content = str(chunk["generate"]["messages"][0].text)
             status = outcome["status"]
             terminal = ("end", end_event(stream.run_id, stream.thread_id, outcome, content))
         except BaseException as exc:

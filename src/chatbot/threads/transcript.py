@@ -9,7 +9,7 @@ from typing import Any
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from chatbot.agent.state import message_meta, text_of
+from chatbot.agent.state import message_meta
 from chatbot.db.pool import Pool
 from chatbot.errors import Problem
 
@@ -28,7 +28,7 @@ def public_message(message: BaseMessage) -> dict[str, Any] | None:
     return {
         "id": message.id,
         "role": role,
-        "content": text_of(message),
+        "content": str(message.text),
         "created_at": meta.get("created_at"),
         "run_id": meta.get("run_id"),
         "citations": list(meta.get("citations", [])) if role == "assistant" else [],
