@@ -279,8 +279,7 @@ async def main(args: argparse.Namespace) -> None:
         try:
             await ingest_paths(pool, TENANT, [KB])
             store = AsyncPostgresStore(pool)
-            memory = MemoryWriter(pool=pool, store=store, locks=locks,
-                                  max_facts=settings.memory_max_facts)
+            memory = MemoryWriter(pool=pool, locks=locks, max_facts=settings.memory_max_facts)
 
             async def retriever(caller: CallerContext, query: str) -> list[dict[str, Any]]:
                 return [c.to_state() for c in await search_knowledge(pool, caller, query)]
