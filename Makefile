@@ -34,3 +34,12 @@ lint: $(STAMP)
 
 clean:
 	rm -rf $(VENV) .chatbot
+
+## make soak: ten minutes of mixed traffic on two replicas, every transcript checked against what
+## the clients were acknowledged (`make test` runs the same for 30 s); figures in docs/reliability.md
+.PHONY: soak
+SOAK_SECONDS ?= 600
+SOAK_USERS ?= 5
+soak: $(STAMP)
+	CHATBOT_SOAK_SECONDS=$(SOAK_SECONDS) CHATBOT_SOAK_USERS=$(SOAK_USERS) $(BIN)/python -m pytest -q -s \
+		-p no:cacheprovider tests/hardening/test_soak.py

@@ -114,8 +114,13 @@ def check_transcript(ledger: ThreadLedger, messages: list[TranscriptMessage]) ->
     answer_runs = Counter(m.run_id for m in assistants)
     verdict.duplicated += [f"{where}: run {run} has {n} answers" for run, n in answer_runs.items() if n > 1]
     for i, m in enumerate(messages):
-        if m.role == "assistant" and (m.run_id not in position or position[m.run_id] > i):
+        if m.role != "assistant":
+            continue
+        if m.run_id not in position or position[m.run_id] > i:
             verdict.other.append(f"{where}: answer {m.id} has no user message of its run {m.run_id} before it")
+        elif position[m.run_id] != i - 1:
+            # One run at a time per thread: nothing comes between a message and its answer.
+            verdict.other.append(f"{where}: runs interleaved: answer {m.id} does not follow its run's message")
     by_run = {m.run_id: m for m in assistants}
     for run_id, answer in ledger.answers.items():
         got = by_run.get(run_id)
