@@ -59,6 +59,7 @@ async def test_soak_loses_and_duplicates_nothing(replicas: Callable[..., Replica
     assert any(kind.startswith("double send: 409") for kind in result.outcomes), "a double send met a run in flight"
     assert result.outcomes["rejoin: answered"] > 0
     assert result.threads_gone > 0
+    assert result.remembered_seen > 0, "remember requests were stored, so the memory checks saw facts"
     if LONG:
         for name in result.rss.samples:
             assert result.rss.second_half_growth(name) < MAX_SECOND_HALF_GROWTH, result.rss.table()

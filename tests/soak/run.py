@@ -33,6 +33,8 @@ class SoakResult:
     """Every thread checked once at the end of its life: before deletion or erasure, or after the soak."""
     midway: Verdict = field(default_factory=Verdict)
     """Threads checked while traffic went on."""
+    remembered_seen: int = 0
+    """Remembered facts the memory reads returned, each checked to be the reader's and of its current generation."""
     threads_live: int = 0
     threads_gone: int = 0
 
@@ -70,6 +72,8 @@ class SoakResult:
                 f"{self.midway.answers_checked} answers",
                 f"lost: {len(self.lost)}, duplicated: {len(self.duplicated)}, "
                 f"5xx: {self.tally.server_errors}, other problems: {len(self.other)}",
+                f"memory reads returned {self.remembered_seen} remembered facts, each the reader's own and none "
+                "from before an erasure",
                 "replica RSS:",
                 self.rss.table(),
             ]
@@ -148,5 +152,5 @@ async def final_check(user: VirtualUser, result: SoakResult) -> None:
     result.midway.add(user.midway)
     memory = await user.clients[0].memory()
     user.problems.clear()
-    user.check_facts([fact.text for fact in memory.facts])
+    result.remembered_seen += user.remembered_seen + user.check_facts([fact.text for fact in memory.facts])
     result.problems += user.problems

@@ -10,12 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import random
-import re
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from contextlib import AsyncExitStack
 from typing import Any
-from urllib.parse import urlsplit
 
 import httpx
 
@@ -23,22 +21,9 @@ from chatbot.client import AsyncChatbotClient, ChatbotError, ConflictError, Mint
 from chatbot.client.events import SSEDecoder
 from chatbot.responses import TranscriptMessage
 from tests.soak.ledger import ThreadLedger, Verdict, check_transcript
+from tests.soak.messages import MARKER, QUESTIONS, REMEMBER
 from tests.soak.tally import Tally, TallyingTransport
-
-QUESTIONS = [
-    "What does travel insurance cover for medical costs abroad?",
-    "How do I report a car body claim?",
-    "Can I cancel my policy and get a refund?",
-    "Can I pay my premium in instalments?",
-    "When do I need to renew my home insurance?",
-    "What does third-party liability insurance cover?",
-    "بیمه مسافرتی هزینه درمان در خارج از کشور را تا چه سقفی پوشش می‌دهد؟",
-    "چطور خسارت بدنه خودرو را اعلام کنم؟",
-    "I want to talk to a person, please.",
-    "qwrt zxcv plmk?",
-]
-REMEMBER = "What does travel insurance cover abroad? Please remember that my favourite colour is teal {marker}."
-MARKER = re.compile(r"mk(\d+)g(\d+)n\d+")
+from tests.soak.wire import post_and_hang_up
 
 # Weights of the operations: runs dominate, as in the product; erasures come on a schedule.
 WEIGHTS = {
@@ -81,6 +66,8 @@ class VirtualUser:
         self.problems: list[str] = []
         self.checked = Verdict()
         """Whole transcripts checked at the end of a thread's life: before its deletion or erasure, or at the end."""
+        self.remembered_seen = 0
+        """Remembered facts (with a marker) that memory reads returned: the memory check is not vacuous."""
         self.midway = Verdict()
         """Whole transcripts checked while the soak goes on (the page operation)."""
         self.erase_at = self.rng.randint(20, 45)
@@ -179,14 +166,22 @@ class VirtualUser:
                     return "failed"
         except ConflictError:
             return "409"
+        except (httpx.TransportError, StreamInterrupted):
+            if run_id is None:
+                ledger.maybe[content] += 1  # no answer at all: the run may or may not have started
+            raise
         self.problems.append(f"{self.name}: the stream of run {run_id} ended without end or error")
         return "failed"
 
     async def json_run(self, replica: int, ledger: ThreadLedger, content: str) -> str:
         """Send a message asking for JSON (wait for `end`); return "answered", "409" or "failed"."""
-        response = await self.http[replica].post(
-            api.runs_path(ledger.thread_id), json=api.run_body(content), headers=self.headers(api.JSON)
-        )
+        try:
+            response = await self.http[replica].post(
+                api.runs_path(ledger.thread_id), json=api.run_body(content), headers=self.headers(api.JSON)
+            )
+        except httpx.TransportError:
+            ledger.maybe[content] += 1  # no answer at all: the run may or may not have started
+            raise
         if response.status_code == 409:
             return "409"
         if response.status_code != 200:
@@ -238,16 +233,42 @@ class VirtualUser:
         ledger = self.thread()
         content = self.content()
         origin = self.replica()
+        try:
+            run_id, last_id, before = await self.stream_then_hang_up(origin, ledger, content)
+        except httpx.TransportError:
+            if not any(text == content for _, text in ledger.acked):
+                ledger.maybe[content] += 1  # no answer at all: the run may or may not have started
+            raise
+        if run_id is None:
+            return
+        after: list[str] = []
+        target = self.clients[(origin + 1) % len(self.clients)]
+        async for event in target.join(ledger.thread_id, run_id, last_id):
+            if event.event == "token":
+                after.append(str(event.data["content"]))
+            elif event.event == "end":
+                self.outcomes[f"rejoin: {self.ended(ledger, event.end(), ''.join(before + after))}"] += 1
+                return
+            elif event.event == "error":
+                self.problems.append(f"{self.name}: rejoined run {run_id} failed with {event.data.get('status')}")
+                return
+
+    async def stream_then_hang_up(
+        self, replica: int, ledger: ThreadLedger, content: str
+    ) -> tuple[str | None, str | None, list[str]]:
+        """Start a streamed run, read one to three token events and close the connection.
+
+        Return the run id (None if the run was refused), the last event id and the tokens read.
+        """
         run_id, last_id, before = None, None, []
         drop_after = self.rng.randint(1, 3)
-        headers = self.headers(api.SSE)
-        async with self.http[origin].stream(
-            "POST", api.runs_path(ledger.thread_id), json=api.run_body(content), headers=headers
+        async with self.http[replica].stream(
+            "POST", api.runs_path(ledger.thread_id), json=api.run_body(content), headers=self.headers(api.SSE)
         ) as response:
             if response.status_code != 200:
                 await response.aread()
-                self.problems.append(f"{self.name}: rejoin's run on {ledger.thread_id} answered {response.status_code}")
-                return
+                self.problems.append(f"{self.name}: a run on {ledger.thread_id} answered {response.status_code}")
+                return None, None, []
             decoder = SSEDecoder()
             async for line in response.aiter_lines():
                 event = decoder.feed(line)
@@ -266,24 +287,14 @@ class VirtualUser:
         # Leaving the block mid-stream closed the connection: the run goes on without us.
         if run_id is None:
             self.problems.append(f"{self.name}: a stream on {ledger.thread_id} sent no metadata")
-            return
-        after: list[str] = []
-        target = self.clients[(origin + 1) % len(self.clients)]
-        async for event in target.join(ledger.thread_id, run_id, last_id):
-            if event.event == "token":
-                after.append(str(event.data["content"]))
-            elif event.event == "end":
-                self.outcomes[f"rejoin: {self.ended(ledger, event.end(), ''.join(before + after))}"] += 1
-                return
-            elif event.event == "error":
-                self.problems.append(f"{self.name}: rejoined run {run_id} failed with {event.data.get('status')}")
-                return
+        return run_id, last_id, before
 
     async def resend_after_drop(self) -> None:
         """Send a message and hang up before any answer; then send it again until it is accepted."""
         ledger = self.thread()
         content = self.content()
-        await self.send_and_hang_up(self.bases[self.replica()], ledger.thread_id, content)
+        await post_and_hang_up(self.bases[self.replica()], ledger.thread_id, content, self.tokens())
+        self.tally.add("run (stream)", None)
         ledger.maybe[content] += 1
         for refused in range(40):
             outcome = await self.stream_run(self.clients[self.replica()], ledger, content)
@@ -293,22 +304,6 @@ class VirtualUser:
                 return
             await asyncio.sleep(0.25)  # the dropped send may be running: it holds the thread
         self.problems.append(f"{self.name}: thread {ledger.thread_id} stayed busy for 10 s after a dropped send")
-
-    async def send_and_hang_up(self, base: str, thread_id: str, content: str) -> None:
-        """Write a whole `POST …/runs` on a raw connection and close it without reading a byte."""
-        parts = urlsplit(base)
-        body = httpx.Request("POST", base, json=api.run_body(content)).read()
-        head = (
-            f"POST {api.runs_path(thread_id)} HTTP/1.1\r\nHost: {parts.netloc}\r\n"
-            f"Authorization: Bearer {self.tokens()}\r\nContent-Type: application/json\r\n"
-            f"Accept: {api.SSE}\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n"
-        ).encode()
-        _, writer = await asyncio.open_connection(parts.hostname, parts.port)
-        writer.write(head + body)
-        await writer.drain()
-        writer.close()
-        await writer.wait_closed()
-        self.tally.add("run (stream)", None)
 
     # Reads, feedback, deletion, erasure ---------------------------------------------------
 
@@ -356,17 +351,20 @@ class VirtualUser:
         memory = await self.clients[self.replica()].memory()
         if memory.user_id != self.user:
             self.problems.append(f"{self.name}: memory answered for user {memory.user_id}")
-        self.check_facts([fact.text for fact in memory.facts])
+        self.remembered_seen += self.check_facts([fact.text for fact in memory.facts])
         self.outcomes["memory read: 200"] += 1
 
-    def check_facts(self, texts: list[str]) -> None:
-        """Fail on a fact of another user or of a generation an erasure ended."""
+    def check_facts(self, texts: list[str]) -> int:
+        """Fail on a fact of another user or of a generation an erasure ended; return the facts marked."""
+        marked = 0
         for text in texts:
             for index, generation in MARKER.findall(text):
+                marked += 1
                 if int(index) != self.index:
                     self.problems.append(f"{self.name}: memory holds a fact of virtual user {index}")
                 elif int(generation) < self.generation:
                     self.problems.append(f"{self.name}: a fact from before erasure {generation} came back")
+        return marked
 
     async def delete_thread(self) -> None:
         """Delete a live thread (refused while a dropped send still runs on it)."""
