@@ -122,10 +122,10 @@ class VirtualUser:
         """Return the threads not deleted or erased."""
         return [t for t in self.threads if t.gone is None]
 
-    def thread(self, *, existing: bool = False) -> ThreadLedger:
+    def thread(self) -> ThreadLedger:
         """Return a live thread, or a new one now and then (always when there is none)."""
         live = self.live()
-        if live and (existing or len(live) >= 4 or self.rng.random() > 0.25):
+        if live and (len(live) >= 4 or self.rng.random() > 0.25):
             return self.rng.choice(live)
         ledger = ThreadLedger(f"soak-{self.tenant}-{self.user}-g{self.generation}-{len(self.threads)}", self.name)
         self.threads.append(ledger)
