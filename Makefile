@@ -4,8 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: dev test lint bench clean fuzz
-.PHONY: faults
+.PHONY: dev test lint bench clean fuzz isolation faults soak
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -38,7 +37,7 @@ clean:
 
 ## make isolation: the long isolation matrix (two tenants x two users x every endpoint, two replicas);
 ## `make test` runs one round of 10 raced thread ids. ISOLATION_SEED=N replays a run's timing.
-.PHONY: isolation faults
+
 ISOLATION_ROUNDS ?= 5
 ISOLATION_THREADS ?= 40
 isolation: $(STAMP)
@@ -53,3 +52,11 @@ FAULT_KILLS ?= 50
 faults: $(STAMP)
 	CHATBOT_FAULT_KILLS=$(FAULT_KILLS) $(BIN)/python -m pytest -q -s -p no:cacheprovider \
 		tests/hardening/test_faults_kill.py tests/hardening/test_faults_postgres.py tests/hardening/test_faults_model.py
+
+## make soak: ten minutes of mixed traffic on two replicas, every transcript checked against what
+## the clients were acknowledged (`make test` runs the same for 30 s); figures in docs/reliability.md
+SOAK_SECONDS ?= 600
+SOAK_USERS ?= 5
+soak: $(STAMP)
+	CHATBOT_SOAK_SECONDS=$(SOAK_SECONDS) CHATBOT_SOAK_USERS=$(SOAK_USERS) $(BIN)/python -m pytest -q -s \
+		-p no:cacheprovider tests/hardening/test_soak.py
