@@ -11,7 +11,7 @@ import httpx
 from chatbot.client import api
 from chatbot.client.errors import StreamInterrupted, error_from_event, error_from_response, retry_after_seconds
 from chatbot.client.events import Event, RunFollower, SSEDecoder
-from chatbot.client.sync import DEFAULT_TIMEOUT
+from chatbot.client.sync import DEFAULT_LIMITS, DEFAULT_TIMEOUT
 from chatbot.client.tokens import TokenSource, token_source, user_of
 from chatbot.responses import ErasureReport, MessagesPage, RunEnd, RunRecord, UserMemory
 
@@ -49,7 +49,7 @@ class AsyncChatbotClient:
         self._retries = retries or api.Retries()
         self._resumes = resumes
         self._sleep = sleep
-        self._http = httpx.AsyncClient(base_url=base_url, timeout=timeout, transport=transport)
+        self._http = httpx.AsyncClient(base_url=base_url, timeout=timeout, transport=transport, limits=DEFAULT_LIMITS)
 
     async def aclose(self) -> None:
         """Close the connections."""
