@@ -22,10 +22,10 @@ class _HeldAtTheLock:
     def __init__(self, inner: Locks, gate: asyncio.Event, reached: asyncio.Event) -> None:
         self._inner, self._gate, self._reached = inner, gate, reached
 
-    async def try_thread(self, thread_id: str) -> Lease | None:
+    async def try_run(self, thread_id: str, tenant_id: str, user_id: str) -> Lease | None:
         self._reached.set()
         await self._gate.wait()
-        return await self._inner.try_thread(thread_id)
+        return await self._inner.try_run(thread_id, tenant_id, user_id)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
@@ -50,7 +50,8 @@ async def test_a_first_run_that_reaches_the_lock_after_another_caller_created_th
         intruder = asyncio.create_task(
             late.post("/v1/threads/contested/runs", json=QUESTION, headers=auth("globex", "g1"))
         )
-        await reached.wait()  # globex's first run is on its way to the thread lock
+        # globex's first run is on its way to the thread lock (a bound: a hang would be a bug here).
+        await asyncio.wait_for(reached.wait(), 30)
         owner = await early.post("/v1/threads/contested/runs", json=QUESTION, headers=auth("acme", "u1"))
         assert owner.status_code == 200 and parse_blocks(owner.text)[0][-1].event == "end"
         gate.set()
