@@ -35,6 +35,10 @@ def _print_tally() -> Iterator[None]:
     print(f"\n{TALLY.report()}")
 
 
+# The corpus is built at import; each request gets a token minted when it is sent.
+TOKEN_SLOT = b"@token@"
+
+
 def _request(
     body: bytes,
     *,
@@ -44,7 +48,7 @@ def _request(
     content_length: str | None = "auto",
     content_type: str = "application/json",
 ) -> bytes:
-    lines = [f"{method} {path} HTTP/1.1", "Host: 127.0.0.1", f"Authorization: Bearer {make_token()}"]
+    lines = [f"{method} {path} HTTP/1.1", "Host: 127.0.0.1", f"Authorization: Bearer {TOKEN_SLOT.decode()}"]
     lines += ["Accept: application/json", f"Content-Type: {content_type}", "Connection: close"]
     if content_length == "auto":
         lines.append(f"Content-Length: {len(body)}")
@@ -56,6 +60,7 @@ def _request(
 
 def _send(replica: Replica, raw: bytes) -> int | None:
     """Send raw bytes; return the status answered, or None when the replica closed without one."""
+    raw = raw.replace(TOKEN_SLOT, make_token().encode())  # minted now: the corpus outlives a token
     address = urlsplit(replica.base_url)
     with socket.create_connection((address.hostname, address.port), timeout=READ_WAIT) as sock:
         try:

@@ -27,8 +27,9 @@ async def test_a_run_started_on_a_new_thread_during_the_erasure_is_refused_or_er
                 headers=HEADERS,
             )
         )
-        while runs.in_flight == 0:  # noqa: ASYNC110 - waiting for the run to be admitted
+        while runs.in_flight == 0 and not first.done():  # noqa: ASYNC110 - waiting for the run to be admitted
             await asyncio.sleep(0.01)
+        assert not first.done(), (await first).text  # the first run must still be in flight
         erasure = asyncio.create_task(client.delete(f"/v1/users/{USER}", headers=HEADERS))
         await asyncio.sleep(0.3)  # the erasure is under way, waiting for the first run
         second = await client.post(

@@ -21,8 +21,10 @@ QUESTION = {"message": {"content": "What does travel insurance cover for medical
 EN = {"locale": "en-US"}
 POOL_MAX_SIZE = 8
 
+# Thread locks are the exclusive advisory locks; each lock session also holds a shared one
+# per user with runs in flight (the erasure key, db/locks.py), not counted here.
 _OUR_ADVISORY_LOCKS = (
-    "select count(*) as n from pg_locks where locktype = 'advisory' and granted "
+    "select count(*) as n from pg_locks where locktype = 'advisory' and granted and mode = 'ExclusiveLock' "
     "and database = (select oid from pg_database where datname = current_database())"
 )
 _CONNECTIONS = (
