@@ -15,7 +15,11 @@ from tests.fixtures.knowledge import load_demo_kb
 from tests.fixtures.tokens import auth
 
 QUESTION = {"message": {"content": "What does travel insurance cover for medical costs abroad?"}}
-HEADERS = auth(locale="en-US")
+
+
+def headers() -> dict[str, str]:
+    """Mint the caller's headers now: a whole suite on a loaded machine outlives a 5-minute token."""
+    return auth(locale="en-US")
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -56,7 +60,7 @@ async def test_killing_a_replica_mid_stream_frees_the_thread(replicas: Callable[
     doomed = replicas(CHATBOT_OFFLINE_TOKEN_DELAY_MS="200")
     survivor = replicas()
     async with httpx.AsyncClient(base_url=doomed.base_url, timeout=30) as client:
-        async with client.stream("POST", "/v1/threads/killed/runs", json=QUESTION, headers=HEADERS) as response:
+        async with client.stream("POST", "/v1/threads/killed/runs", json=QUESTION, headers=headers()) as response:
             assert response.status_code == 200
             seen = b""
             async for chunk in response.aiter_raw():
@@ -80,7 +84,7 @@ async def test_killing_a_replica_mid_stream_frees_the_thread(replicas: Callable[
 async def test_a_client_that_disconnects_leaves_the_thread_usable(replicas: Callable[..., Replica]) -> None:
     replica = replicas(CHATBOT_OFFLINE_TOKEN_DELAY_MS="30")
     async with httpx.AsyncClient(base_url=replica.base_url, timeout=30) as client:
-        async with client.stream("POST", "/v1/threads/gone/runs", json=QUESTION, headers=HEADERS) as response:
+        async with client.stream("POST", "/v1/threads/gone/runs", json=QUESTION, headers=headers()) as response:
             async for chunk in response.aiter_raw():
                 if b"event: token" in chunk:
                     break  # leaving the block closes the connection mid-stream
@@ -101,7 +105,7 @@ async def test_a_replica_shut_down_mid_stream_finishes_the_run_and_frees_the_thr
     stopping = replicas(CHATBOT_OFFLINE_TOKEN_DELAY_MS="40")
     survivor = replicas()
     async with httpx.AsyncClient(base_url=stopping.base_url, timeout=30) as client:
-        async with client.stream("POST", "/v1/threads/drained/runs", json=QUESTION, headers=HEADERS) as response:
+        async with client.stream("POST", "/v1/threads/drained/runs", json=QUESTION, headers=headers()) as response:
             seen = b""
             async for chunk in response.aiter_raw():
                 seen += chunk

@@ -343,7 +343,8 @@ async def delete_store_tree(conn: Conn, namespace: tuple[str, ...]) -> int:
     # Store first: `store_vectors` rows cascade from it; any other table is swept after.
     for table in sorted(await tables_with_column(conn, "prefix"), key=lambda t: t != STORE_TABLE):
         cur = await conn.execute(
-            # `starts_with`, not LIKE: labels may contain `_`, a LIKE wildcard.
+            # `starts_with`, not LIKE: labels may contain `_`, a LIKE wildcard. It uses the store's
+            # prefix index (text_pattern_ops) as LIKE would (Postgres 18, checked with EXPLAIN).
             sql.SQL("delete from {} where prefix = %s or starts_with(prefix, %s)").format(sql.Identifier(table)),
             (root, root + "."),
         )
