@@ -34,14 +34,14 @@ from chatbot.agent.graph import build_graph
 from chatbot.agent.state import META_KEY, user_turn
 from chatbot.app import create_app
 from chatbot.config import Settings
+from chatbot.db.locks import Locks
 from chatbot.db.pool import Pool, connection_kwargs
 from chatbot.db.saver import PooledPostgresSaver
 from chatbot.memory.jobs import MemoryJob
 from chatbot.memory.writer import MemoryWriter
-from chatbot.ops.erasure import delete_threads
 from chatbot.ops.retention import purge_stale_threads
 from chatbot.ops.sweeper import MAX_LOCKS, RetentionSweeper
-from chatbot.threads.locks import Locks
+from chatbot.threads.deletion import delete_threads
 from chatbot.timestamps import now_rfc3339
 
 TEMPLATE = "bench-lifecycle-template"

@@ -46,9 +46,9 @@ from chatbot.cli.common import mint_token
 from chatbot.config import Settings
 from chatbot.db.pool import Pool
 from chatbot.db.saver import PooledPostgresSaver
-from chatbot.ops.erasure import delete_threads
 from chatbot.retrieval.ingest import ingest_paths
 from chatbot.retrieval.search import search_knowledge
+from chatbot.threads.deletion import delete_threads
 from chatbot.threads.transcript import read_messages
 from chatbot.timestamps import now_rfc3339
 

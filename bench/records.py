@@ -31,8 +31,8 @@ from bench._pg import bench_database
 from chatbot.app import create_app
 from chatbot.cli.common import mint_token
 from chatbot.config import Settings
-from chatbot.ops.erasure import delete_threads
 from chatbot.retrieval.ingest import ingest_paths
+from chatbot.threads.deletion import delete_threads
 
 ROOT = Path(__file__).resolve().parent.parent
 KB = ROOT / "knowledge" / "demo"

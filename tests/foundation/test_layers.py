@@ -58,15 +58,6 @@ FEATURE_IMPORTS: Mapping[str, frozenset[str]] = {
     "client": frozenset(),
 }
 
-# removed by branch tables: threads delete their own data instead of calling ops, and the
-# threads/locks.py shim goes (the lead empties this set when that branch is merged).
-REMOVED_BY_BRANCH_TABLES: frozenset[tuple[str, str]] = frozenset(
-    {
-        ("chatbot.threads.transcript_router", "chatbot.ops.erasure"),
-        ("chatbot.memory.writer", "chatbot.threads.locks"),
-    }
-)
-
 Edge = tuple[str, str]
 
 
@@ -194,16 +185,11 @@ def test_the_walk_sees_the_imports_the_code_makes() -> None:
 
 
 def test_no_import_points_up_a_layer_or_against_the_feature_order() -> None:
-    assert layer_violations(module_edges(), REMOVED_BY_BRANCH_TABLES) == []
+    assert layer_violations(module_edges()) == []
 
 
 def test_no_cycle_between_packages() -> None:
-    assert unit_cycles(module_edges(), REMOVED_BY_BRANCH_TABLES) == []
-
-
-def test_every_listed_exception_still_exists() -> None:
-    # Once branch tables lands, its edges are gone and this names the entries to delete.
-    assert REMOVED_BY_BRANCH_TABLES - module_edges() == set()
+    assert unit_cycles(module_edges()) == []
 
 
 def test_the_checks_catch_what_they_are_for() -> None:

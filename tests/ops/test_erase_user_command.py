@@ -7,9 +7,8 @@ import os
 import subprocess
 import sys
 
-import psycopg
-
 from tests.fixtures.app import running_app
+from tests.fixtures.catalogue import rows_of_threads, rows_under_namespace
 from tests.fixtures.tokens import auth
 
 
@@ -36,8 +35,8 @@ def test_erase_user_command_removes_the_users_threads_in_one_tenant(isolated_dat
     )
     assert done.returncode == 0, done.stderr[-500:]
     assert "threads_deleted=1" in done.stdout and "memory_items_deleted=2" in done.stdout
-    with psycopg.connect(isolated_database_url) as conn:
-        threads = {r[0] for r in conn.execute("select distinct thread_id from checkpoints").fetchall()}
-        prefixes = {r[0] for r in conn.execute("select prefix from store").fetchall()}
-    assert threads == {"t-globex"}
-    assert all(p.startswith("globex.") for p in prefixes) and prefixes
+    # Every table keyed by thread or store prefix, as the catalogue lists them.
+    assert set(rows_of_threads(isolated_database_url, ["t-acme"]).values()) == {0}
+    assert rows_of_threads(isolated_database_url, ["t-globex"])["checkpoints"] > 0
+    assert set(rows_under_namespace(isolated_database_url, ("acme", "user", "cli-user")).values()) == {0}
+    assert rows_under_namespace(isolated_database_url, ("globex", "user", "cli-user"))["store"] == 2

@@ -11,9 +11,9 @@ from datetime import UTC, datetime, timedelta
 
 import psycopg
 
+from chatbot.db.locks import Locks
 from chatbot.db.pool import connection_kwargs
 from chatbot.ops.retention import purge_stale_threads
-from chatbot.threads.locks import Locks
 from tests.fixtures.app import running_app
 from tests.fixtures.postgres import settings_for
 from tests.fixtures.tokens import auth

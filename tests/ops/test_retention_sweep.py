@@ -14,9 +14,9 @@ import httpx
 import psycopg
 import pytest
 
+from chatbot.db.locks import Lease, Locks
 from chatbot.db.pool import connection_kwargs
 from chatbot.ops.sweeper import RetentionSweeper
-from chatbot.threads.locks import Lease, Locks
 from tests.fixtures.app import Replica, parse_sse, running_app
 from tests.fixtures.postgres import settings_for
 from tests.fixtures.tokens import auth

@@ -14,6 +14,7 @@ import pytest
 from psycopg.rows import dict_row
 
 from tests.fixtures.app import running_app
+from tests.fixtures.catalogue import rows_of_threads
 from tests.fixtures.knowledge import load_demo_kb
 from tests.fixtures.models import ScriptedChatModel
 from tests.fixtures.tokens import auth
@@ -225,15 +226,9 @@ async def test_a_thread_whose_only_run_failed_pages_to_the_users_message(migrate
 
 
 async def rows_mentioning(url: str, thread: str) -> dict[str, int]:
-    """Count the rows of every checkpoint table and the feedback table that belong to `thread`."""
-    counts: dict[str, int] = {}
-    async with await psycopg.AsyncConnection.connect(url, autocommit=True, row_factory=dict_row) as conn:
-        for table in (*CHECKPOINT_TABLES, "run_feedback"):
-            row = await (
-                await conn.execute(f"select count(*) as n from {table} where thread_id = %s", (thread,))
-            ).fetchone()
-            assert row is not None
-            counts[table] = row["n"]
+    """Count the rows of `thread` in every table with a `thread_id` column (as the catalogue lists them)."""
+    counts = rows_of_threads(url, [thread])
+    assert {*CHECKPOINT_TABLES, "run_feedback"} <= counts.keys()
     return counts
 
 
@@ -319,9 +314,8 @@ async def test_delete_while_a_run_is_in_flight_gets_409(migrated_database_url: s
         body = (await client.get("/v1/threads/in-flight/messages", headers=auth(**EN))).json()
         assert [m["id"] for m in body["messages"]][-1] == end["message"]["id"]  # the run finished intact
         assert (await client.delete("/v1/threads/in-flight", headers=auth(**EN))).status_code == 204
-        assert (await rows_mentioning(migrated_database_url, "in-flight")) == {
-            t: 0 for t in (*CHECKPOINT_TABLES, "run_feedback")
-        }
+        left = await rows_mentioning(migrated_database_url, "in-flight")
+        assert left == dict.fromkeys(left, 0)
 
 
 # --- feedback --------------------------------------------------------------------------------------

@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
-from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
-from langgraph.store.postgres.aio import AsyncPostgresStore
 from psycopg import AsyncConnection
 from psycopg.rows import dict_row
+
+from chatbot.db import langgraph_tables
 
 # A fixed key in a namespace of our own (first half of the two-int form: "chbt" in ASCII).
 _MIGRATE_LOCK = (0x63686274, 1)
@@ -81,15 +81,7 @@ async def _acquire_polled(conn: AsyncConnection[Any], timeout: float) -> float:
 
 
 async def _apply_all(conn: AsyncConnection[Any]) -> list[str]:
-    applied: list[str] = []
-    saver_before = await _version(conn, "checkpoint_migrations")
-    await AsyncPostgresSaver(conn).setup()
-    if await _version(conn, "checkpoint_migrations") != saver_before:
-        applied.append("checkpointer")
-    store_before = await _version(conn, "store_migrations")
-    await AsyncPostgresStore(conn).setup()
-    if await _version(conn, "store_migrations") != store_before:
-        applied.append("store")
+    applied = await langgraph_tables.setup(conn)  # the saver's and the store's own `setup()`
     await conn.execute(
         f"create table if not exists {_OWN_TABLE} ("
         " version integer primary key, name text not null,"
@@ -108,21 +100,11 @@ async def _apply_all(conn: AsyncConnection[Any]) -> list[str]:
     return applied
 
 
-async def _version(conn: AsyncConnection[Any], table: str) -> int:
-    """Return the newest version recorded in a migrations table, -1 if it does not exist."""
-    exists = await (await conn.execute("select to_regclass(%s) as t", (table,))).fetchone()
-    if not exists or exists["t"] is None:
-        return -1
-    row = await (await conn.execute(f"select max(v) as v from {table}")).fetchone()
-    return -1 if row is None or row["v"] is None else int(row["v"])
-
-
 async def schema_problem(conn: AsyncConnection[Any]) -> str | None:
     """Return why the schema is not ready for this version of the service, or None."""
-    if await _version(conn, "checkpoint_migrations") < len(AsyncPostgresSaver.MIGRATIONS) - 1:
-        return "checkpoint tables missing or outdated"
-    if await _version(conn, "store_migrations") < len(AsyncPostgresStore.MIGRATIONS) - 1:
-        return "store tables missing or outdated"
+    problem = await langgraph_tables.schema_problem(conn)
+    if problem is not None:
+        return problem
     exists = await (await conn.execute("select to_regclass(%s) as t", (_OWN_TABLE,))).fetchone()
     if not exists or exists["t"] is None:
         return "service tables missing"

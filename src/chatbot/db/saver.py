@@ -34,6 +34,7 @@ from psycopg import AsyncCursor, AsyncPipeline
 from psycopg.rows import DictRow, dict_row
 from psycopg_pool import AsyncConnectionPool
 
+from chatbot.db import langgraph_tables
 from chatbot.db.locks import Fence, LeaseLost
 
 PACKAGE = "langgraph-checkpoint-postgres"
@@ -97,6 +98,9 @@ class PooledPostgresSaver(AsyncPostgresSaver):
     def __init__(self, conn: Conn, pipe: AsyncPipeline | None = None, serde: SerializerProtocol | None = None) -> None:
         """Build the saver; on a pool, replace the instance lock by one that never waits."""
         check_version()
+        # The app builds its saver once, at start-up: the statements on the library's tables
+        # (db/langgraph_tables.py) are refused there too when the library is not theirs.
+        langgraph_tables.check_version()
         _tune_delta_walk_page()
         super().__init__(conn, pipe, serde)
         # Only on a pool: a single shared connection (and a pipeline, which the library

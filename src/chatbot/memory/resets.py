@@ -11,7 +11,7 @@ progress finish before the reset deletes, and a later write see the reset.
 
 Transaction-scoped advisory locks end with their transaction, so nothing can leak them and
 they work through PgBouncer in transaction mode; their key namespace is not the session
-locks' (threads/locks.py), which a memory job holds on another connection meanwhile.
+locks' (db/locks.py), which a memory job holds on another connection meanwhile.
 """
 
 from __future__ import annotations
@@ -20,8 +20,9 @@ from typing import Any
 
 from psycopg import AsyncConnection
 
+from chatbot.db import langgraph_tables
 from chatbot.db.pool import Pool
-from chatbot.memory.namespaces import facts_namespace, profile_namespace
+from chatbot.memory.namespaces import facts_namespace, profile_namespace, user_prefix
 
 _KEY = "hashtextextended('chatbot/memory-reset/' || %s || '/' || %s, 0)"
 _RESET = """
@@ -34,18 +35,13 @@ _SECONDS_SINCE_RESET = (
 )
 
 
-def _store_prefixes(tenant_id: str, user_id: str) -> list[str]:
-    # The store keeps a namespace as its labels joined by "."; labels never contain one.
-    return [".".join(profile_namespace(tenant_id, user_id)), ".".join(facts_namespace(tenant_id, user_id))]
-
-
 async def reset_memory(pool: Pool, tenant_id: str, user_id: str) -> int:
     """Delete the user's profile and facts and mark the reset; return how many items went."""
     async with pool.connection() as conn, conn.transaction():
         await conn.execute(f"select pg_advisory_xact_lock({_KEY})", (tenant_id, user_id))
         await conn.execute(_RESET, (tenant_id, user_id))
-        cur = await conn.execute("delete from store where prefix = any(%s)", (_store_prefixes(tenant_id, user_id),))
-        return cur.rowcount
+        namespaces = [profile_namespace(tenant_id, user_id), facts_namespace(tenant_id, user_id)]
+        return await langgraph_tables.delete_store_namespaces(conn, namespaces)
 
 
 async def hold_for_write(conn: AsyncConnection[Any], tenant_id: str, user_id: str) -> float | None:
@@ -61,3 +57,15 @@ async def hold_for_write(conn: AsyncConnection[Any], tenant_id: str, user_id: st
 async def forget_resets(conn: AsyncConnection[Any], tenant_id: str, user_id: str) -> None:
     """Delete the user's reset row (erasure: no row may keep the user's id)."""
     await conn.execute("delete from memory_resets where tenant_id = %s and user_id = %s", (tenant_id, user_id))
+
+
+async def erase_memory(conn: AsyncConnection[Any], tenant_id: str, user_id: str) -> int:
+    """Delete everything stored under the user's namespace and the user's reset row; return items deleted.
+
+    The whole namespace tree (`user_prefix`), not just profile and facts, in every table the
+    catalogue keys by store prefix: memory a later version files elsewhere under the user
+    goes too. Callers hold the user's lock (ops/erasure.py), so no memory write interleaves.
+    """
+    items = await langgraph_tables.delete_store_tree(conn, user_prefix(tenant_id, user_id))
+    await forget_resets(conn, tenant_id, user_id)
+    return items

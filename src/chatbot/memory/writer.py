@@ -22,6 +22,8 @@ from langgraph.store.base import GetOp, Item, PutOp, SearchOp, TTLConfig
 from langgraph.store.postgres.aio import AsyncPostgresStore
 
 from chatbot import metrics
+from chatbot.db import langgraph_tables
+from chatbot.db.locks import Locks
 from chatbot.db.pool import Pool
 from chatbot.memory.consolidation import StoredFact, consolidate
 from chatbot.memory.extraction import MemoryCandidates, extract_offline, merge_profile
@@ -29,15 +31,10 @@ from chatbot.memory.jobs import MemoryJob
 from chatbot.memory.namespaces import PROFILE_KEY, facts_namespace, profile_namespace
 from chatbot.memory.pii import rejection_reason
 from chatbot.memory.resets import hold_for_write
-from chatbot.threads.locks import Locks
 
 log = logging.getLogger(__name__)
 
 Extractor = Callable[[MemoryJob], Awaitable[MemoryCandidates]]
-_THREAD_OF_USER = (
-    "select 1 from checkpoints where thread_id = %s and checkpoint_ns = '' "
-    "and metadata ->> 'tenant_id' = %s and metadata ->> 'user_id' = %s limit 1"
-)
 
 
 async def offline_extractor(job: MemoryJob) -> MemoryCandidates:
@@ -128,8 +125,7 @@ class MemoryWriter:
 
     async def _thread_still_there(self, job: MemoryJob) -> bool:
         async with self.pool.connection() as conn:
-            row = await (await conn.execute(_THREAD_OF_USER, (job.thread_id, job.tenant_id, job.user_id))).fetchone()
-        return row is not None
+            return await langgraph_tables.thread_recorded_for(conn, job.thread_id, job.tenant_id, job.user_id)
 
     async def _apply(self, store: AsyncPostgresStore, job: MemoryJob, candidates: MemoryCandidates) -> None:
         for category in candidates.rejected:  # dropped by the extractor's own guard

@@ -18,23 +18,13 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
 
+from chatbot.db import langgraph_tables
+from chatbot.db.locks import Lease, Locks
 from chatbot.db.pool import Pool
-from chatbot.ops.erasure import delete_threads
 from chatbot.retrieval.versions import prune_superseded_chunks
-from chatbot.threads.locks import Lease, Locks
+from chatbot.threads.deletion import delete_threads
 
 _UUID_EPOCH_OFFSET = 0x01B21DD213814000  # 100-ns intervals from 1582-10-15 to 1970-01-01
-_STALE = """
-select thread_id from checkpoints
-where checkpoint_ns = '' and thread_id > %s
-group by thread_id having max(checkpoint_id) < %s
-order by thread_id limit %s
-"""
-_STILL_STALE = """
-select thread_id from checkpoints
-where checkpoint_ns = '' and thread_id = any(%s)
-group by thread_id having max(checkpoint_id) < %s
-"""
 
 
 def uuid6_floor(moment: datetime) -> str:
@@ -76,10 +66,9 @@ async def purge_stale_threads(
         if before_batch is not None:
             await before_batch()
         async with pool.connection() as conn:
-            rows = await (await conn.execute(_STALE, (after, floor, batch_size))).fetchall()
-        if not rows:
+            batch = await langgraph_tables.stale_threads(conn, after, floor, batch_size)
+        if not batch:
             break
-        batch = [r["thread_id"] for r in rows]
         after = batch[-1]
         stale += len(batch)
         if dry_run:
@@ -108,8 +97,8 @@ async def _delete_unless_busy(pool: Pool, locks: Locks, thread_ids: list[str], f
             locked.append(thread_id)
         # Re-checked under the locks: a run may have finished on a thread since the scan.
         async with pool.connection() as conn:
-            rows = await (await conn.execute(_STILL_STALE, (locked, floor))).fetchall()
-        return await delete_threads(pool, [r["thread_id"] for r in rows]), skipped
+            still = await langgraph_tables.still_stale(conn, locked, floor)
+        return await delete_threads(pool, still), skipped
     finally:
         for lease in leases:
             await lease.release()

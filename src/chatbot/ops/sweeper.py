@@ -19,10 +19,10 @@ from datetime import UTC, datetime, timedelta
 
 from prometheus_client import Counter, Histogram
 
+from chatbot.db.locks import Locks
 from chatbot.db.pool import Pool
 from chatbot.ops.lease import Lease, LeaseLost, replica_name
 from chatbot.ops.retention import RetentionReport, purge_stale_threads
-from chatbot.threads.locks import Locks
 
 log = logging.getLogger(__name__)
 

@@ -1,9 +1,9 @@
 """Chunk versions as run records cite them: read them back, prune those nobody cites.
 
 A run record (agent/record.py) keeps the (chunk id, version) pairs it retrieved, in the
-`record` channel, a JSON string the checkpointer stores inline in each checkpoint's JSONB
-(`checkpoint -> 'channel_values' ->> 'record'`). Postgres can therefore tell which
-superseded versions a retained thread still refers to without loading any blob.
+`record` channel, a JSON string the checkpointer stores inline in each checkpoint's JSONB.
+Postgres can therefore tell which superseded versions a retained thread still refers to
+without loading any blob (the statement on the checkpoints is db/langgraph_tables.py's).
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
+from chatbot.db.langgraph_tables import CITED_CHUNK_VERSIONS
 from chatbot.db.pool import Pool
 
 # Longer than any run: a run that retrieved a chunk just before an ingest superseded it
@@ -28,19 +29,9 @@ where c.tenant_id = %s
 
 _ANY_PRUNABLE = "select 1 from kb_chunks where superseded_at is not null and superseded_at < now() - %s limit 1"
 
-# One pass over the root checkpoints collects every cited pair; a record is a JSON string
-# (see the module docstring), `retrieved` a list of [chunk_id, version].
-_PRUNE = """
-with records as (
-    select k.metadata ->> 'tenant_id' as tenant_id, k.checkpoint -> 'channel_values' ->> 'record' as raw
-    from checkpoints k
-    -- A new run's first checkpoint holds an empty record: only JSON objects are parsed.
-    where k.checkpoint_ns = '' and k.checkpoint -> 'channel_values' ->> 'record' like '{%%'
-), cited as materialized (
-    select distinct records.tenant_id, r ->> 0 as chunk_id, (r ->> 1)::int as version
-    from records
-    cross join lateral jsonb_array_elements(coalesce(raw::jsonb -> 'retrieved', '[]'::jsonb)) as r
-)
+# One pass over the root checkpoints collects every cited pair, in the delete's own statement.
+_PRUNE = f"""
+with cited as materialized ({CITED_CHUNK_VERSIONS})
 delete from kb_chunks c
 where c.superseded_at is not null and c.superseded_at < now() - %s
   and not exists (

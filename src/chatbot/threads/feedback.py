@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
+from psycopg import AsyncConnection
+
 from chatbot.caller import CallerContext
+from chatbot.db import langgraph_tables
 from chatbot.db.pool import Pool
 
-_RUN_EXISTS = (
-    "select 1 from checkpoints where thread_id = %s and checkpoint_ns = '' "
-    "and metadata ->> 'run_id' = %s and metadata ->> 'tenant_id' = %s limit 1"
-)
 _UPSERT = """
 insert into run_feedback (thread_id, run_id, tenant_id, user_id, score, comment, locale)
 values (%s, %s, %s, %s, %s, %s, %s)
@@ -21,7 +23,7 @@ set score = excluded.score, comment = excluded.comment, user_id = excluded.user_
 async def run_exists(pool: Pool, thread_id: str, run_id: str, tenant_id: str) -> bool:
     """Return True when `run_id` is recorded in the thread's checkpoint metadata."""
     async with pool.connection() as conn:
-        return await (await conn.execute(_RUN_EXISTS, (thread_id, run_id, tenant_id))).fetchone() is not None
+        return await langgraph_tables.run_recorded(conn, thread_id, run_id, tenant_id)
 
 
 async def save_feedback(
@@ -31,3 +33,14 @@ async def save_feedback(
     async with pool.connection() as conn:
         params = (thread_id, run_id, caller.tenant_id, caller.user_id, score, comment, caller.locale)
         await conn.execute(_UPSERT, params)
+
+
+async def delete_feedback_of_user(
+    conn: AsyncConnection[Any], tenant_id: str, user_id: str, thread_ids: Sequence[str]
+) -> int:
+    """Delete the user's feedback in one tenant, and any feedback on `thread_ids`; return how many went."""
+    cur = await conn.execute(
+        "delete from run_feedback where (tenant_id = %s and user_id = %s) or thread_id = any(%s)",
+        (tenant_id, user_id, list(thread_ids)),
+    )
+    return max(cur.rowcount, 0)

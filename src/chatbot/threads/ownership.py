@@ -11,13 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from chatbot.caller import CallerContext
+from chatbot.db import langgraph_tables
 from chatbot.db.pool import Pool
 from chatbot.errors import Problem
-
-_OWNER = (
-    "select metadata ->> 'tenant_id' as tenant_id, metadata ->> 'user_id' as user_id from checkpoints "
-    "where thread_id = %s and checkpoint_ns = '' order by checkpoint_id limit 1"
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,8 +31,8 @@ class Owner:
 async def thread_owner(pool: Pool, thread_id: str) -> Owner | None:
     """Return who created the thread, or None when the thread does not exist."""
     async with pool.connection() as conn:
-        row = await (await conn.execute(_OWNER, (thread_id,))).fetchone()
-    return None if row is None else Owner(row["tenant_id"], row["user_id"])
+        found = await langgraph_tables.first_checkpoint_owner(conn, thread_id)
+    return None if found is None else Owner(*found)
 
 
 def thread_not_found() -> Problem:

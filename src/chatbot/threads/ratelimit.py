@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+from psycopg import AsyncConnection
+
 from chatbot.caller import CallerContext
 from chatbot.db.pool import Pool
 
@@ -54,3 +58,8 @@ class RateLimiter:
                 return None
             row = await (await conn.execute(_RETRY)).fetchone()
         return int(row["retry"]) if row else 60
+
+
+async def forget_user_counts(conn: AsyncConnection[Any], tenant_id: str, user_id: str) -> None:
+    """Delete the user's run counters (erasure: no row may keep the user's id)."""
+    await conn.execute("delete from run_rate_windows where tenant_id = %s and user_id = %s", (tenant_id, user_id))

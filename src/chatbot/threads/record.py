@@ -21,37 +21,11 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from chatbot.agent.record import decode_record
 from chatbot.agent.state import message_meta
 from chatbot.agent.system_message import SystemCuts, compose_system_text, shorten_question
+from chatbot.db import langgraph_tables
 from chatbot.db.locks import THREAD_LOCKED, Locks
 from chatbot.db.pool import Pool
 from chatbot.retrieval.versions import read_chunk_versions
 
-_RUN_CHECKPOINTS = """
-select checkpoint_id,
-       checkpoint -> 'channel_values' ->> 'record' as record,
-       checkpoint -> 'channel_values' ->> 'summary' as summary,
-       checkpoint -> 'channel_versions' as versions,
-       checkpoint ->> 'ts' as ts
-from checkpoints
-where thread_id = %s and checkpoint_ns = '' and metadata ->> 'run_id' = %s and metadata ->> 'tenant_id' = %s
-order by checkpoint_id desc
-"""
-_NEWEST_RUN = (
-    "select metadata ->> 'run_id' as run_id from checkpoints "
-    "where thread_id = %s and checkpoint_ns = '' order by checkpoint_id desc limit 1"
-)
-_MEMORY_BLOBS = """
-select channel, type, blob from checkpoint_blobs
-where thread_id = %s and checkpoint_ns = ''
-  and ((channel = 'profile' and version = %s) or (channel = 'facts' and version = %s))
-"""
-# The transcript up to the run, newest first, a batch of `turn` versions at a time: the
-# same record threads/transcript.py reads, entered at the run's own version, so a record
-# costs what its window holds, not the thread's length (400 turns: ~125 ms read whole).
-_TURN_VERSIONS_BEFORE = (
-    "select version, type, blob from checkpoint_blobs "
-    "where thread_id = %s and checkpoint_ns = '' and channel = 'turn' and version collate \"C\" < %s "
-    'order by version collate "C" desc limit %s'
-)
 _REMEMBER_PROMPT = "insert into system_prompts (sha256, text) values (%s, %s) on conflict (sha256) do nothing"
 _PROMPT_TEXT = "select text from system_prompts where sha256 = %s"
 
@@ -113,7 +87,7 @@ class _Snapshot:
 
 async def _snapshot(pool: Pool, thread_id: str, run_id: str, tenant_id: str) -> _Snapshot | None:
     async with pool.connection() as conn:
-        rows = await (await conn.execute(_RUN_CHECKPOINTS, (thread_id, run_id, tenant_id))).fetchall()
+        rows = await langgraph_tables.run_record_checkpoints(conn, thread_id, run_id, tenant_id)
     if not rows:
         return None
     for row in rows:
@@ -126,8 +100,8 @@ async def _snapshot(pool: Pool, thread_id: str, run_id: str, tenant_id: str) -> 
 
 async def _is_newest_run(pool: Pool, thread_id: str, run_id: str) -> bool:
     async with pool.connection() as conn:
-        row = await (await conn.execute(_NEWEST_RUN, (thread_id,))).fetchone()
-    return row is not None and row["run_id"] == run_id
+        newest = await langgraph_tables.newest_run(conn, thread_id)
+    return newest == run_id
 
 
 async def _memory(
@@ -136,8 +110,7 @@ async def _memory(
     """Return the profile and facts the run loaded (the checkpoint's versions of those channels)."""
     versions = versions if isinstance(versions, dict) else {}
     async with pool.connection() as conn:
-        cur = await conn.execute(_MEMORY_BLOBS, (thread_id, versions.get("profile"), versions.get("facts")))
-        rows = await cur.fetchall()
+        rows = await langgraph_tables.memory_blobs(conn, thread_id, versions.get("profile"), versions.get("facts"))
     found = {
         row["channel"]: serde.loads_typed((row["type"], bytes(row["blob"])))
         for row in rows
@@ -153,7 +126,11 @@ async def _memory(
 async def _transcript_to(
     pool: Pool, serde: SerializerProtocol, thread_id: str, turn_version: object, record: dict[str, Any], run_id: str
 ) -> list[BaseMessage]:
-    """Return the transcript up to the run (oldest first), back as far as its window reaches."""
+    """Return the transcript up to the run (oldest first), back as far as its window reaches.
+
+    The same record threads/transcript.py reads, entered at the run's own version, so a
+    record costs what its window holds, not the thread's length (400 turns: ~125 ms read whole).
+    """
     span = record.get("window_span")
     wanted = {str(span[0])} if isinstance(span, list) and span else {str(i) for i in record.get("window") or []}
     # Versions are "<32-digit counter>.<random>": "~" sorts after every character they use.
@@ -162,7 +139,7 @@ async def _transcript_to(
     input_seen = False
     while True:
         async with pool.connection() as conn:
-            rows = await (await conn.execute(_TURN_VERSIONS_BEFORE, (thread_id, bound, 32))).fetchall()
+            rows = await langgraph_tables.turn_versions_before(conn, thread_id, bound, 32)
         for row in rows:
             if row["blob"] is None or row["type"] == "empty":
                 continue

@@ -24,33 +24,13 @@ from langchain_core.messages import AIMessage
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from chatbot.agent.state import message_meta
-from chatbot.db.locks import THREAD_LOCKED
+from chatbot.db import langgraph_tables
 from chatbot.db.pool import Pool
 from chatbot.errors import Problem, problem_body
 from chatbot.threads.runs import end_event
 from chatbot.threads.stream import Listener, StreamEvent
 
 FOLLOW_POLL_SECONDS = 0.2
-
-_RUN_CHECKPOINTS = """
-select checkpoint_id, metadata ->> 'source' as source, checkpoint -> 'channel_versions' as versions
-from checkpoints
-where thread_id = %s and checkpoint_ns = '' and metadata ->> 'run_id' = %s
-order by checkpoint_id
-"""
-_BLOB = (
-    "select type, blob from checkpoint_blobs "
-    "where thread_id = %s and checkpoint_ns = '' and channel = %s and version = %s"
-)
-_ERROR = (
-    "select type, blob from checkpoint_writes "
-    "where thread_id = %s and checkpoint_ns = '' and checkpoint_id = %s and channel = '__error__' limit 1"
-)
-_NEWEST_RUN = f"""
-select (select metadata ->> 'run_id' from checkpoints
-        where thread_id = %(thread)s and checkpoint_ns = '' order by checkpoint_id desc limit 1) as newest_run,
-       ({THREAD_LOCKED}) as locked
-"""
 
 # A failed run's `__error__` write is the exception's repr; its class name says what failed.
 _ERROR_STATUS = {
@@ -92,19 +72,19 @@ class RunRecords:
     async def exists(self, thread_id: str, run_id: str) -> bool:
         """Return True when the thread's record holds the run."""
         async with self.pool.connection() as conn:
-            return bool(await (await conn.execute(_RUN_CHECKPOINTS, (thread_id, run_id))).fetchall())
+            return bool(await langgraph_tables.run_checkpoints(conn, thread_id, run_id))
 
     async def replay(self, thread_id: str, run_id: str) -> Replayed | None:
         """Return the run's answer and terminal event, or None while it has no final checkpoint."""
         async with self.pool.connection() as conn:
-            rows = await (await conn.execute(_RUN_CHECKPOINTS, (thread_id, run_id))).fetchall()
+            rows = await langgraph_tables.run_checkpoints(conn, thread_id, run_id)
             final = next((r for r in reversed(rows) if r["source"] == "loop"), None)
             if final is None:
                 return None
             versions = final["versions"] or {}
             turn = await self._channel(conn, thread_id, "turn", versions.get("turn"))
             outcome = await self._channel(conn, thread_id, "outcome", versions.get("outcome"))
-            error = await (await conn.execute(_ERROR, (thread_id, final["checkpoint_id"]))).fetchone()
+            error = await langgraph_tables.error_write(conn, thread_id, final["checkpoint_id"])
         answer = next(
             (m for m in turn or [] if isinstance(m, AIMessage) and message_meta(m).get("run_id") == run_id), None
         )
@@ -117,7 +97,7 @@ class RunRecords:
     async def _channel(self, conn: Any, thread_id: str, channel: str, version: str | None) -> Any:
         if version is None:
             return None
-        row = await (await conn.execute(_BLOB, (thread_id, channel, version))).fetchone()
+        row = await langgraph_tables.channel_blob(conn, thread_id, channel, version)
         if row is None or row["type"] == "empty" or row["blob"] is None:
             return None
         return self.serde.loads_typed((row["type"], bytes(row["blob"])))
@@ -129,9 +109,8 @@ class RunRecords:
             if replayed is not None:
                 return replayed
             async with self.pool.connection() as conn:
-                row = await (await conn.execute(_NEWEST_RUN, {"thread": thread_id})).fetchone()
-            assert row is not None
-            if row["newest_run"] != run_id or not row["locked"]:
+                newest, locked = await langgraph_tables.newest_run_and_lock(conn, thread_id)
+            if newest != run_id or not locked:
                 # Over without a final checkpoint? Read once more: the end is written before
                 # the lock is released, possibly between the two reads above.
                 replayed = await self.replay(thread_id, run_id)

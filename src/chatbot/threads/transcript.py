@@ -10,6 +10,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from chatbot.agent.state import message_meta
+from chatbot.db import langgraph_tables
 from chatbot.db.pool import Pool
 from chatbot.errors import Problem
 
@@ -48,12 +49,6 @@ class Page:
 # writes `turn` twice (the user's message, then the message and the answer), so a later
 # version restates an earlier one: the newest version of each message wins.
 # Newest first, a batch at a time: the newest page costs the same at turn 1000 as at 10.
-# "C" collation: versions compare by their fixed-width counter whatever the database's.
-_TURN_VERSIONS_BEFORE = (
-    "select version, type, blob from checkpoint_blobs "
-    "where thread_id = %s and checkpoint_ns = '' and channel = 'turn' and version collate \"C\" < %s "
-    'order by version collate "C" desc limit %s'
-)
 _AFTER_EVERY_VERSION = "a"  # sorts after every version (they start with a digit)
 
 
@@ -65,7 +60,7 @@ async def _newest_first(
     bound = _AFTER_EVERY_VERSION
     while True:
         async with pool.connection() as conn:
-            rows = await (await conn.execute(_TURN_VERSIONS_BEFORE, (thread_id, bound, batch))).fetchall()
+            rows = await langgraph_tables.turn_versions_before(conn, thread_id, bound, batch)
         for row in rows:
             if row["blob"] is None or row["type"] == "empty":
                 continue

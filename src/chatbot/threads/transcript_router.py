@@ -12,8 +12,8 @@ from chatbot.auth import CallerDep
 from chatbot.deps import AUTHENTICATED, LocksDep, PoolDep, SaverDep
 from chatbot.errors import Problem
 from chatbot.openapi import v1_problems
-from chatbot.ops.erasure import delete_threads
 from chatbot.responses import MessagesPage
+from chatbot.threads.deletion import delete_threads
 from chatbot.threads.feedback import run_exists, save_feedback
 from chatbot.threads.ownership import check_thread_access, thread_owner
 from chatbot.threads.schemas import FeedbackRequest, ThreadId

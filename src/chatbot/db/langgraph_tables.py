@@ -1,0 +1,359 @@
+"""Every statement on the tables LangGraph's libraries own, in one place, checked against one version.
+
+langgraph-checkpoint-postgres creates and owns `checkpoints`, `checkpoint_blobs`,
+`checkpoint_writes` and `checkpoint_migrations` (the saver) and `store`, `store_vectors`,
+`store_migrations` and `vector_migrations` (the store; the vector tables exist only with an
+index configuration, which this service does not use). Their shape can change with any
+minor release, so nothing else in the service names them: features call the functions
+below, and upgrading the library means re-checking this file (and `db/saver.py`) only.
+
+The rule: the library's public API first (`adelete_thread`, the store's batch operations,
+`setup()`); raw SQL only where the API has no equivalent, each statement saying why. Most
+reads below are raw because the API loads whole checkpoints (every channel, deserialised)
+where the service needs one metadata field or one channel version, on hot paths (the
+ownership check of every run, the transcript page, the run record).
+
+Verified on langgraph-checkpoint-postgres 3.2 (checkpoint migrations 0-10, store
+migrations 0-3) with langgraph 1.2 and langgraph-checkpoint 4.3; `check_version` refuses
+anything else, and tests/db/test_langgraph_tables.py re-checks the columns these
+statements use on whatever is installed.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from importlib.metadata import version
+from typing import Any
+
+from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+from langgraph.store.postgres.aio import AsyncPostgresStore
+from psycopg import AsyncConnection, sql
+
+from chatbot.db.catalogue import tables_with_column
+from chatbot.db.locks import THREAD_LOCKED
+
+Conn = AsyncConnection[Any]
+
+PACKAGE = "langgraph-checkpoint-postgres"
+VERIFIED_VERSIONS = ((3, 2, 0), (3, 3, 0))
+"""The langgraph-checkpoint-postgres versions (low inclusive, high exclusive) this module was checked against."""
+
+CHECKPOINT_TABLES = ("checkpoints", "checkpoint_blobs", "checkpoint_writes")
+"""The saver's tables keyed by thread; `adelete_thread` of the verified versions empties all three."""
+
+STORE_TABLE = "store"
+
+
+def installed_version() -> tuple[int, int, int]:
+    """Return the installed langgraph-checkpoint-postgres version as (major, minor, patch)."""
+    found = re.match(r"(\d+)\.(\d+)(?:\.(\d+))?", version(PACKAGE))
+    if found is None:
+        raise RuntimeError(f"cannot read the version of {PACKAGE}: {version(PACKAGE)!r}")
+    return int(found[1]), int(found[2]), int(found[3] or 0)
+
+
+def check_version() -> None:
+    """Raise unless the installed langgraph-checkpoint-postgres is a version these statements were checked on."""
+    low, high = VERIFIED_VERSIONS
+    found = installed_version()
+    if not low <= found < high:
+        raise RuntimeError(
+            f"{PACKAGE} {'.'.join(map(str, found))} is installed, but chatbot.db.langgraph_tables was checked "
+            f"on >={'.'.join(map(str, low))},<{'.'.join(map(str, high))}: re-run tests/db/test_langgraph_tables.py "
+            "and the erasure, transcript and record tests, then widen VERIFIED_VERSIONS"
+        )
+
+
+# --- Schema versions (readiness) -----------------------------------------------------
+# Raw: the library has no "is the schema current" call; `setup()` would migrate (DDL),
+# which the server must never do. The migrations tables hold one row per applied step.
+
+
+async def schema_version(conn: Conn, table: str) -> int:
+    """Return the newest step recorded in a library migrations table, -1 when it does not exist."""
+    exists = await (await conn.execute("select to_regclass(%s) as t", (table,))).fetchone()
+    if not exists or exists["t"] is None:
+        return -1
+    row = await (await conn.execute(sql.SQL("select max(v) as v from {}").format(sql.Identifier(table)))).fetchone()
+    return -1 if row is None or row["v"] is None else int(row["v"])
+
+
+async def schema_problem(conn: Conn) -> str | None:
+    """Return why the library's tables are not migrated to the installed version, or None."""
+    if await schema_version(conn, "checkpoint_migrations") < len(AsyncPostgresSaver.MIGRATIONS) - 1:
+        return "checkpoint tables missing or outdated"
+    if await schema_version(conn, "store_migrations") < len(AsyncPostgresStore.MIGRATIONS) - 1:
+        return "store tables missing or outdated"
+    return None
+
+
+async def setup(conn: Conn) -> list[str]:
+    """Create or upgrade the saver's and the store's tables (public API); return which changed."""
+    applied = []
+    before = await schema_version(conn, "checkpoint_migrations")
+    await AsyncPostgresSaver(conn).setup()
+    if await schema_version(conn, "checkpoint_migrations") != before:
+        applied.append("checkpointer")
+    before = await schema_version(conn, "store_migrations")
+    await AsyncPostgresStore(conn).setup()
+    if await schema_version(conn, "store_migrations") != before:
+        applied.append("store")
+    return applied
+
+
+# --- Who a thread belongs to, and which runs it holds ----------------------------------
+# Raw: the owner and run ids are checkpoint *metadata* fields (threads/runs.py writes them);
+# `alist(filter=...)` would load and deserialise every matching checkpoint to answer a
+# yes/no or one-field question, on every run (the ownership check) and every feedback.
+# Root namespace only (`checkpoint_ns = ''`): subgraph checkpoints carry no identity.
+
+_OWNER = (
+    "select metadata ->> 'tenant_id' as tenant_id, metadata ->> 'user_id' as user_id from checkpoints "
+    "where thread_id = %s and checkpoint_ns = '' order by checkpoint_id limit 1"
+)
+_RUN_OF_TENANT = (
+    "select 1 from checkpoints where thread_id = %s and checkpoint_ns = '' "
+    "and metadata ->> 'run_id' = %s and metadata ->> 'tenant_id' = %s limit 1"
+)
+_THREAD_OF_USER = (
+    "select 1 from checkpoints where thread_id = %s and checkpoint_ns = '' "
+    "and metadata ->> 'tenant_id' = %s and metadata ->> 'user_id' = %s limit 1"
+)
+_THREADS_OF_USER = (
+    "select distinct thread_id from checkpoints where checkpoint_ns = '' "
+    "and metadata ->> 'tenant_id' = %s and metadata ->> 'user_id' = %s"
+)
+
+
+async def first_checkpoint_owner(conn: Conn, thread_id: str) -> tuple[str, str] | None:
+    """Return (tenant_id, user_id) of the thread's first checkpoint (ids are time-ordered), None when none."""
+    row = await (await conn.execute(_OWNER, (thread_id,))).fetchone()
+    return None if row is None else (row["tenant_id"], row["user_id"])
+
+
+async def run_recorded(conn: Conn, thread_id: str, run_id: str, tenant_id: str) -> bool:
+    """Return True when a checkpoint of the thread names `run_id` and the tenant."""
+    return await (await conn.execute(_RUN_OF_TENANT, (thread_id, run_id, tenant_id))).fetchone() is not None
+
+
+async def thread_recorded_for(conn: Conn, thread_id: str, tenant_id: str, user_id: str) -> bool:
+    """Return True when a checkpoint of the thread names this tenant and user."""
+    row = await (await conn.execute(_THREAD_OF_USER, (thread_id, tenant_id, user_id))).fetchone()
+    return row is not None
+
+
+async def threads_of_user(conn: Conn, tenant_id: str, user_id: str) -> list[str]:
+    """Return every thread with a checkpoint naming this tenant and user."""
+    rows = await (await conn.execute(_THREADS_OF_USER, (tenant_id, user_id))).fetchall()
+    return [r["thread_id"] for r in rows]
+
+
+# --- Idle threads (retention) ----------------------------------------------------------
+# Raw: no API lists threads, nor tells a thread's age. `checkpoint_id` is a time-ordered
+# UUIDv6, so "newest checkpoint older than X" is a group-by on it (27 ms for 120k rows).
+
+_STALE = """
+select thread_id from checkpoints
+where checkpoint_ns = '' and thread_id > %s
+group by thread_id having max(checkpoint_id) < %s
+order by thread_id limit %s
+"""
+_STILL_STALE = """
+select thread_id from checkpoints
+where checkpoint_ns = '' and thread_id = any(%s)
+group by thread_id having max(checkpoint_id) < %s
+"""
+
+
+async def stale_threads(conn: Conn, after: str, floor: str, limit: int) -> list[str]:
+    """Return up to `limit` threads after `after` (by id) whose newest checkpoint id is below `floor`."""
+    rows = await (await conn.execute(_STALE, (after, floor, limit))).fetchall()
+    return [r["thread_id"] for r in rows]
+
+
+async def still_stale(conn: Conn, thread_ids: Sequence[str], floor: str) -> list[str]:
+    """Return those of `thread_ids` whose newest checkpoint id is still below `floor`."""
+    rows = await (await conn.execute(_STILL_STALE, (list(thread_ids), floor))).fetchall()
+    return [r["thread_id"] for r in rows]
+
+
+# --- Channel versions (transcript, run records, rejoins) ---------------------------------
+# Raw: `aget_tuple` loads a checkpoint with every channel at its version; the transcript is
+# every *version* of the `turn` channel (the API has no per-channel history outside
+# DeltaChannels), and a record or a rejoin needs one or two channels of one checkpoint.
+# Rows are (version, type, blob) as the saver wrote them; callers decode with its serde.
+
+# Newest first, a batch at a time: the newest page costs the same at turn 1000 as at 10.
+# "C" collation: versions compare by their fixed-width counter whatever the database's.
+_TURN_VERSIONS_BEFORE = (
+    "select version, type, blob from checkpoint_blobs "
+    "where thread_id = %s and checkpoint_ns = '' and channel = 'turn' and version collate \"C\" < %s "
+    'order by version collate "C" desc limit %s'
+)
+_MEMORY_BLOBS = """
+select channel, type, blob from checkpoint_blobs
+where thread_id = %s and checkpoint_ns = ''
+  and ((channel = 'profile' and version = %s) or (channel = 'facts' and version = %s))
+"""
+_BLOB = (
+    "select type, blob from checkpoint_blobs "
+    "where thread_id = %s and checkpoint_ns = '' and channel = %s and version = %s"
+)
+# A failed run's `__error__` pending write (durability "exit" saves it with the final checkpoint).
+_ERROR = (
+    "select type, blob from checkpoint_writes "
+    "where thread_id = %s and checkpoint_ns = '' and checkpoint_id = %s and channel = '__error__' limit 1"
+)
+
+
+async def turn_versions_before(conn: Conn, thread_id: str, bound: str, limit: int) -> list[dict[str, Any]]:
+    """Return up to `limit` versions of the thread's `turn` channel sorting below `bound`, newest first."""
+    return list(await (await conn.execute(_TURN_VERSIONS_BEFORE, (thread_id, bound, limit))).fetchall())
+
+
+async def memory_blobs(
+    conn: Conn, thread_id: str, profile_version: object, facts_version: object
+) -> list[dict[str, Any]]:
+    """Return the `profile` and `facts` channel rows at the given versions (channel, type, blob)."""
+    return list(await (await conn.execute(_MEMORY_BLOBS, (thread_id, profile_version, facts_version))).fetchall())
+
+
+async def channel_blob(conn: Conn, thread_id: str, channel: str, version: object) -> dict[str, Any] | None:
+    """Return one channel version's row (type, blob), None when absent."""
+    return await (await conn.execute(_BLOB, (thread_id, channel, version))).fetchone()
+
+
+async def error_write(conn: Conn, thread_id: str, checkpoint_id: str) -> dict[str, Any] | None:
+    """Return the `__error__` pending write saved with a checkpoint (type, blob), None when the run did not fail."""
+    return await (await conn.execute(_ERROR, (thread_id, checkpoint_id))).fetchone()
+
+
+# --- Runs' checkpoints (run records, rejoins) --------------------------------------------
+# Raw: a run is found by the `run_id` in checkpoint metadata, and the record, the summary and
+# the channel versions are read from the checkpoint's JSONB (strings are stored inline) without
+# loading any blob.
+
+_RUN_RECORD_CHECKPOINTS = """
+select checkpoint_id,
+       checkpoint -> 'channel_values' ->> 'record' as record,
+       checkpoint -> 'channel_values' ->> 'summary' as summary,
+       checkpoint -> 'channel_versions' as versions,
+       checkpoint ->> 'ts' as ts
+from checkpoints
+where thread_id = %s and checkpoint_ns = '' and metadata ->> 'run_id' = %s and metadata ->> 'tenant_id' = %s
+order by checkpoint_id desc
+"""
+_RUN_CHECKPOINTS = """
+select checkpoint_id, metadata ->> 'source' as source, checkpoint -> 'channel_versions' as versions
+from checkpoints
+where thread_id = %s and checkpoint_ns = '' and metadata ->> 'run_id' = %s
+order by checkpoint_id
+"""
+_NEWEST_RUN = (
+    "select metadata ->> 'run_id' as run_id from checkpoints "
+    "where thread_id = %s and checkpoint_ns = '' order by checkpoint_id desc limit 1"
+)
+# With the lock probe in the same round trip: a follower polls both several times a second.
+_NEWEST_RUN_AND_LOCK = f"""
+select (select metadata ->> 'run_id' from checkpoints
+        where thread_id = %(thread)s and checkpoint_ns = '' order by checkpoint_id desc limit 1) as newest_run,
+       ({THREAD_LOCKED}) as locked
+"""
+
+
+async def run_record_checkpoints(conn: Conn, thread_id: str, run_id: str, tenant_id: str) -> list[dict[str, Any]]:
+    """Return the run's checkpoints newest first: checkpoint_id, record, summary, versions, ts."""
+    return list(await (await conn.execute(_RUN_RECORD_CHECKPOINTS, (thread_id, run_id, tenant_id))).fetchall())
+
+
+async def run_checkpoints(conn: Conn, thread_id: str, run_id: str) -> list[dict[str, Any]]:
+    """Return the run's checkpoints oldest first: checkpoint_id, source, versions."""
+    return list(await (await conn.execute(_RUN_CHECKPOINTS, (thread_id, run_id))).fetchall())
+
+
+async def newest_run(conn: Conn, thread_id: str) -> str | None:
+    """Return the run id of the thread's newest checkpoint, None without one."""
+    row = await (await conn.execute(_NEWEST_RUN, (thread_id,))).fetchone()
+    return None if row is None else row["run_id"]
+
+
+async def newest_run_and_lock(conn: Conn, thread_id: str) -> tuple[str | None, bool]:
+    """Return the thread's newest run id and whether any session holds the thread lock, in one round trip."""
+    row = await (await conn.execute(_NEWEST_RUN_AND_LOCK, {"thread": thread_id})).fetchone()
+    assert row is not None  # a select without from: always one row
+    return row["newest_run"], bool(row["locked"])
+
+
+# Raw, and a fragment rather than a function: pruning chunk versions (retrieval/versions.py)
+# needs every cited (tenant, chunk, version) pair in the same statement as its delete, one
+# scan of the root checkpoints. A record is a JSON string the saver stores inline in the
+# checkpoint's JSONB (agent/record.py); `retrieved` is a list of [chunk_id, version].
+# A new run's first checkpoint holds an empty record: only JSON objects are parsed.
+CITED_CHUNK_VERSIONS = """
+select distinct records.tenant_id, r ->> 0 as chunk_id, (r ->> 1)::int as version
+from (
+    select k.metadata ->> 'tenant_id' as tenant_id, k.checkpoint -> 'channel_values' ->> 'record' as raw
+    from checkpoints k
+    where k.checkpoint_ns = '' and k.checkpoint -> 'channel_values' ->> 'record' like '{%%'
+) as records
+cross join lateral jsonb_array_elements(coalesce(raw::jsonb -> 'retrieved', '[]'::jsonb)) as r
+"""
+
+
+# --- Deleting --------------------------------------------------------------------------
+
+
+async def delete_thread_checkpoints(conn: Conn, thread_ids: Sequence[str]) -> None:
+    """Delete the threads' checkpoints, blobs and writes with the saver's `adelete_thread`, on `conn`.
+
+    A saver on the caller's connection, so the deletes join the caller's transaction (the
+    pooled saver would take a connection, and a transaction, of its own). One pipelined
+    round trip per thread. `aprune(strategy="delete")` would take every thread at once, but
+    on a connection of its own, and its name is what tests/threads/test_record_keeping.py
+    forbids. Other tables keyed by `thread_id` are the caller's: see threads/deletion.py.
+    """
+    saver = AsyncPostgresSaver(conn)
+    for thread_id in thread_ids:
+        await saver.adelete_thread(thread_id)
+
+
+async def delete_store_namespaces(conn: Conn, namespaces: Sequence[tuple[str, ...]]) -> int:
+    """Delete every store item in exactly these namespaces; return how many went.
+
+    Raw: the store has no delete by namespace, and `asearch` + `adelete` would need a page
+    loop and, with `omit_expired`, would skip items expired but not yet swept, which must go
+    too. One statement, in the caller's transaction (memory/resets.py counts on it).
+    Vectors, if any, go with their items (`store_vectors` cascades).
+    """
+    prefixes = [_prefix(ns) for ns in namespaces]
+    cur = await conn.execute("delete from store where prefix = any(%s)", (prefixes,))
+    return max(cur.rowcount, 0)
+
+
+async def delete_store_tree(conn: Conn, namespace: tuple[str, ...]) -> int:
+    """Delete every row under `namespace` (itself and all namespaces below it) from every table keyed by `prefix`.
+
+    Tables come from the catalogue (db/catalogue.py), not a list, so a table a later store
+    version adds keyed the same way is emptied too (erasure must leave nothing). Returns how
+    many `store` items went. Raw for the reasons of `delete_store_namespaces`.
+    """
+    root = _prefix(namespace)
+    items = 0
+    # Store first: `store_vectors` rows cascade from it; any other table is swept after.
+    for table in sorted(await tables_with_column(conn, "prefix"), key=lambda t: t != STORE_TABLE):
+        cur = await conn.execute(
+            # `starts_with`, not LIKE: labels may contain `_`, a LIKE wildcard. It uses the store's
+            # prefix index (text_pattern_ops) as LIKE would (Postgres 18, checked with EXPLAIN).
+            sql.SQL("delete from {} where prefix = %s or starts_with(prefix, %s)").format(sql.Identifier(table)),
+            (root, root + "."),
+        )
+        if table == STORE_TABLE:
+            items = max(cur.rowcount, 0)
+    return items
+
+
+def _prefix(namespace: tuple[str, ...]) -> str:
+    # The store keeps a namespace as its labels joined by "."; labels cannot contain one
+    # (the store refuses them, and the service's ids exclude it).
+    return ".".join(namespace)
