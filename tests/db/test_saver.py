@@ -22,8 +22,9 @@ from langgraph.checkpoint.postgres import aio
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from psycopg.rows import dict_row
 
+from chatbot.db.langgraph_tables import installed_version
 from chatbot.db.pool import Pool
-from chatbot.db.saver import PooledPostgresSaver, check_version, installed_version
+from chatbot.db.saver import PooledPostgresSaver, check_version
 
 LockConn = psycopg.AsyncConnection[dict[str, object]]
 # A call stuck behind a lock never answers; one that runs answers in milliseconds.
@@ -109,7 +110,7 @@ async def test_pooled_saver_keeps_the_lock_on_a_single_connection(migrated_datab
 
 
 def test_pooled_saver_refuses_an_unverified_library(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("chatbot.db.saver.version", lambda _: "3.3.0")
+    monkeypatch.setattr("chatbot.db.langgraph_tables.version", lambda _: "3.3.0")
     with pytest.raises(RuntimeError, match="verified on"):
         check_version()
 

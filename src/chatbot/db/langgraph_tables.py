@@ -53,16 +53,32 @@ def installed_version() -> tuple[int, int, int]:
     return int(found[1]), int(found[2]), int(found[3] or 0)
 
 
-def check_version() -> None:
-    """Raise unless the installed langgraph-checkpoint-postgres is a version these statements were checked on."""
-    low, high = VERIFIED_VERSIONS
+Bounds = tuple[tuple[int, int, int], tuple[int, int, int]]
+
+
+def refuse_unless_verified(verified: Bounds, *, who: str, advice: str) -> None:
+    """Raise unless the installed langgraph-checkpoint-postgres is within `verified` (low inclusive, high exclusive).
+
+    `who` names what was verified ("chatbot.db.langgraph_tables was checked"), `advice` what
+    to re-run before widening the bounds.
+    """
+    low, high = verified
     found = installed_version()
     if not low <= found < high:
         raise RuntimeError(
-            f"{PACKAGE} {'.'.join(map(str, found))} is installed, but chatbot.db.langgraph_tables was checked "
-            f"on >={'.'.join(map(str, low))},<{'.'.join(map(str, high))}: re-run tests/db/test_langgraph_tables.py "
-            "and the erasure, transcript and record tests, then widen VERIFIED_VERSIONS"
+            f"{PACKAGE} {'.'.join(map(str, found))} is installed, but {who} "
+            f"on >={'.'.join(map(str, low))},<{'.'.join(map(str, high))}: {advice}"
         )
+
+
+def check_version() -> None:
+    """Raise unless the installed langgraph-checkpoint-postgres is a version these statements were checked on."""
+    refuse_unless_verified(
+        VERIFIED_VERSIONS,
+        who="chatbot.db.langgraph_tables was checked",
+        advice="re-run tests/db/test_langgraph_tables.py and the erasure, transcript and record tests, "
+        "then widen VERIFIED_VERSIONS",
+    )
 
 
 # --- Schema versions (readiness) -----------------------------------------------------

@@ -18,11 +18,9 @@ upstream fix ships, drop this module and use `AsyncPostgresSaver` again.
 from __future__ import annotations
 
 import asyncio
-import re
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
-from importlib.metadata import version
 from typing import Any, Literal
 
 import psycopg
@@ -37,7 +35,6 @@ from psycopg_pool import AsyncConnectionPool
 from chatbot.db import langgraph_tables
 from chatbot.db.locks import Fence, LeaseLost
 
-PACKAGE = "langgraph-checkpoint-postgres"
 # Verified: 3.2.0 (the `_cursor` of this line takes `self.lock` and nothing else does).
 # Patch releases of the line are accepted because tests/db/test_saver.py re-checks the
 # source and the concurrency on whatever is installed; a new minor must be re-verified.
@@ -55,25 +52,14 @@ class _PoolLock(asyncio.Lock):
         """Do nothing: nothing was held."""
 
 
-def installed_version() -> tuple[int, int, int]:
-    """Return the installed langgraph-checkpoint-postgres version as (major, minor, patch)."""
-    found = re.match(r"(\d+)\.(\d+)(?:\.(\d+))?", version(PACKAGE))
-    if found is None:
-        raise RuntimeError(f"cannot read the version of {PACKAGE}: {version(PACKAGE)!r}")
-    return int(found[1]), int(found[2]), int(found[3] or 0)
-
-
 def check_version() -> None:
     """Raise unless the installed langgraph-checkpoint-postgres is a version this module was verified on."""
-    low, high = VERIFIED_VERSIONS
-    found = installed_version()
-    if not low <= found < high:
-        raise RuntimeError(
-            f"{PACKAGE} {version(PACKAGE)} is installed, but chatbot.db.saver.PooledPostgresSaver was "
-            f"verified on >={'.'.join(map(str, low))},<{'.'.join(map(str, high))}: re-run "
-            "tests/db/test_saver.py and bench/runs.py, then widen VERIFIED_VERSIONS (or use "
-            "AsyncPostgresSaver if the library no longer locks pooled savers)"
-        )
+    langgraph_tables.refuse_unless_verified(
+        VERIFIED_VERSIONS,
+        who="chatbot.db.saver.PooledPostgresSaver was verified",
+        advice="re-run tests/db/test_saver.py and bench/runs.py, then widen VERIFIED_VERSIONS (or use "
+        "AsyncPostgresSaver if the library no longer locks pooled savers)",
+    )
 
 
 # Reading a `DeltaChannel` walks back from the checkpoint to the channel's last snapshot;
