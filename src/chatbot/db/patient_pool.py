@@ -47,6 +47,15 @@ class PatientPool(AsyncConnectionPool[AsyncConnection[dict[str, Any]]]):
         """Return a connection; raise `PoolTimeout` on an outage or after a long queue."""
         if timeout is not None:  # an explicit bound (tools, tests) is kept as asked
             return await super().getconn(timeout)
+        if getattr(self, "_pool", None):
+            # An idle connection is ready (psycopg_pool's private deque; if it goes, every
+            # call takes the path below): no queue to keep a place in, so no task to watch it.
+            try:
+                return await super().getconn(self._outage_after)
+            except PoolTimeout:
+                if not await self._postgres_answers():
+                    raise
+                return await super().getconn()
         waiting = asyncio.ensure_future(super().getconn())
         try:
             return await asyncio.wait_for(asyncio.shield(waiting), self._outage_after)
