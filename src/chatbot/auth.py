@@ -111,7 +111,7 @@ class ServiceAuthMiddleware:
         await self.app(scope, receive, send)
 
 
-def current_caller(request: Request) -> CallerContext:
+async def current_caller(request: Request) -> CallerContext:
     """Return the authenticated caller of this request."""
     caller = getattr(request.state, "caller", None)
     if caller is None:  # a route outside /v1/ asked for a caller: a wiring bug, not a client error

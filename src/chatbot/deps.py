@@ -34,32 +34,35 @@ service_token = HTTPBearer(
 )
 AUTHENTICATED = [Security(service_token)]
 
+# Every dependency is `async def`, though none awaits: FastAPI runs a plain `def` one in a
+# worker thread, a thread hop per dependency per request (a run asked for five).
 
-def app_settings(request: Request) -> Settings:
+
+async def app_settings(request: Request) -> Settings:
     """Return the settings the app was created with."""
     settings: Settings = request.app.state.settings
     return settings
 
 
-def app_pool(request: Request) -> Pool:
+async def app_pool(request: Request) -> Pool:
     """Return the replica's connection pool."""
     pool: Pool = request.app.state.pool
     return pool
 
 
-def app_locks(request: Request) -> Locks:
+async def app_locks(request: Request) -> Locks:
     """Return the replica's thread and user locks."""
     locks: Locks = request.app.state.locks
     return locks
 
 
-def app_saver(request: Request) -> FencedPostgresSaver:
+async def app_saver(request: Request) -> FencedPostgresSaver:
     """Return the checkpointer (its serializer reads transcripts and records)."""
     saver: FencedPostgresSaver = request.app.state.saver
     return saver
 
 
-def app_store(request: Request) -> AsyncPostgresStore:
+async def app_store(request: Request) -> AsyncPostgresStore:
     """Return the long-term memory store."""
     store: AsyncPostgresStore = request.app.state.store
     return store

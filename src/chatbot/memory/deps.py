@@ -12,7 +12,7 @@ from fastapi import Depends, Request
 from chatbot.memory.writer import MemoryWriter
 
 
-def app_memory(request: Request) -> MemoryWriter:
+async def app_memory(request: Request) -> MemoryWriter:
     """Return the background memory writer."""
     memory: MemoryWriter = request.app.state.memory
     return memory

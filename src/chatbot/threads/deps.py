@@ -14,13 +14,13 @@ from chatbot.threads.rejoin import RunRecords
 from chatbot.threads.runs import RunService
 
 
-def app_runs(request: Request) -> RunService:
+async def app_runs(request: Request) -> RunService:
     """Return the run service."""
     runs: RunService = request.app.state.runs
     return runs
 
 
-def app_run_records(request: Request) -> RunRecords:
+async def app_run_records(request: Request) -> RunRecords:
     """Return the reader of runs' final checkpoints (rejoins and replays)."""
     records: RunRecords = request.app.state.run_records
     return records

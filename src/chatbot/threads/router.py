@@ -35,7 +35,7 @@ class StreamTiming:
     flush: float
 
 
-def stream_timing(settings: SettingsDep) -> StreamTiming:
+async def stream_timing(settings: SettingsDep) -> StreamTiming:
     """Return the streams' pacing from the settings."""
     return StreamTiming(settings.sse_keepalive_seconds, settings.sse_flush_ms / 1000)
 
