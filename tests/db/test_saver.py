@@ -125,3 +125,23 @@ def test_the_delta_walk_page_size_we_tune_is_still_the_one_the_library_reads() -
     source = inspect.getsource(library.AsyncPostgresSaver.aget_delta_channel_history)
     assert "_DELTA_PAGE_SIZE" in source
     assert library._DELTA_PAGE_SIZE == DELTA_WALK_PAGE
+
+
+def test_the_saver_serialises_on_the_loop_where_the_library_would_hop_to_a_thread() -> None:
+    """Fail loudly if the library stops reaching `to_thread` through its module's `asyncio`."""
+    import asyncio
+
+    import langgraph.checkpoint.postgres.aio as library
+
+    from chatbot.db.saver import _serialise_on_the_loop
+
+    _serialise_on_the_loop()
+    for method in (library.AsyncPostgresSaver.aput, library.AsyncPostgresSaver.aput_writes):
+        assert "asyncio.to_thread(" in inspect.getsource(method)
+    assert library.asyncio.to_thread is not asyncio.to_thread
+    assert library.asyncio.Lock is asyncio.Lock  # the rest is the real module
+
+    async def called_at_once() -> int:
+        return await library.asyncio.to_thread(lambda a, b: a + b, 2, b=3)
+
+    assert asyncio.run(called_at_once()) == 5

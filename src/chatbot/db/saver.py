@@ -18,10 +18,10 @@ upstream fix ships, drop this module and use `AsyncPostgresSaver` again.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import psycopg
 from langchain_core.runnables import RunnableConfig
@@ -39,6 +39,8 @@ from chatbot.db.locks import Fence, LeaseLost
 # Patch releases of the line are accepted because tests/db/test_saver.py re-checks the
 # source and the concurrency on whatever is installed; a new minor must be re-verified.
 VERIFIED_VERSIONS = ((3, 2, 0), (3, 3, 0))
+
+T = TypeVar("T")
 
 
 class _PoolLock(asyncio.Lock):
@@ -78,6 +80,32 @@ def _tune_delta_walk_page() -> None:
     library._DELTA_PAGE_SIZE = DELTA_WALK_PAGE
 
 
+class _ThreadlessAsyncio:
+    """The library module's `asyncio`, except that `to_thread` calls its function at once.
+
+    `AsyncPostgresSaver` serialises a checkpoint's blobs and writes, and loads a tuple's
+    pending writes, in `asyncio.to_thread`. That work is Python (and ormsgpack) holding the
+    GIL, so the worker thread spares the event loop nothing; it only adds a hop per call
+    (a future, a worker wake-up, a `call_soon_threadsafe` back), five of them per run, and
+    the GIL handed back and forth at hundreds of runs in flight (docs/performance.md, "CPU
+    per run"). Everything else is the real `asyncio`.
+    """
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(asyncio, name)
+
+    @staticmethod
+    async def to_thread(func: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+        """Return `func(*args, **kwargs)`, called on the loop."""
+        return func(*args, **kwargs)
+
+
+def _serialise_on_the_loop() -> None:
+    import langgraph.checkpoint.postgres.aio as library
+
+    library.asyncio = _ThreadlessAsyncio()  # type: ignore[assignment]
+
+
 class PooledPostgresSaver(AsyncPostgresSaver):
     """Checkpoint to Postgres like `AsyncPostgresSaver`, letting calls on a pool run concurrently."""
 
@@ -88,6 +116,7 @@ class PooledPostgresSaver(AsyncPostgresSaver):
         # (db/langgraph_tables.py) are refused there too when the library is not theirs.
         langgraph_tables.check_version()
         _tune_delta_walk_page()
+        _serialise_on_the_loop()
         super().__init__(conn, pipe, serde)
         # Only on a pool: a single shared connection (and a pipeline, which the library
         # allows only on one) still needs the lock to keep coroutines off it.
