@@ -13,6 +13,7 @@ threads; the script prints, per level:
 
     python -m bench.inflight                         # 100, 300, 500, 1000 on 1 then 2 replicas
     python -m bench.inflight --levels 500 --replicas 1 --delay-ms 60
+    python -m bench.inflight --levels 500 --replicas 1 --workers 2 --pool-size 8   # one replica, two processes, same budget
 
 The client is a few lines of raw HTTP/1.1 on asyncio streams (not httpx), so that the load
 generator, which shares the machine's cores with the replicas, costs as little as it can.
@@ -99,18 +100,41 @@ async def one_run(base: str, token: str, thread: str) -> Outcome:
         writer.close()
 
 
+def replica_processes(pid: int) -> list[int]:
+    """Return a replica's processes: `chatbot serve` and, with `--workers`, its worker children."""
+    children = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:  # gone meanwhile
+            continue
+        if int(fields[1]) == pid:
+            children.append(int(stat.parent.name))
+    return [pid, *children]
+
+
 def cpu_seconds(pid: int) -> float:
-    """Return a process's user + system CPU time."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+    """Return the user + system CPU time of a replica's processes."""
+    total = 0
+    for process in replica_processes(pid):
+        try:
+            fields = Path(f"/proc/{process}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])
+    return total / CLOCK_TICKS
 
 
 def rss_kb(pid: int) -> int:
-    """Return a process's resident set size in KiB."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    return 0
+    """Return the resident set size of a replica's processes in KiB."""
+    total = 0
+    for process in replica_processes(pid):
+        try:
+            lines = Path(f"/proc/{process}/status").read_text().splitlines()
+        except OSError:
+            continue
+        total += next((int(line.split()[1]) for line in lines if line.startswith("VmRSS:")), 0)
+    return total
 
 
 async def watch(url: str, pids: list[int], peaks: Peaks, stop: asyncio.Event) -> None:
@@ -181,13 +205,13 @@ async def main(args: argparse.Namespace) -> None:
             await pool.close()
         print(
             f"offline model, {args.delay_ms} ms between tokens; tokens flushed every {args.flush_ms} ms; "
-            f"pool {args.pool_size} per replica "
-            f"(budget {args.pool_size + 4} connections per replica)",
+            f"{args.workers} worker process(es) per replica, pool {args.pool_size} per worker "
+            f"(budget {args.workers * (args.pool_size + 4)} connections per replica)",
             flush=True,
         )
         for count in args.replicas:
             async with AsyncExitStack() as stack:
-                bases = [await stack.enter_async_context(server(url, secret, **env)) for _ in range(count)]
+                bases = [await stack.enter_async_context(server(url, secret, workers=args.workers, **env)) for _ in range(count)]
                 print(f"{count} replica(s):", flush=True)
                 for n in args.levels:
                     await level(url, bases, tokens, n, f"r{count}")
@@ -199,7 +223,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--levels", type=int, nargs="+", default=[100, 300, 500, 1000])
     parser.add_argument("--replicas", type=int, nargs="+", default=[1, 2])
     parser.add_argument("--delay-ms", type=int, default=60)
-    parser.add_argument("--pool-size", type=int, default=16)
+    parser.add_argument("--pool-size", type=int, default=16, help="CHATBOT_POOL_MAX_SIZE (per worker process)")
+    parser.add_argument("--workers", type=int, default=1, help="chatbot serve --workers (processes per replica)")
     parser.add_argument("--flush-ms", type=int, default=50, help="CHATBOT_SSE_FLUSH_MS of the replicas")
     return parser.parse_args()
 

@@ -130,10 +130,11 @@ def free_port() -> int:
 
 
 @asynccontextmanager
-async def server(url: str, secret: str, **settings: str) -> AsyncIterator[str]:
+async def server(url: str, secret: str, *, workers: int = 1, **settings: str) -> AsyncIterator[str]:
     """Run `chatbot serve` on 127.0.0.1 until the block ends; yield its base URL.
 
-    `settings` are extra `CHATBOT_*` variables, e.g. `CHATBOT_OFFLINE_TOKEN_DELAY_MS="60"`.
+    `settings` are extra `CHATBOT_*` variables, e.g. `CHATBOT_OFFLINE_TOKEN_DELAY_MS="60"`;
+    `workers` is `chatbot serve --workers` (one replica, that many processes).
     """
     port = free_port()
     env = {**os.environ, "CHATBOT_DATABASE_URL": url, "CHATBOT_SERVICE_SECRET": secret,
@@ -141,7 +142,7 @@ async def server(url: str, secret: str, **settings: str) -> AsyncIterator[str]:
            **settings}
     process = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "chatbot.cli", "serve", "--host", "127.0.0.1", "--port", str(port),
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        "--workers", str(workers), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
     base = f"http://127.0.0.1:{port}"
     SERVER_PIDS[base] = process.pid
