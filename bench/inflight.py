@@ -13,7 +13,7 @@ threads; the script prints, per level:
 
     python -m bench.inflight                         # 100, 300, 500, 1000 on 1 then 2 replicas
     python -m bench.inflight --levels 500 --replicas 1 --delay-ms 60
-    python -m bench.inflight --levels 500 --replicas 1 --workers 2 --pool-size 8   # one replica, two processes, same budget
+    python -m bench.inflight --levels 500 --replicas 1 --workers 2 --pool-size 8   # 2 processes, same budget
 
 The client is a few lines of raw HTTP/1.1 on asyncio streams (not httpx), so that the load
 generator, which shares the machine's cores with the replicas, costs as little as it can.
@@ -211,7 +211,10 @@ async def main(args: argparse.Namespace) -> None:
         )
         for count in args.replicas:
             async with AsyncExitStack() as stack:
-                bases = [await stack.enter_async_context(server(url, secret, workers=args.workers, **env)) for _ in range(count)]
+                bases = [
+                    await stack.enter_async_context(server(url, secret, workers=args.workers, **env))
+                    for _ in range(count)
+                ]
                 print(f"{count} replica(s):", flush=True)
                 for n in args.levels:
                     await level(url, bases, tokens, n, f"r{count}")
