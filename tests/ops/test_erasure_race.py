@@ -13,6 +13,40 @@ from tests.fixtures.tokens import auth
 USER = "u-erased"
 
 
+def rejected(metrics_page: str, reason: str) -> float:
+    """Return the runs-rejected counter of one reason from a /metrics page."""
+    prefix = f'chatbot_runs_rejected_total{{reason="{reason}"}}'
+    return sum(float(line.split()[-1]) for line in metrics_page.splitlines() if line.startswith(prefix))
+
+
+async def test_a_run_sent_while_the_user_is_being_erased_is_refused_and_counted_as_such(
+    isolated_database_url: str,
+) -> None:
+    headers = auth(user=USER, locale="en-US")
+    async with running_app(isolated_database_url) as client:
+        locks = client.app.state.locks  # type: ignore[attr-defined]
+        before = await client.get("/metrics")
+        # What an erasure holds while it deletes: the user's erasure key, exclusively.
+        erasure = await locks.wait_erasure("acme", USER, 5)
+        assert erasure is not None
+        try:
+            refused = await client.post(
+                "/v1/threads/erase-c/runs", json={"message": {"content": "Hello"}}, headers=headers
+            )
+        finally:
+            await erasure.release()
+        assert refused.status_code == 409, refused.text
+        assert "erased" in refused.json()["detail"]
+        after = await client.get("/metrics")
+        # Counted as an erasure refusal, not as a thread with a run in flight.
+        assert rejected(after.text, "erasing") == rejected(before.text, "erasing") + 1
+        assert rejected(after.text, "in_flight") == rejected(before.text, "in_flight")
+        accepted = await client.post(
+            "/v1/threads/erase-c/runs", json={"message": {"content": "Hello"}}, headers=headers
+        )
+        assert accepted.status_code == 200, accepted.text
+
+
 async def test_a_run_started_on_a_new_thread_during_the_erasure_is_refused_or_erased(
     isolated_database_url: str,
 ) -> None:

@@ -137,9 +137,10 @@ class RunService:
         if lease is None:
             if retry is not None:
                 raise _rate_limited(retry)
-            metrics.RUNS_REJECTED.labels("in_flight").inc()
             if erasing:
+                metrics.RUNS_REJECTED.labels("erasing").inc()
                 raise Problem(409, "this user is being erased; nothing can be started until the erasure is done")
+            metrics.RUNS_REJECTED.labels("in_flight").inc()
             raise Problem(409, "a run is already in flight on this thread")
         try:
             # Decided under the lock: another caller's first run on this thread id may have
