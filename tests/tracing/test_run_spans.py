@@ -107,6 +107,38 @@ async def test_a_run_is_a_span_with_a_child_per_node_and_a_model_span_under_gene
     assert all(not span.events for span in spans)
 
 
+async def test_a_run_sent_with_a_traceparent_joins_the_backends_trace(kb_database_url: str) -> None:
+    provider, exporter = memory_provider()
+    model = NamedStreamingModel(mode="answer", reply={"status": "answered", "answer": ANSWER, "citations": []})
+    trace_id, backend_span = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+    message = {"message": {"content": "What does travel insurance cover for medical costs abroad?"}}
+    async with running_app(kb_database_url, agent_overrides={"chat_model": model}, tracer_provider=provider) as client:
+        joined = await client.post(
+            "/v1/threads/traced-joined/runs",
+            json=message,
+            headers={**auth(**EN), "traceparent": f"00-{trace_id}-{backend_span}-01", "tracestate": "backend=7"},
+        )
+        malformed = await client.post(
+            "/v1/threads/traced-malformed/runs", json=message, headers={**auth(**EN), "traceparent": "00-not-a-trace"}
+        )
+    assert joined.status_code == 200 and malformed.status_code == 200, (joined.text, malformed.text)
+    spans = exporter.get_finished_spans()
+
+    root = run_span(spans, parse_sse(joined.text)[-1][1]["run_id"])
+    assert root.parent is not None and root.parent.is_remote
+    assert root.parent.span_id == int(backend_span, 16)
+    assert root.context.trace_id == int(trace_id, 16)
+    assert root.context.trace_state.get("backend") == "7"
+    nodes = children(spans, root)
+    assert [n.name for n in nodes] == list(NODES)
+    assert {n.context.trace_id for n in nodes} == {int(trace_id, 16)}
+
+    # A header that is not W3C trace context starts a trace of the run's own, as without one.
+    alone = run_span(spans, parse_sse(malformed.text)[-1][1]["run_id"])
+    assert alone.parent is None
+    assert alone.context.trace_id != int(trace_id, 16)
+
+
 async def test_a_failed_model_call_marks_the_model_node_and_run_spans_with_error_classes(
     kb_database_url: str,
 ) -> None:

@@ -101,9 +101,20 @@ async def create_run(
         str | None,
         Header(description="`text/event-stream` (the default, also `*/*`) or `application/json` to wait for `end`."),
     ] = None,
+    traceparent: Annotated[
+        str | None,
+        Header(
+            description="W3C trace context of the backend's request (optional): with tracing on, the run's span "
+            "joins that trace. A malformed value is ignored."
+        ),
+    ] = None,
+    tracestate: Annotated[str | None, Header(description="W3C `tracestate`, passed on with `traceparent`.")] = None,
 ) -> Response:
     """Run the graph on the user's message; stream it (SSE) or answer with its `end` object."""
-    listener = await runs.start(thread_id, caller, body.message.content)
+    trace_parent = None
+    if traceparent:
+        trace_parent = {"traceparent": traceparent} | ({"tracestate": tracestate} if tracestate else {})
+    listener = await runs.start(thread_id, caller, body.message.content, trace_parent)
     if wants_json(accept):
         result = await listener.terminal()
         location = {"Location": stream_location(thread_id, listener.run_id)}

@@ -24,7 +24,7 @@ import asyncio
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from typing import Any, cast
 
 import psycopg
@@ -102,10 +102,13 @@ class RunService:
         stream = self._runs.get(run_id)
         return stream if stream is not None and stream.thread_id == thread_id else None
 
-    async def start(self, thread_id: str, caller: CallerContext, content: str) -> Listener:
+    async def start(
+        self, thread_id: str, caller: CallerContext, content: str, trace_parent: Mapping[str, str] | None = None
+    ) -> Listener:
         """Check capacity, access, limits and the thread lock; persist the message; start the run.
 
         Return the listener of the caller that started it: every event from `metadata` on.
+        `trace_parent` is the request's W3C trace context (tracing/__init__.py).
         """
         if self.in_flight >= self.max_in_flight:
             # Refused before anything is read or written: a burst past capacity must not
@@ -116,11 +119,13 @@ class RunService:
             )
         self._starting += 1
         try:
-            return await self._start(thread_id, caller, content)
+            return await self._start(thread_id, caller, content, trace_parent)
         finally:
             self._starting -= 1
 
-    async def _start(self, thread_id: str, caller: CallerContext, content: str) -> Listener:
+    async def _start(
+        self, thread_id: str, caller: CallerContext, content: str, trace_parent: Mapping[str, str] | None
+    ) -> Listener:
         # The lock is tried first: the statements that decide 404 and 429 are needed on the
         # way to 409 only, while a run that gets the lock must check its owner under it anyway.
         erasing = False
@@ -167,7 +172,9 @@ class RunService:
             raise
         self._runs[stream.run_id] = stream
         listener = stream.listen(from_start=True)
-        task = asyncio.create_task(self._execute(stream, caller, lease, config), name=f"run-{stream.run_id}")
+        task = asyncio.create_task(
+            self._execute(stream, caller, lease, config, trace_parent), name=f"run-{stream.run_id}"
+        )
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
         return listener
@@ -179,7 +186,14 @@ class RunService:
             "metadata": {"tenant_id": caller.tenant_id, "user_id": caller.user_id, "run_id": stream.run_id},
         }
 
-    async def _execute(self, stream: RunStream, caller: CallerContext, lease: Lease, config: RunnableConfig) -> None:
+    async def _execute(
+        self,
+        stream: RunStream,
+        caller: CallerContext,
+        lease: Lease,
+        config: RunnableConfig,
+        trace_parent: Mapping[str, str] | None = None,
+    ) -> None:
         started = time.perf_counter()
         first_token: float | None = None
         terminal: tuple[str, dict[str, Any]] | None = None
@@ -192,7 +206,9 @@ class RunService:
             thread_id=stream.thread_id,
         )
         failure: BaseException | None = None
-        trace = self.tracing.start_run(thread_id=stream.thread_id, run_id=stream.run_id, tenant_id=caller.tenant_id)
+        trace = self.tracing.start_run(
+            thread_id=stream.thread_id, run_id=stream.run_id, tenant_id=caller.tenant_id, parent=trace_parent
+        )
         config = trace.configure(config)
         try:
             outcome: dict[str, Any] = {}

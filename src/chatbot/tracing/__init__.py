@@ -11,6 +11,7 @@ the SDK is loaded, so a replica without the extra runs exactly as before.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Literal
 
 from langchain_core.runnables import RunnableConfig
@@ -32,8 +33,14 @@ class RunTrace:
 class Tracing:
     """The replica's tracer of runs; this base traces nothing (tracing off)."""
 
-    def start_run(self, *, thread_id: str, run_id: str, tenant_id: str) -> RunTrace:
-        """Open the span of a run that is starting."""
+    def start_run(
+        self, *, thread_id: str, run_id: str, tenant_id: str, parent: Mapping[str, str] | None = None
+    ) -> RunTrace:
+        """Open the span of a run that is starting.
+
+        `parent` holds the request's W3C `traceparent` (and `tracestate`) headers, when the
+        backend sent them: the run's span then joins the backend's trace.
+        """
         return NO_TRACE
 
     def shutdown(self) -> None:

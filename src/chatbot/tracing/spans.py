@@ -14,6 +14,7 @@ exception messages (a provider's message can quote the user) or metadata wholesa
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Any
 from uuid import UUID
 
@@ -25,6 +26,7 @@ from opentelemetry.sdk.resources import SERVICE_NAME, Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from chatbot.agent.modelcall import http_status
 from chatbot.tracing import NO_TRACE, RunTrace, Tracing
@@ -34,6 +36,8 @@ log = logging.getLogger(__name__)
 TRACER_NAME = "chatbot"
 RUN_SPAN = "chatbot.run"
 DEFAULT_SERVICE_NAME = "chatbot"
+# W3C trace context only, whatever OTEL_PROPAGATORS says: the backend is the one caller.
+_W3C = TraceContextTextMapPropagator()
 
 
 class OtelTracing(Tracing):
@@ -57,11 +61,18 @@ class OtelTracing(Tracing):
         provider.add_span_processor(BatchSpanProcessor(_exporter(mode)))
         return cls(provider, owns_provider=True)
 
-    def start_run(self, *, thread_id: str, run_id: str, tenant_id: str) -> RunTrace:
-        """Open the span of a run that is starting; on any failure, trace nothing rather than fail the run."""
+    def start_run(
+        self, *, thread_id: str, run_id: str, tenant_id: str, parent: Mapping[str, str] | None = None
+    ) -> RunTrace:
+        """Open the span of a run that is starting; on any failure, trace nothing rather than fail the run.
+
+        With the backend's `traceparent`, the span is a child of the backend's span; a
+        missing or malformed header makes it the root of a trace of its own.
+        """
         try:
             span = self._tracer.start_span(
                 RUN_SPAN,
+                context=_W3C.extract(parent) if parent else None,
                 kind=SpanKind.INTERNAL,
                 attributes={"chatbot.thread_id": thread_id, "chatbot.run_id": run_id, "chatbot.tenant_id": tenant_id},
             )
