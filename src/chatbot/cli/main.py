@@ -62,6 +62,8 @@ def serve(
             host=host,
             port=port,
             workers=workers,
+            # uvloop when installed (a dependency except on Windows), else asyncio's loop.
+            loop="auto",
             log_config=None,
             access_log=False,
             timeout_graceful_shutdown=int(settings.shutdown_grace_seconds),
