@@ -86,9 +86,9 @@ class _ThreadlessAsyncio:
     `AsyncPostgresSaver` serialises a checkpoint's blobs and writes, and loads a tuple's
     pending writes, in `asyncio.to_thread`. That work is Python (and ormsgpack) holding the
     GIL, so the worker thread spares the event loop nothing; it only adds a hop per call
-    (a future, a worker wake-up, a `call_soon_threadsafe` back), five of them per run, and
-    the GIL handed back and forth at hundreds of runs in flight (docs/performance.md, "CPU
-    per run"). Everything else is the real `asyncio`.
+    (a future, a worker wake-up, a `call_soon_threadsafe` back), about six of them per run,
+    and the GIL handed back and forth at hundreds of runs in flight (docs/performance.md,
+    "CPU per run, second round"). Everything else is the real `asyncio`.
     """
 
     def __getattr__(self, name: str) -> Any:

@@ -104,8 +104,8 @@ class MemoryWriter:
     async def _process(self, job: MemoryJob, submitted: float) -> None:
         worth = _worth_writing(await self.extractor(job))
         if worth is None:
-            # Most turns hold nothing to remember: no lock, connection or transaction for
-            # them (before this, each answered turn paid ~5 statements here for nothing).
+            # A turn that holds nothing to remember costs no lock, connection or transaction
+            # (it used to pay five statements here to find that out).
             metrics.MEMORY_WRITES.labels("nothing").inc()
             return
         facts, updates = worth
