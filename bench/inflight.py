@@ -113,10 +113,10 @@ def replica_processes(pid: int) -> list[int]:
     return [pid, *children]
 
 
-def cpu_seconds(pid: int) -> float:
+def cpu_seconds(processes: list[int]) -> float:
     """Return the user + system CPU time of a replica's processes."""
     total = 0
-    for process in replica_processes(pid):
+    for process in processes:
         try:
             fields = Path(f"/proc/{process}/stat").read_text().rsplit(")", 1)[1].split()
         except OSError:
@@ -125,10 +125,10 @@ def cpu_seconds(pid: int) -> float:
     return total / CLOCK_TICKS
 
 
-def rss_kb(pid: int) -> int:
+def rss_kb(processes: list[int]) -> int:
     """Return the resident set size of a replica's processes in KiB."""
     total = 0
-    for process in replica_processes(pid):
+    for process in processes:
         try:
             lines = Path(f"/proc/{process}/status").read_text().splitlines()
         except OSError:
@@ -137,7 +137,7 @@ def rss_kb(pid: int) -> int:
     return total
 
 
-async def watch(url: str, pids: list[int], peaks: Peaks, stop: asyncio.Event) -> None:
+async def watch(url: str, replicas: dict[int, list[int]], peaks: Peaks, stop: asyncio.Event) -> None:
     """Sample connections, held thread locks and RSS until `stop`."""
     async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
         while not stop.is_set():
@@ -152,18 +152,20 @@ async def watch(url: str, pids: list[int], peaks: Peaks, stop: asyncio.Event) ->
             ).fetchone()
             assert row is not None
             peaks.connections, peaks.locks = max(peaks.connections, row[0]), max(peaks.locks, row[1])
-            for pid in pids:
-                peaks.rss_kb[pid] = max(peaks.rss_kb.get(pid, 0), rss_kb(pid))
+            for pid, processes in replicas.items():
+                peaks.rss_kb[pid] = max(peaks.rss_kb.get(pid, 0), rss_kb(processes))
             await asyncio.sleep(0.05)
 
 
 async def level(url: str, bases: list[str], tokens: list[str], n: int, tag: str) -> None:
     """Start `n` runs together across `bases`; print the level's figures."""
-    pids = [SERVER_PIDS[b] for b in bases]
-    cpu_before = sum(cpu_seconds(p) for p in pids)
-    rss_before = {p: rss_kb(p) for p in pids}
+    # Listed once: the workers live as long as their replica, and scanning /proc while the
+    # runs go would take CPU from the replicas on the same cores.
+    replicas = {pid: replica_processes(pid) for pid in (SERVER_PIDS[b] for b in bases)}
+    cpu_before = sum(cpu_seconds(processes) for processes in replicas.values())
+    rss_before = {pid: rss_kb(processes) for pid, processes in replicas.items()}
     peaks, stop = Peaks(), asyncio.Event()
-    watcher = asyncio.create_task(watch(url, pids, peaks, stop))
+    watcher = asyncio.create_task(watch(url, replicas, peaks, stop))
     started = time.perf_counter()
     outcomes = await asyncio.gather(
         *(one_run(bases[i % len(bases)], tokens[i % len(tokens)], f"{tag}-{n}-{i}") for i in range(n))
@@ -171,8 +173,8 @@ async def level(url: str, bases: list[str], tokens: list[str], n: int, tag: str)
     wall = time.perf_counter() - started
     stop.set()
     await watcher
-    cpu = sum(cpu_seconds(p) for p in pids) - cpu_before
-    growth_kb = sum(peaks.rss_kb[p] - rss_before[p] for p in pids)
+    cpu = sum(cpu_seconds(processes) for processes in replicas.values()) - cpu_before
+    growth_kb = sum(peaks.rss_kb[pid] - rss_before[pid] for pid in replicas)
     kinds = {k: sum(1 for o in outcomes if o.kind == k) for k in ("answered", "refused", "failed")}
     ttfts = sorted(o.ttft for o in outcomes if o.ttft is not None)
     p50 = statistics.median(ttfts) if ttfts else float("nan")
