@@ -21,11 +21,15 @@ dev: $(STAMP)
 test: lint
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
+## The long suites below grow with their parameters: each test may take up to LONG_TIMEOUT
+## seconds there (make test keeps pyproject's 600 s per test, which turns a hang into a failure).
+LONG_TIMEOUT ?= 3600
+
 ## make fuzz: the long fuzzing run (OpenAPI fuzzer, hostile raw requests); `make test` runs 25 examples each
 FUZZ_EXAMPLES ?= 500
 fuzz: $(STAMP)
 	CHATBOT_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/python -m pytest -q -s -p no:cacheprovider \
-		tests/hardening/test_fuzz_openapi.py tests/hardening/test_hostile_corpus.py
+		--timeout=$(LONG_TIMEOUT) tests/hardening/test_fuzz_openapi.py tests/hardening/test_hostile_corpus.py
 
 ## make lint: ruff and mypy alone (seconds, no database)
 lint: $(STAMP)
@@ -43,7 +47,8 @@ ISOLATION_THREADS ?= 40
 isolation: $(STAMP)
 	CHATBOT_ISOLATION_ROUNDS=$(ISOLATION_ROUNDS) CHATBOT_ISOLATION_THREADS=$(ISOLATION_THREADS) \
 		$(if $(ISOLATION_SEED),CHATBOT_ISOLATION_SEED=$(ISOLATION_SEED)) \
-		$(BIN)/python -m pytest -q -s -p no:cacheprovider tests/hardening/test_isolation_matrix.py
+		$(BIN)/python -m pytest -q -s -p no:cacheprovider --timeout=$(LONG_TIMEOUT) \
+		tests/hardening/test_isolation_matrix.py
 
 ## make faults: the long fault suite: 50 replica kills at seeded random points (CHATBOT_FAULT_SEED
 ## replays a run), a replica killed in its memory work, Postgres outages mid-run, faulty models;
@@ -51,7 +56,7 @@ isolation: $(STAMP)
 FAULT_KILLS ?= 50
 faults: $(STAMP)
 	CHATBOT_FAULT_KILLS=$(FAULT_KILLS) $(BIN)/python -m pytest -q -s -p no:cacheprovider \
-		tests/hardening/test_faults_kill.py tests/hardening/test_faults_postgres.py tests/hardening/test_faults_model.py
+		--timeout=$(LONG_TIMEOUT) tests/hardening/test_faults_kill.py tests/hardening/test_faults_postgres.py tests/hardening/test_faults_model.py
 
 ## make soak: ten minutes of mixed traffic on two replicas, every transcript checked against what
 ## the clients were acknowledged (`make test` runs the same for 30 s); figures in docs/reliability.md

@@ -16,6 +16,8 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
+import pytest
+
 from tests.fixtures.app import Replica
 from tests.fixtures.knowledge import load_demo_kb
 from tests.fixtures.postgres import TEST_SECRET
@@ -31,6 +33,9 @@ TENANTS = ("acme", "globex")
 MAX_SECOND_HALF_GROWTH = 0.20
 
 
+# Its own budget: the traffic's duration plus ten minutes for set-up and settling (the
+# suite's 600 s per test would end a ten-minute soak before its report).
+@pytest.mark.timeout(SOAK_SECONDS + 600)
 async def test_soak_loses_and_duplicates_nothing(replicas: Callable[..., Replica], migrated_database_url: str) -> None:
     for tenant in TENANTS:
         await load_demo_kb(migrated_database_url, tenant)
