@@ -13,13 +13,11 @@ import jwt
 from fastapi import Depends, Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from chatbot.caller import CallerContext
+from chatbot.caller import CallerContext, is_caller_id
 from chatbot.config import Settings
 from chatbot.errors import Problem, problem_response, unauthorized
 
-# Ids become store namespace labels and log fields: no dots (the store's label separator),
-# nothing that needs quoting, bounded length.
-CALLER_ID = re.compile(r"[A-Za-z0-9_:@-]{1,128}")
+# Token ids follow the one rule in caller.py (`is_caller_id`), which the CLI checks too.
 _LOCALE = re.compile(r"[A-Za-z]{2,3}(?:[-_][A-Za-z0-9]{1,8}){0,4}")
 DEFAULT_LOCALE = "fa-IR"
 _REQUIRED = ["exp", "iat", "iss", "aud", "tenant_id", "user_id"]
@@ -74,7 +72,7 @@ class TokenVerifier:
 def _caller_from_claims(claims: dict[str, Any]) -> CallerContext:
     tenant_id, user_id = claims.get("tenant_id"), claims.get("user_id")
     for value in (tenant_id, user_id):
-        if not isinstance(value, str) or not CALLER_ID.fullmatch(value):
+        if not is_caller_id(value):
             raise unauthorized("invalid tenant_id or user_id claim")
     locale = claims.get("locale", DEFAULT_LOCALE)
     if locale is None:

@@ -2,7 +2,26 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+
+# Ids become store namespace labels and log fields: no dots (the store's label separator),
+# nothing that needs quoting, bounded length. One rule for the token's claims (auth.py),
+# the command line (cli/) and ingest: an id the CLI accepts is one a token can name.
+CALLER_ID = re.compile(r"[A-Za-z0-9_:@-]{1,128}")
+CALLER_ID_RULE = "1 to 128 characters of A-Z a-z 0-9 _ : @ -"
+
+
+def is_caller_id(value: object) -> bool:
+    """Return True when `value` is a valid tenant or user id (the whole string, no trailing newline)."""
+    return isinstance(value, str) and CALLER_ID.fullmatch(value) is not None
+
+
+def check_caller_id(value: object, what: str = "id") -> str:
+    """Return `value` when it is a valid tenant or user id; raise ValueError naming `what` otherwise."""
+    if not is_caller_id(value):
+        raise ValueError(f"{what} must be {CALLER_ID_RULE}")
+    return str(value)
 
 
 @dataclass(frozen=True, slots=True)

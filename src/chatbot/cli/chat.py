@@ -96,8 +96,8 @@ def converse(client: ChatbotClient, view: View, thread: str) -> None:
 
 def chat(
     url: str = typer.Option("http://127.0.0.1:8000", "--url", help="Base URL of the service."),
-    tenant: str = typer.Option(..., "--tenant", help="tenant_id of the tokens."),
-    user: str = typer.Option(..., "--user", help="user_id of the tokens."),
+    tenant: str = typer.Option(..., "--tenant", help="tenant_id of the tokens.", callback=common.caller_id),
+    user: str = typer.Option(..., "--user", help="user_id of the tokens.", callback=common.caller_id),
     thread: str | None = typer.Option(None, "--thread", help="Thread to continue (default: a new one)."),
     locale: str = typer.Option("fa-IR", "--locale", help="locale of the tokens (fa-* answers in Persian)."),
     plain: bool = typer.Option(False, "--plain", help="Plain lines even on a terminal."),

@@ -15,6 +15,7 @@ import jwt
 import typer
 from pydantic import ValidationError
 
+from chatbot.caller import CALLER_ID_RULE, is_caller_id
 from chatbot.config import Settings
 from chatbot.db.locks import Locks
 from chatbot.db.pool import Pool, connection_kwargs, open_pool, resolve_database_url
@@ -31,6 +32,18 @@ def load_settings(**overrides: Any) -> Settings:
         for error in exc.errors():
             typer.echo(f"configuration error: {error['msg'].removeprefix('Value error, ')}", err=True)
         raise typer.Exit(2) from None
+
+
+def caller_id(value: str) -> str:
+    """Option callback for `--tenant` and `--user`: refuse an id no service token can carry (exit 2).
+
+    The token's rule (caller.py), the whole string: an erasure of "u1\n" or "u.1" would
+    otherwise report success and erase nothing, and an ingest under such a tenant would store
+    chunks no caller can reach.
+    """
+    if not is_caller_id(value):
+        raise typer.BadParameter(f"{value!r} is not a tenant or user id: must be {CALLER_ID_RULE}")
+    return value
 
 
 def run(coro: Coroutine[Any, Any, T]) -> T:

@@ -11,7 +11,9 @@ from chatbot.cli import common
 
 
 def ingest(
-    tenant: str = typer.Option(..., "--tenant", help="Tenant whose knowledge base receives the documents."),
+    tenant: str = typer.Option(
+        ..., "--tenant", help="Tenant whose knowledge base receives the documents.", callback=common.caller_id
+    ),
     paths: list[Path] = typer.Argument(..., exists=True, help="Markdown or text files, or folders of them."),
 ) -> None:
     """Ingest documents (idempotent: unchanged ones keep their chunk ids)."""

@@ -79,8 +79,8 @@ def serve(
 
 @app.command()
 def token(
-    tenant: str = typer.Option(..., "--tenant", help="tenant_id claim."),
-    user: str = typer.Option(..., "--user", help="user_id claim."),
+    tenant: str = typer.Option(..., "--tenant", help="tenant_id claim.", callback=common.caller_id),
+    user: str = typer.Option(..., "--user", help="user_id claim.", callback=common.caller_id),
     locale: str = typer.Option("fa-IR", help="locale claim."),
     ttl: int = typer.Option(3600, help="Seconds until the token expires."),
 ) -> None:
@@ -93,8 +93,8 @@ def token(
 
 @app.command("erase-user")
 def erase_user_command(
-    tenant: str = typer.Option(..., "--tenant"),
-    user: str = typer.Option(..., "--user"),
+    tenant: str = typer.Option(..., "--tenant", callback=common.caller_id),
+    user: str = typer.Option(..., "--user", callback=common.caller_id),
 ) -> None:
     """Erase a user's threads, memory and feedback in one tenant (the erasure endpoint's twin)."""
     from chatbot.ops.erasure import ErasureBusy, erase_user

@@ -82,7 +82,7 @@ def render(sections: list[Section], console: Console) -> None:
 def replay(
     thread_id: str = typer.Argument(..., help="The thread (the backend's chat session id)."),
     run_id: str = typer.Argument(..., help="The run's id (a UUID)."),
-    tenant: str = typer.Option(..., "--tenant", help="Tenant the thread belongs to."),
+    tenant: str = typer.Option(..., "--tenant", help="Tenant the thread belongs to.", callback=common.caller_id),
     system_message: bool = typer.Option(False, "--system-message", help="Also print the whole system message."),
 ) -> None:
     """Print a run's record: window, summary, memory, prompt, retrieved chunks, answer."""
