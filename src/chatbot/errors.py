@@ -81,6 +81,9 @@ def _describe_validation(exc: RequestValidationError) -> str:
         message = str(error.get("msg", "invalid"))
         if error.get("type") == "extra_forbidden":
             message = "unknown field"
+        elif error.get("type") == "json_invalid":
+            # The decoder's own reason ("Expecting value", "duplicate key in an object"): no text of the body.
+            where, message = "body", f"not valid UTF-8 JSON: {(error.get('ctx') or {}).get('error', 'malformed')}"
         parts.append(f"{where}: {message}")
     return "; ".join(parts) or "invalid request"
 

@@ -104,6 +104,18 @@ CORPUS: dict[str, tuple[bytes, set[int | None]]] = {
     "deep nesting": (_request(b"[" * 30000 + b"]" * 30000), {422}),
     "huge number": (_request(b'{"message": {"content": "hi"}, "x": ' + b"9" * 20000 + b"}"), {422}),
     "body of the wrong type": (_request(VALID, content_type="text/plain"), {200, 422}),
+    # Other encodings json.loads would guess, however labelled, and keys given twice: 422.
+    "utf-16 with a byte-order mark": (_request(VALID.decode().encode("utf-16")), {422}),
+    "utf-16-le labelled utf-8": (
+        _request(VALID.decode().encode("utf-16-le"), content_type="application/json; charset=utf-8"),
+        {422},
+    ),
+    "utf-32 labelled utf-8": (
+        _request(VALID.decode().encode("utf-32"), content_type="application/json; charset=utf-8"),
+        {422},
+    ),
+    "repeated key": (_request(b'{"message": {"content": "a"}, "message": {"content": "b"}}'), {422}),
+    "repeated nested key": (_request(b'{"message": {"content": "a", "content": "b"}}'), {422}),
     # Size: declared or streamed, over 64 KiB is 413.
     "declared 1 GiB": (_request(b"", content_length=str(1 << 30)), {413}),
     "body over 64 KiB": (_request(b'{"message": {"content": "' + b"x" * 70000 + b'"}}'), {413}),

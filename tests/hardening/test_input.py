@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 import httpx
+import psycopg
 import pytest
+from fastapi.routing import APIRoute
 
+from chatbot.json_body import StrictJsonRoute
 from tests.fixtures.tokens import auth
 
 JSON = {"Content-Type": "application/json"}
@@ -136,3 +140,88 @@ async def test_bodies_that_are_not_utf8_json_objects_get_422(client: httpx.Async
 async def test_bad_json_without_a_content_type_is_a_422_too(client: httpx.AsyncClient) -> None:
     response = await client.post(_runs("t-bad-json"), content=b"\xff{", headers=auth())
     assert response.status_code == 422
+
+
+_MESSAGE = '{"message": {"content": "hello"}}'
+
+
+@pytest.mark.parametrize(
+    ("raw", "content_type"),
+    [
+        (_MESSAGE.encode("utf-16"), "application/json"),  # with its byte-order mark
+        (_MESSAGE.encode("utf-16-le"), "application/json; charset=utf-8"),  # no BOM, mislabelled
+        (_MESSAGE.encode("utf-16-be"), "application/json; charset=utf-16"),  # labelled as what it is
+        (_MESSAGE.encode("utf-32"), "application/json"),
+        (_MESSAGE.encode("utf-32-le"), "application/json; charset=utf-8"),
+        (b'{"message": {"content": "first"}, "message": {"content": "second"}}', "application/json"),
+        (b'{"message": {"content": "first", "content": "second"}}', "application/json"),
+        (b'{"message": {"content": "hello"}, "message": {"content": "hello"}}', "application/json"),
+        (b'{"message": {"content": "hello"}, "x": NaN}', "application/json"),
+    ],
+    ids=[
+        "utf-16 with bom",
+        "utf-16-le labelled utf-8",
+        "utf-16-be labelled utf-16",
+        "utf-32 with bom",
+        "utf-32-le labelled utf-8",
+        "repeated top-level key",
+        "repeated nested key",
+        "repeated key with the same value",
+        "NaN",
+    ],
+)
+async def test_bodies_in_other_encodings_or_with_repeated_keys_get_422_and_nothing_is_stored(
+    client: httpx.AsyncClient, raw: bytes, content_type: str
+) -> None:
+    # Each used to be read (json.loads guesses UTF-16/32; the last repeated key wins) and stored.
+    thread = f"t-strict-{abs(hash((raw, content_type)))}"
+    response = await client.post(
+        _runs(thread), content=raw, headers={"Content-Type": content_type, "Accept": "application/json", **auth()}
+    )
+    assert response.status_code == 422
+    assert response.headers["content-type"].startswith("application/problem+json")
+    assert "first" not in response.text and "second" not in response.text  # no text of the body echoed
+    assert (await client.get(f"/v1/threads/{thread}/messages", headers=auth())).status_code == 404
+
+
+async def test_a_utf8_body_with_a_byte_order_mark_is_read_as_usual(client: httpx.AsyncClient) -> None:
+    # RFC 8259 lets a parser ignore a leading BOM; the text after it is stored as sent.
+    raw = b"\xef\xbb\xbf" + '{"message": {"content": "سلام \U0001f600"}}'.encode()
+    response = await client.post(_runs("t-bom"), content=raw, headers={**JSON, **auth(), "Accept": "application/json"})
+    assert response.status_code == 200
+    messages = (await client.get("/v1/threads/t-bom/messages", headers=auth())).json()["messages"]
+    assert messages[0]["content"] == "سلام \U0001f600"
+
+
+async def test_feedback_with_a_repeated_score_is_refused_and_the_earlier_rating_stays(
+    client: httpx.AsyncClient, migrated_database_url: str
+) -> None:
+    thread = "t-feedback-repeat"
+    run = await client.post(
+        _runs(thread), json={"message": {"content": "hello"}}, headers={**auth(), "Accept": "application/json"}
+    )
+    feedback = f"/v1/threads/{thread}/runs/{run.json()['run_id']}/feedback"
+    assert (await client.post(feedback, json={"score": "down"}, headers=auth())).status_code == 204
+    repeated = b'{"score": "down", "score": "up"}'
+    assert (await client.post(feedback, content=repeated, headers={**JSON, **auth()})).status_code == 422
+    utf16 = '{"score": "up"}'.encode("utf-16")
+    assert (await client.post(feedback, content=utf16, headers={**JSON, **auth()})).status_code == 422
+    async with await psycopg.AsyncConnection.connect(migrated_database_url) as conn:
+        cur = await conn.execute("select score from run_feedback where thread_id = %s", (thread,))
+        assert await cur.fetchall() == [("down",)]
+
+
+def _api_routes(routes: list[Any]) -> Iterator[APIRoute]:
+    for route in routes:
+        included = getattr(route, "original_router", None)  # FastAPI wraps included routers
+        if included is not None:
+            yield from _api_routes(included.routes)
+        elif isinstance(route, APIRoute):
+            yield route
+
+
+async def test_every_route_with_a_json_body_reads_it_strictly(client: httpx.AsyncClient) -> None:
+    # A new endpoint with a body on a router without the strict route class would be lenient again.
+    routes = _api_routes(client.app.routes)  # type: ignore[attr-defined]
+    body_routes = [r for r in routes if r.body_field is not None]
+    assert body_routes and all(isinstance(r, StrictJsonRoute) for r in body_routes), [r.path for r in body_routes]

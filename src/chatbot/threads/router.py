@@ -15,6 +15,7 @@ from chatbot import openapi_examples as examples
 from chatbot.auth import CallerDep
 from chatbot.deps import AUTHENTICATED, SettingsDep
 from chatbot.errors import PROBLEM_JSON, Problem
+from chatbot.json_body import StrictJsonRoute
 from chatbot.openapi import SSE_MEDIA, SSE_SCHEMA, STREAM_HEADERS, v1_problems
 from chatbot.responses import RunEnd
 from chatbot.threads.deps import RecordsDep, RunsDep
@@ -24,7 +25,8 @@ from chatbot.threads.schemas import RunRequest, ThreadId
 from chatbot.threads.sse import SSE_MEDIA_TYPE, sse_body, wants_json
 from chatbot.threads.stream import Listener
 
-router = APIRouter(prefix="/v1/threads", tags=["threads"], dependencies=AUTHENTICATED)
+# Bodies are read as strict UTF-8 JSON (json_body.py).
+router = APIRouter(prefix="/v1/threads", tags=["threads"], dependencies=AUTHENTICATED, route_class=StrictJsonRoute)
 
 
 @dataclass(frozen=True, slots=True)

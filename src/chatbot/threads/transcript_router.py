@@ -11,6 +11,7 @@ from chatbot import openapi_examples as examples
 from chatbot.auth import CallerDep
 from chatbot.deps import AUTHENTICATED, LocksDep, PoolDep, SaverDep
 from chatbot.errors import Problem
+from chatbot.json_body import StrictJsonRoute
 from chatbot.openapi import v1_problems
 from chatbot.responses import MessagesPage
 from chatbot.threads.deletion import delete_threads
@@ -19,7 +20,8 @@ from chatbot.threads.ownership import check_thread_access, thread_owner
 from chatbot.threads.schemas import FeedbackRequest, ThreadId
 from chatbot.threads.transcript import read_page
 
-router = APIRouter(prefix="/v1/threads", tags=["threads"], dependencies=AUTHENTICATED)
+# Bodies are read as strict UTF-8 JSON (json_body.py).
+router = APIRouter(prefix="/v1/threads", tags=["threads"], dependencies=AUTHENTICATED, route_class=StrictJsonRoute)
 
 
 # The typed models document the bodies (`responses`) without re-serialising them
