@@ -28,7 +28,7 @@ from chatbot.memory.model_extraction import model_extractor
 from chatbot.memory.router import router as memory_router
 from chatbot.memory.ttl import memory_ttl, start_memory_sweeper
 from chatbot.memory.writer import Extractor, MemoryWriter, offline_extractor
-from chatbot.models.factory import load_chat_model
+from chatbot.models.chain import load_models
 from chatbot.ops.router import router as users_router
 from chatbot.ops.sweeper import RetentionSweeper
 from chatbot.retrieval.embeddings import load_embeddings
@@ -62,12 +62,7 @@ def create_app(
     """
     settings = settings or Settings()
     # Loaded here, not in the lifespan: a missing provider extra fails at start-up, loudly.
-    chat_model = load_chat_model(
-        settings.model, base_url=settings.model_base_url, timeout=settings.model_timeout_seconds
-    )
-    extractor = memory_extractor or (
-        offline_extractor if chat_model is None else model_extractor(chat_model, timeout=settings.model_timeout_seconds)
-    )
+    models = load_models(settings)
     # Also here: CHATBOT_TRACING=otlp without the `tracing` extra fails at start-up.
     tracing = tracing_for(settings.tracing, tracer_provider=tracer_provider)
 
@@ -93,6 +88,17 @@ def create_app(
         try:
             saver = FencedPostgresSaver(pool)
             store = AsyncPostgresStore(pool, ttl=memory_ttl(settings.memory_ttl_days))
+            extractor = memory_extractor or (
+                offline_extractor
+                if models.memory is None
+                else model_extractor(
+                    models.memory.model,
+                    # Memory work runs after the answer: it may take a model's whole first-token bound.
+                    timeout=settings.model_first_token_timeout_seconds,
+                    name=models.memory.spec,
+                    pool=pool,
+                )
+            )
             memory = MemoryWriter(
                 pool=pool,
                 locks=locks,
@@ -103,15 +109,16 @@ def create_app(
             embeddings = load_embeddings(settings.embeddings)
 
             async def retriever(caller: CallerContext, query: str) -> list[dict[str, Any]]:
-                # Bounded like a model call: an embeddings provider can hang too.
-                async with asyncio.timeout(settings.model_timeout_seconds):
+                # Bounded like a model's first token: an embeddings provider can hang too.
+                async with asyncio.timeout(settings.model_first_token_timeout_seconds):
                     found = await search_knowledge(pool, caller, query, embeddings=embeddings)
                 return [c.to_state() for c in found]
 
             deps = AgentDeps(
                 settings=settings,
                 retriever=retriever,
-                chat_model=chat_model,
+                chain=tuple(models.answer),
+                summary_model=models.summary,
                 memory_sink=memory.submit,
                 prompt_registry=PromptRegistry(pool),
             )

@@ -69,9 +69,24 @@ class Settings(BaseSettings):
     prepare_threshold: int | None = 0
     pool_max_idle_seconds: float = Field(default=240.0, gt=0)
 
+    # "offline", or a fallback chain "provider:model,provider:model" (models/chain.py).
     model: str = "offline"
     model_base_url: str | None = None
-    model_timeout_seconds: float = Field(default=60.0, gt=0)
+    # Comma-separated, the chain's order, empty for the provider's default.
+    model_base_urls: str | None = None
+    # The three bounds of an answer (CONTRACT.md "Real models"): the wait for the first answer
+    # token, the gap between two pieces, the whole answer. A healthy long stream is never cut
+    # by the first two.
+    model_first_token_timeout_seconds: float = Field(default=20.0, gt=0)
+    model_idle_timeout_seconds: float = Field(default=20.0, gt=0)
+    model_timeout_seconds: float = Field(default=300.0, gt=0)
+    # A summary fold never delays a run's first token by more than this.
+    summary_timeout_seconds: float = Field(default=5.0, gt=0)
+    # Cheaper models for memory extraction and summaries; unset: the chain's first entry.
+    memory_model: str | None = None
+    summary_model: str | None = None
+    # JSON {"provider:model": {"input": USD per million tokens, "output": ..., "cached_input": ...}}.
+    model_prices: str | None = None
     offline_token_delay_ms: int = Field(default=0, ge=0)
     embeddings: str | None = None
 
@@ -119,7 +134,16 @@ class Settings(BaseSettings):
         return value
 
     @field_validator(
-        "database_url", "lock_database_url", "jwt_public_key", "embeddings", "model_base_url", mode="before"
+        "database_url",
+        "lock_database_url",
+        "jwt_public_key",
+        "embeddings",
+        "model_base_url",
+        "model_base_urls",
+        "memory_model",
+        "summary_model",
+        "model_prices",
+        mode="before",
     )
     @classmethod
     def _blank_is_unset(cls, value: object) -> object:

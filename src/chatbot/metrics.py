@@ -26,7 +26,7 @@ WINDOW_SHORTENED = Counter(
 SUMMARY_FOLDS = Counter("chatbot_summary_folds_total", "Rolling-summary folds by outcome.", ["outcome"])
 
 # Expose every terminal status from the start, so dashboards see zeros rather than gaps.
-for _status in ("answered", "clarifying", "escalate", "error"):
+for _status in ("answered", "clarifying", "escalate", "error", "cancelled"):
     RUNS.labels(_status)
 
 # Failed chat-model calls, by the provider's exception class and HTTP status ("none" when
@@ -36,6 +36,32 @@ MODEL_ERRORS = Counter(
     "chatbot_model_errors_total",
     "Chat-model calls that failed, by the provider's exception class and HTTP status.",
     ["error_class", "status"],
+)
+
+# Every model call by what became of it: ok, incomplete (stopped short), refused, unusable
+# (output that does not fit the schema), timeout, rate_limited, failed, cancelled. `kind`
+# is answer, summary or memory: extraction and summaries may use cheaper models.
+MODEL_CALLS = Counter(
+    "chatbot_model_calls_total", "Model calls by model, kind and outcome.", ["model", "kind", "outcome"]
+)
+MODEL_CALL_SECONDS = Histogram(
+    "chatbot_model_call_duration_seconds",
+    "Wall time of a model call, request to its last piece.",
+    ["kind"],
+    buckets=(0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300),
+)
+# Tokens as the providers reported them (`direction`: input, output, cached_input).
+MODEL_TOKENS = Counter(
+    "chatbot_model_tokens_total",
+    "Model tokens by tenant, model, kind of call and direction.",
+    ["tenant_id", "model", "kind", "direction"],
+)
+# A chain entry that failed before its first answer token, so the next one answered.
+MODEL_FALLBACKS = Counter("chatbot_model_fallbacks_total", "Fallbacks to the next model of the chain.", ["reason"])
+RUN_TTFT_SECONDS = Histogram(
+    "chatbot_run_first_token_seconds",
+    "Time from a run's start to its first answer token.",
+    buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 3, 5, 10, 20),
 )
 
 # With several worker processes each has its own counters; prometheus_client's

@@ -22,6 +22,11 @@ class ProblemDetails(BaseModel):
     title: str = ""
     status: int
     detail: str = ""
+    reason: str | None = None
+    """On a failed run: model_failed, model_incomplete, model_timeout, model_rate_limited, database,
+    cancelled, interrupted or internal (chatbot/failures.py)."""
+    retry_after: float | None = None
+    """On `model_rate_limited`: the seconds the provider asked to wait."""
 
 
 class MessageRef(BaseModel):
@@ -105,6 +110,22 @@ class RunContext(BaseModel):
     retrieved: list[RetrievedChunk] = Field(default_factory=list)
 
 
+class RecordedAnswer(MessageRef):
+    """A run's answer as the user got it; `complete` is false for the shown part of a failed run."""
+
+    complete: bool = True
+
+
+class ModelCallUsage(BaseModel):
+    """One model call of a run, with the token counts its provider reported."""
+
+    kind: str
+    model: str
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cached_input_tokens: int = 0
+
+
 class RunRecord(BaseModel):
     """`GET …/runs/{run_id}`: the run as recorded, for audits and disputed answers."""
 
@@ -114,8 +135,9 @@ class RunRecord(BaseModel):
     created_at: datetime
     model: str | None = None
     input: MessageRef
-    answer: MessageRef | None = None
+    answer: RecordedAnswer | None = None
     citations: list[str] = Field(default_factory=list)
+    usage: list[ModelCallUsage] = Field(default_factory=list)
     context: RunContext = Field(default_factory=RunContext)
 
 

@@ -30,6 +30,8 @@ FOUNDATION = frozenset(
         "text",
         "timestamps",
         "errors",
+        "json_body",  # request bodies parsed as strict UTF-8 JSON
+        "failures",  # the one table of a failed run's reasons, statuses and wording
         "logs",
         "metrics",
         "auth",

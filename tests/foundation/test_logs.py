@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 from langchain_core.messages import HumanMessage
 
-from chatbot.agent.modelcall import ModelFailure, ask_model
+from chatbot.agent.modelcall import ModelFailure, TimeLimits, ask_model
+from chatbot.models.chain import ChainEntry
 from chatbot.logs import MAX_FRAMES, JsonFormatter
 from tests.fixtures.models import ProviderErrorChatModel
 
@@ -150,11 +151,11 @@ async def test_a_provider_failure_keeps_its_class_status_and_frames(
     model = ProviderErrorChatModel(status_code=429, error_message=f"quota exceeded for: {SECRET}")
     with pytest.raises(ModelFailure) as raised:
         await ask_model(
-            model,
+            [ChainEntry("custom:provider", model)],
             [HumanMessage(content=SECRET)],
             known_chunk_ids=set(),
             language="en",
-            timeout=10,
+            limits=TimeLimits(first_token=10, idle=10, total=10),
             on_delta=lambda _: None,
         )
     failure = raised.value

@@ -94,7 +94,8 @@ async def test_the_record_shows_the_window_the_model_was_given_before_and_after_
     for end, record, window, full in zip(ends, records, windows, rebuilt, strict=True):
         assert record["run_id"] == end["run_id"] and record["thread_id"] == "record-folds"
         assert record["status"] == end["status"] and record["model"] == "offline"
-        assert record["answer"] == {"id": end["message"]["id"], "content": end["message"]["content"]}
+        assert record["answer"] == {"id": end["message"]["id"], "content": end["message"]["content"], "complete": True}
+        assert record["usage"] == [{"kind": "answer", "model": "offline", "input_tokens": 0, "output_tokens": 0, "cached_input_tokens": 0}]
         assert record["citations"] == end["citations"]
         assert record["context"]["messages"] == as_given(window)
         system = str(window[0].content)
@@ -189,4 +190,5 @@ async def test_a_run_in_flight_is_running_and_a_failed_one_is_an_error_with_its_
     assert failed["input"] == running["input"]
     # What it had retrieved before the model failed, by id, resolved to the text as read.
     assert failed["context"]["retrieved"] and all(c["text"] for c in failed["context"]["retrieved"])
-    assert failed["context"]["messages"] == []
+    # The model was given its window before it failed: the record shows it, ending on the question.
+    assert failed["context"]["messages"][-1]["content"] == QUESTIONS[3]

@@ -12,6 +12,7 @@ from langchain_core.messages import BaseMessage
 from chatbot.caller import CallerContext
 from chatbot.config import Settings
 from chatbot.memory.jobs import MemorySink, drop_memory_job
+from chatbot.models.chain import ChainEntry
 
 Retriever = Callable[[CallerContext, str], Awaitable[Sequence[Mapping[str, Any]]]]
 PromptRegistry = Callable[[str, str], Awaitable[None]]
@@ -39,10 +40,29 @@ class AgentDeps:
     """The replica's settings, as one object: the nodes read the model name and timeout,
     the offline token delay, the context budget, the summary threshold and the fact limit."""
     retriever: Retriever = no_retrieval
+    chain: tuple[ChainEntry, ...] = ()
+    """The answer models in fallback order (models/chain.py); empty: `chat_model`, else offline."""
     chat_model: BaseChatModel | None = None
-    """None: the offline responder answers."""
+    """One model answering alone (tests, Studio): a chain of one. None with no chain: the offline responder."""
+    summary_model: ChainEntry | None = None
+    """The model that folds the rolling summary (`CHATBOT_SUMMARY_MODEL`); None: the first answer model."""
     memory_sink: MemorySink = drop_memory_job
     window_observer: Callable[[Sequence[BaseMessage]], None] | None = field(default=None)
     """Sees every model window built (tests and diagnostics); must not keep references long."""
     prompt_registry: PromptRegistry | None = None
     """Keeps the text of each system prompt a run record names by hash; None: not kept."""
+
+    def answer_chain(self) -> tuple[ChainEntry, ...]:
+        """Return the models that answer, in fallback order; empty for the offline responder."""
+        if self.chain:
+            return self.chain
+        if self.chat_model is not None:
+            return (ChainEntry(f"custom:{type(self.chat_model).__name__}", self.chat_model),)
+        return ()
+
+    def summariser(self) -> ChainEntry | None:
+        """Return the model that folds summaries; None: the offline fold."""
+        if self.summary_model is not None:
+            return self.summary_model
+        chain = self.answer_chain()
+        return chain[0] if chain else None

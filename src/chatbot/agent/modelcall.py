@@ -1,25 +1,37 @@
-"""One call to a real chat model: structured answer, validated, with a safe fallback."""
+"""One answer from the model chain: structured, complete or named as failed, with its usage.
+
+The chain is tried in order while nothing has been shown: a model that fails before its
+first answer token (connection error, 5xx, 429 after the client's retries, first-token
+timeout, a stream cut before any answer) hands the same window to the next entry. After
+the first token there is no switch: the user has seen the answer begin.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import email.utils
 import logging
-import re
+import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 
-from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import BaseMessage
 from pydantic import BaseModel, Field, ValidationError
 
 from chatbot import metrics
+from chatbot.failures import FailureReason
+from chatbot.models.answer_field import valid_unicode
+from chatbot.models.chain import ChainEntry
 from chatbot.models.reply import Reply
+from chatbot.models.structured import Limits, Streamed, StreamTimeout, stream_structured
+from chatbot.models.usage import Usage
 from chatbot.responses import RunStatus
 
 log = logging.getLogger(__name__)
 
 
 class ModelFailure(Exception):
-    """The model call failed (provider error or unusable output after the fallback).
+    """The chain could not give a complete answer: the reason, and what the user saw meanwhile.
 
     The provider's exception is kept as `__cause__` (so logged tracebacks show where it
     came from), and its class name and HTTP status are copied onto `error_class` and
@@ -31,13 +43,29 @@ class ModelFailure(Exception):
     error_class: str
     """Class name of the provider's exception, e.g. `RateLimitError`."""
     status: int | None
-    """HTTP status the provider answered with, when its exception carries one."""
+    """HTTP status the provider answered with (an error inside a 200 stream: the status its type means)."""
 
-    def __init__(self, error_class: str, status: int | None = None) -> None:
+    def __init__(
+        self,
+        error_class: str,
+        status: int | None = None,
+        *,
+        reason: FailureReason = "model_failed",
+        retry_after: float | None = None,
+        shown: str = "",
+        model: str | None = None,
+        usage: Sequence[Usage] = (),
+    ) -> None:
         # The message repeats only these two fields: never the provider's own message.
         super().__init__(error_class if status is None else f"{error_class} (HTTP {status})")
         self.error_class = error_class
         self.status = status
+        self.reason: FailureReason = reason
+        self.retry_after = retry_after
+        self.shown = shown
+        """The answer text the user was shown before the failure (kept in the record only)."""
+        self.model = model
+        self.usage = list(usage)
 
     def __reduce__(self) -> tuple[type[ModelFailure], tuple[str, int | None]]:
         # Exceptions pickle as `cls(*self.args)`, and `args` holds the formatted message.
@@ -45,7 +73,7 @@ class ModelFailure(Exception):
 
 
 class ModelTimeout(ModelFailure):
-    """The model did not answer within the configured timeout."""
+    """A time limit of the model call passed (first token, idle gap, or the whole answer)."""
 
 
 class StructuredAnswer(BaseModel):
@@ -59,7 +87,7 @@ class StructuredAnswer(BaseModel):
     citations: list[str] = Field(default_factory=list, description="chunk_id of every chunk the answer uses")
 
 
-# As JSON schema (not the pydantic class) so that streaming yields partial dicts.
+# As JSON schema: the request carries it as is, and the answer is read as JSON text.
 _ANSWER_SCHEMA = StructuredAnswer.model_json_schema()
 
 
@@ -68,58 +96,128 @@ _FALLBACK = {
     "en": "Sorry, I couldn't put together a clear answer just now. "
     "Could you rephrase your question with a bit more detail?",
 }
+# What the user reads when the model declines: a person takes over (escalate, model_refused).
+_REFUSED = {
+    "fa": "این موضوع را به یکی از همکارانم می‌سپارم تا بررسی کند.",
+    "en": "I'll pass this to a colleague who can help you with it.",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class TimeLimits:
+    """The contract's three bounds of an answer, in seconds."""
+
+    first_token: float
+    idle: float
+    total: float
+
+
+@dataclass(frozen=True, slots=True)
+class ModelAnswer:
+    """A complete answer: the reply, the chain entry that gave it, every call's usage."""
+
+    reply: Reply
+    model: str
+    usage: list[Usage] = field(default_factory=list)
 
 
 async def ask_model(
-    model: BaseChatModel,
+    chain: Sequence[ChainEntry],
     window: Sequence[BaseMessage],
     *,
     known_chunk_ids: set[str],
     language: str,
-    timeout: float,
+    limits: TimeLimits,
     on_delta: Callable[[str], None],
-) -> Reply:
-    """Ask for a structured answer, streaming its `answer` field as it arrives.
+) -> ModelAnswer:
+    """Ask the chain for a structured answer, streaming its `answer` field as it arrives.
 
-    The schema is passed as JSON schema so the parser yields partial dicts while the
-    model streams its tool-call arguments: the answer reaches the user token by token,
-    and status and citations are validated once the object is complete. Whatever was
-    streamed is what the answer's content becomes, so the deltas always add up to it.
-    Unusable output becomes a clarifying question.
+    Whatever was streamed is what the answer's content becomes, so the deltas always add up
+    to it. A stream that stops short raises ModelFailure(`model_incomplete`) with the shown
+    text; a refusal is an escalation; output that does not fit the schema becomes a
+    clarifying question (counted and logged, never silent).
     """
-    streamed = ""
-    last: object = None
-    try:
-        structured = model.with_structured_output(_ANSWER_SCHEMA)
-        async with asyncio.timeout(timeout):
-            if not _streams(model):  # one complete object; nothing partial to forward
-                last = await structured.ainvoke(list(window))
-            else:
-                async for partial in structured.astream(list(window)):
-                    last = partial
-                    answer = partial.get("answer") if isinstance(partial, dict) else None
-                    answer = encodable(answer, partial=True) if isinstance(answer, str) else None
-                    if answer is not None and len(answer) > len(streamed) and answer.startswith(streamed):
-                        on_delta(answer[len(streamed) :])
-                        streamed = answer
-    except TimeoutError as exc:
-        _count_failure("TimeoutError", None)
-        raise ModelTimeout("TimeoutError") from exc
-    except (ValidationError, ValueError) as exc:  # output that does not fit the schema
-        log.warning("model output rejected", extra={"error": type(exc).__name__})
-        last = None
-    except Exception as exc:
-        status = http_status(exc)
-        _count_failure(type(exc).__name__, status)
-        raise ModelFailure(type(exc).__name__, status) from exc
-    parsed = _coerce(last)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + limits.total
+    usage: list[Usage] = []
+    for index, entry in enumerate(chain):
+        state = Streamed()
+        can_fall_back = index + 1 < len(chain)
+        bounds = Limits(first_token=limits.first_token, idle=limits.idle, deadline=deadline)
+        started = time.perf_counter()
+        try:
+            await stream_structured(entry, window, _ANSWER_SCHEMA, limits=bounds, on_delta=on_delta, into=state)
+        except StreamTimeout as exc:
+            usage.append(Usage.from_metadata("answer", entry.spec, state.usage))
+            _count(entry.spec, "timeout", started)
+            metrics.MODEL_ERRORS.labels(error_class="TimeoutError", status="none").inc()
+            if can_fall_back and not state.answer and exc.phase == "first_token":
+                _fall_back(entry, "first_token_timeout")
+                continue
+            raise ModelTimeout(
+                "TimeoutError", reason="model_timeout", shown=state.answer, model=entry.spec, usage=usage
+            ) from exc
+        except Exception as exc:  # the provider's error; CancelledError is not one and propagates
+            usage.append(Usage.from_metadata("answer", entry.spec, state.usage))
+            status = provider_status(exc)
+            reason: FailureReason = (
+                "model_rate_limited" if status == 429 else "model_incomplete" if state.answer else "model_failed"
+            )
+            _count(entry.spec, "rate_limited" if status == 429 else "failed", started)
+            metrics.MODEL_ERRORS.labels(error_class=type(exc).__name__, status=_label(status)).inc()
+            if can_fall_back and not state.answer:
+                _fall_back(entry, "rate_limited" if status == 429 else "error")
+                continue
+            raise ModelFailure(
+                type(exc).__name__,
+                status,
+                reason=reason,
+                retry_after=retry_after(exc) if status == 429 else None,
+                shown=state.answer,
+                model=entry.spec,
+                usage=usage,
+            ) from exc
+        usage.append(Usage.from_metadata("answer", entry.spec, state.usage))
+        stop = state.stop(reports_finish=entry.reports_finish)
+        if stop == "incomplete":
+            _count(entry.spec, "incomplete", started)
+            log.warning("model stopped short", extra={"model": entry.spec, "finish": state.finish})
+            if can_fall_back and not state.answer:
+                _fall_back(entry, "incomplete")
+                continue
+            raise ModelFailure(
+                "IncompleteAnswer", reason="model_incomplete", shown=state.answer, model=entry.spec, usage=usage
+            )
+        if stop == "refused" or (state.text_only and not state.field.text):
+            _count(entry.spec, "refused", started)
+            log.warning("model refused", extra={"model": entry.spec, "finish": state.finish})
+            return ModelAnswer(_refusal(state.answer, language, on_delta), entry.spec, usage)
+        reply = _reply(state, known_chunk_ids, language, on_delta, entry.spec, started)
+        return ModelAnswer(reply, entry.spec, usage)
+    raise ModelFailure("EmptyChain", reason="model_failed", usage=usage)
+
+
+def _reply(
+    state: Streamed,
+    known_chunk_ids: set[str],
+    language: str,
+    on_delta: Callable[[str], None],
+    model: str,
+    started: float,
+) -> Reply:
+    """Return the reply of a stream that finished normally (unusable output: a clarifying question)."""
+    parsed = _coerce(state.parsed())
+    streamed = state.answer
     if parsed is None or not (streamed or parsed.answer).strip():
+        _count(model, "unusable", started)
+        log.warning("model output unusable", extra={"model": model, "finish": state.finish})
         if streamed:  # the user has seen it: keep the record faithful, ask for more detail
             return Reply("clarifying", streamed, [], None)
         fallback = _FALLBACK.get(language, _FALLBACK["en"])
         on_delta(fallback)
         return Reply("clarifying", fallback, [], None)
-    final = encodable(parsed.answer, partial=False)
+    _count(model, "ok", started)
+    final = valid_unicode(parsed.answer)
     if final.startswith(streamed) and len(final) > len(streamed):
         on_delta(final[len(streamed) :])
         streamed = final
@@ -129,24 +227,36 @@ async def ask_model(
     return Reply(parsed.status, streamed, citations, reason)
 
 
-# A surrogate not paired with its other half: JSON's "\ud800" escapes decode to these, and
-# no UTF-8 encoder accepts them (the SSE frame, the JSON response and the stored record all fail).
-_SURROGATE = re.compile("[\ud800-\udfff]")
-_LONE_SURROGATE = re.compile("[\ud800-\udbff](?![\udc00-\udfff])|(?<![\ud800-\udbff])[\udc00-\udfff]")
+def _refusal(shown: str, language: str, on_delta: Callable[[str], None]) -> Reply:
+    handoff = _REFUSED.get(language, _REFUSED["en"])
+    text = f"\n\n{handoff}" if shown else handoff
+    on_delta(text)
+    return Reply("escalate", shown + text, [], "model_refused")
 
 
-def encodable(text: str, *, partial: bool) -> str:
-    """Return model text as valid Unicode: lone surrogates become U+FFFD, escaped pairs one character.
+def _fall_back(entry: ChainEntry, reason: str) -> None:
+    metrics.MODEL_FALLBACKS.labels(reason=reason).inc()
+    log.warning(
+        "model failed before answering; trying the next in the chain", extra={"model": entry.spec, "reason": reason}
+    )
 
-    A partial answer's trailing high surrogate is held back: the next piece may bring its
-    pair, and a character once streamed cannot be taken back.
-    """
-    if partial and text and "\ud800" <= text[-1] <= "\udbff":
-        text = text[:-1]
-    if not _SURROGATE.search(text):
-        return text
-    paired = _LONE_SURROGATE.sub("\ufffd", text)
-    return paired.encode("utf-16", "surrogatepass").decode("utf-16")
+
+def _count(model: str, outcome: str, started: float) -> None:
+    metrics.MODEL_CALLS.labels(model=model, kind="answer", outcome=outcome).inc()
+    metrics.MODEL_CALL_SECONDS.labels(kind="answer").observe(time.perf_counter() - started)
+
+
+def _label(status: int | None) -> str:
+    return "none" if status is None else str(status)
+
+
+def _causes(exc: BaseException) -> list[BaseException]:
+    seen: list[BaseException] = []
+    current: BaseException | None = exc
+    while current is not None and all(current is not s for s in seen):
+        seen.append(current)
+        current = current.__cause__ or current.__context__
+    return seen
 
 
 def http_status(exc: BaseException) -> int | None:
@@ -155,30 +265,68 @@ def http_status(exc: BaseException) -> int | None:
     The provider SDKs put it on the exception (`status_code`: openai, anthropic, ollama)
     or on its response (`response.status_code`: httpx); LangChain may wrap either.
     """
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
+    for current in _causes(exc):
         for holder in (current, getattr(current, "response", None)):
             status = getattr(holder, "status_code", None)
             if isinstance(status, int) and not isinstance(status, bool) and 100 <= status <= 599:
                 return status
-        current = current.__cause__ or current.__context__
     return None
 
 
-def _count_failure(error_class: str, status: int | None) -> None:
-    metrics.MODEL_ERRORS.labels(error_class=error_class, status="none" if status is None else str(status)).inc()
+# An error event inside a 200 stream (Anthropic's `event: error`, an OpenAI-compatible
+# server's error chunk) carries the stream's 200; its type says what the status would be.
+_ERROR_TYPE_STATUS = {
+    "overloaded_error": 529,
+    "api_error": 500,
+    "server_error": 500,
+    "rate_limit_error": 429,
+    "rate_limit_exceeded": 429,
+    "timeout_error": 504,
+    "authentication_error": 401,
+    "permission_error": 403,
+    "not_found_error": 404,
+    "invalid_request_error": 400,
+}
 
 
-def _streams(model: BaseChatModel) -> bool:
-    """Tell whether the model implements streaming (else astream yields no partial objects)."""
-    return type(model)._astream is not BaseChatModel._astream or type(model)._stream is not BaseChatModel._stream
+def provider_status(exc: BaseException) -> int | None:
+    """Return the provider's HTTP status for a failure; an in-stream error reads by its type."""
+    status = http_status(exc)
+    if status is not None and status >= 400:
+        return status
+    for current in _causes(exc):
+        body = getattr(current, "body", None)
+        error = body.get("error", body) if isinstance(body, dict) else None
+        kind = error.get("type") if isinstance(error, dict) else None
+        if isinstance(kind, str) and kind in _ERROR_TYPE_STATUS:
+            return _ERROR_TYPE_STATUS[kind]
+    return status
+
+
+def retry_after(exc: BaseException) -> float | None:
+    """Return the seconds the provider asked to wait (`retry-after-ms` or `Retry-After`), if it did."""
+    for current in _causes(exc):
+        headers = getattr(getattr(current, "response", None), "headers", None)
+        if headers is None:
+            continue
+        millis = headers.get("retry-after-ms")
+        try:
+            if millis is not None:
+                return max(0.0, float(millis) / 1000)
+            value = headers.get("retry-after")
+            if value is None:
+                continue
+            return max(0.0, float(value))
+        except ValueError:
+            try:  # Retry-After may also be an HTTP date
+                when = email.utils.parsedate_to_datetime(str(value))
+            except (TypeError, ValueError):
+                continue
+            return max(0.0, when.timestamp() - time.time())
+    return None
 
 
 def _coerce(raw: object) -> StructuredAnswer | None:
-    if isinstance(raw, StructuredAnswer):
-        return raw
     if isinstance(raw, dict):
         try:
             return StructuredAnswer.model_validate(raw)

@@ -14,7 +14,7 @@ from langgraph.runtime import Runtime
 from chatbot import metrics
 from chatbot.agent.context import Context
 from chatbot.agent.deps import AgentDeps
-from chatbot.agent.modelcall import ask_model
+from chatbot.agent.modelcall import ModelAnswer, ModelFailure, TimeLimits, ask_model
 from chatbot.agent.prompts import system_prompt
 from chatbot.agent.record import chunk_refs, encode_record, prompt_sha256, window_ids
 from chatbot.agent.state import (
@@ -32,6 +32,7 @@ from chatbot.memory.jobs import MemoryJob
 from chatbot.memory.namespaces import PROFILE_KEY, facts_namespace, profile_namespace, user_prefix
 from chatbot.models.offline import MemoryRequest, offline_reply, split_tokens
 from chatbot.models.reply import Reply
+from chatbot.models.usage import Usage
 from chatbot.timestamps import now_rfc3339
 
 RECENT_IN_HANDOFF = 10
@@ -99,7 +100,8 @@ class Nodes:
         if self.deps.window_observer is not None:
             self.deps.window_observer(window.messages)
         streak = state.get("unanswered_streak", 0)
-        if self.deps.chat_model is None:
+        model = self.settings.model
+        if not self.deps.answer_chain():
             # The offline rules run once per turn: their result answers "noted" here and is
             # what the memory writer stores after the answer (write_memory hands it over).
             candidates = extract_offline(str(question.text), locale=ctx.locale)
@@ -112,8 +114,14 @@ class Nodes:
                 memory_request=_memory_request(candidates),
             )
             await self._stream_offline(reply.content)
+            self._usage(ctx).append(Usage("answer", model))
         else:
-            reply = await self._ask_model(window, chunks, ctx.language)
+            try:
+                answered = await self._ask_model(window, chunks, ctx)
+            except ModelFailure as failure:
+                return self._failed(ctx, failure, turns, question, window, prompt_sha, chunks, history)
+            reply, model = answered.reply, answered.model
+            self._usage(ctx).extend(answered.usage)
         answer = AIMessage(
             content=reply.content,
             id=str(uuid.uuid4()),
@@ -134,7 +142,8 @@ class Nodes:
             if reply.status == "escalate"
             else None,
         }
-        record = self._record(ctx, reply.status, question, answer, window, prompt_sha, chunks, history)
+        facts = {"status": reply.status, "model": model, "answer_id": str(answer.id), "usage": self._usage_record(ctx)}
+        record = self._record(ctx, facts, question, window, prompt_sha, chunks, history)
         return update | {
             "turns": turns,
             "messages": [answer],
@@ -143,6 +152,61 @@ class Nodes:
             "record": record,
             "unanswered_streak": 0 if reply.status == "answered" else streak + 1,
         }
+
+    def _failed(
+        self,
+        ctx: Context,
+        failure: ModelFailure,
+        turns: int,
+        question: HumanMessage,
+        window: Window,
+        prompt_sha: str,
+        chunks: list[dict[str, Any]],
+        history: list[Any],
+    ) -> dict[str, Any]:
+        """Return the update of a turn whose model failed: the reason and what was shown, no answer.
+
+        The answer is not added to the conversation (the transcript holds finished answers
+        only); the text the user saw stays in the run record, marked incomplete. No summary
+        fold is kept and no memory work follows (the graph ends on a failed outcome).
+        """
+        self._usage(ctx).extend(failure.usage)
+        ctx.scratch["failure"] = failure
+        outcome: Outcome = {
+            "status": "error",
+            "failure": {"reason": failure.reason, "retry_after": failure.retry_after},
+        }
+        facts = {
+            "status": "error",
+            "reason": failure.reason,
+            "model": failure.model or self.settings.model,
+            "answer_id": str(uuid.uuid4()),
+            "shown": failure.shown,
+            "usage": self._usage_record(ctx),
+        }
+        return {
+            "turns": turns,
+            "outcome": outcome,
+            "record": self._record(ctx, facts, question, window, prompt_sha, chunks, history),
+        }
+
+    @staticmethod
+    def _usage(ctx: Context) -> list[Usage]:
+        """Return this run's model calls so far (the summary fold's, then the answer's)."""
+        calls: list[Usage] = ctx.scratch.setdefault("usage", [])
+        return calls
+
+    def _usage_record(self, ctx: Context) -> list[dict[str, Any]]:
+        calls = self._usage(ctx)
+        for call in calls:
+            for direction, count in (
+                ("input", call.input_tokens),
+                ("output", call.output_tokens),
+                ("cached_input", call.cached_input_tokens),
+            ):
+                if count:
+                    metrics.MODEL_TOKENS.labels(ctx.tenant_id, call.model, call.kind, direction).inc(count)
+        return [call.as_dict() for call in calls]
 
     @staticmethod
     def _chunks(state: ConversationState, ctx: Context) -> list[dict[str, Any]]:
@@ -155,22 +219,19 @@ class Nodes:
     def _record(
         self,
         ctx: Context,
-        status: str,
+        facts: dict[str, Any],
         question: HumanMessage,
-        answer: AIMessage,
         window: Window,
         prompt_sha: str,
         chunks: list[dict[str, Any]],
         history: list[Any],
     ) -> str:
-        """Return the run record: what the model was given, by id (agent/record.py)."""
+        """Return the run record: what the model was given, by id, and how it ended (agent/record.py)."""
         return encode_record(
             {
                 "run_id": ctx.run_id,
-                "status": status,
-                "model": self.settings.model,
+                **facts,
                 "input_id": str(question.id),
-                "answer_id": str(answer.id),
                 "system_prompt_sha256": prompt_sha,
                 **window_ids(window, history[-WINDOW_HISTORY:]),
                 "question_chars": window.question_chars,
@@ -226,16 +287,20 @@ class Nodes:
         """Build the model window, folding what left it into the summary when a batch is due."""
         summary = state.get("summary", "")
         window = self._window(state, history, question, summary, chunks, ctx.language)
-        if turns <= self.settings.summary_after_turns:
-            return window, summary, {}
         start, end = self._fold_range(history, state.get("summarized_through"), window)
-        # Folded a batch at a time: one summariser call (and one window rebuild) per few
-        # turns, not every turn. Nothing leaves the recent list unsummarised: once it is
-        # full, at least 2 * FOLD_BATCH messages lie before the window.
+        # Folded a batch at a time, whatever the turn count: turns leave the window by its
+        # token budget long before the recent list is full when answers are long, and a
+        # window must not lose the conversation's beginning (CONTRACT.md). One summariser
+        # call (and one window rebuild) per FOLD_BATCH messages, at most four turns behind.
         if end - start < FOLD_BATCH:
             return window, summary, {}
         folded = await fold_summary(
-            summary, history[start:end], ctx.language, self.deps.chat_model, timeout=self.settings.model_timeout_seconds
+            summary,
+            history[start:end],
+            ctx.language,
+            self.deps.summariser(),
+            timeout=self.settings.summary_timeout_seconds,
+            on_usage=self._usage(ctx).append,
         )
         metrics.SUMMARY_FOLDS.labels("ok" if folded != summary else "unchanged").inc()
         if folded == summary:  # a failed fold keeps the old summary; a later turn retries
@@ -291,15 +356,19 @@ class Nodes:
             if delay:
                 await asyncio.sleep(delay)
 
-    async def _ask_model(self, window: Window, chunks: list[dict[str, Any]], language: str) -> Reply:
-        assert self.deps.chat_model is not None
+    async def _ask_model(self, window: Window, chunks: list[dict[str, Any]], ctx: Context) -> ModelAnswer:
         writer = get_stream_writer()
+        settings = self.settings
         return await ask_model(
-            self.deps.chat_model,
+            self.deps.answer_chain(),
             window.messages,
             known_chunk_ids={str(c["chunk_id"]) for c in chunks},
-            language=language,
-            timeout=self.settings.model_timeout_seconds,
+            language=ctx.language,
+            limits=TimeLimits(
+                first_token=settings.model_first_token_timeout_seconds,
+                idle=settings.model_idle_timeout_seconds,
+                total=settings.model_timeout_seconds,
+            ),
             on_delta=lambda delta: writer({"event": "token", "data": {"content": delta}}),
         )
 

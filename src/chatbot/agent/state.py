@@ -20,7 +20,7 @@ even a run that fails after retrieval leaves chunk text in a checkpoint.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Annotated, Any, TypedDict
+from typing import Annotated, Any, Literal, TypedDict
 
 from langchain_core.messages import AnyMessage, BaseMessage
 from langgraph.channels.delta import DeltaChannel
@@ -62,9 +62,11 @@ def user_turn(message: BaseMessage) -> dict[str, Any]:
 
 
 class Outcome(TypedDict, total=False):
-    """How this turn ended: read by the runs endpoint to build the `end` event."""
+    """How this turn ended: read by the runs endpoint to build the `end` (or `error`) event."""
 
-    status: RunStatus
+    status: RunStatus | Literal["error"]
+    failure: dict[str, Any]
+    """On `error`: `{"reason", "retry_after"}` (chatbot/failures.py)."""
     message_id: str
     citations: list[str]
     handoff_context: dict[str, Any] | None

@@ -16,13 +16,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 
+from chatbot import metrics
 from chatbot.agent.prompts import SUMMARY_LABELS, SUMMARY_PROMPTS, language_key
+from chatbot.models.chain import ChainEntry
+from chatbot.models.usage import Usage
 from chatbot.text import cut_at_word
 
 __all__ = [
@@ -241,21 +244,24 @@ async def fold_summary(
     previous: str,
     dropped: Sequence[BaseMessage],
     language: str,
-    model: BaseChatModel | None,
+    model: ChainEntry | BaseChatModel | None,
     *,
-    timeout: float = 30.0,
+    timeout: float = 5.0,
+    on_usage: Callable[[Usage], None] | None = None,
 ) -> str:
     """Return `previous` extended with the `dropped` messages, by `model` or offline.
 
     With a model, the first fold's reply becomes the pinned opening and each later fold
     rewrites only the part after it. A failing or hanging model call keeps `previous`
-    unchanged: a summary is never worth a failed run, nor a thread held past the model
-    timeout.
+    unchanged after at most `timeout` seconds: the fold runs before the answer, so it
+    bounds how long it may delay the first token, and a summary is never worth a failed run.
     """
     if not dropped:
         return previous
     if model is None:
         return offline_summary(previous, dropped, language)
+    if isinstance(model, BaseChatModel):
+        model = ChainEntry(f"custom:{type(model).__name__}", model)
     key = language_key(language)
     parts = split_opening(previous)
     # A summary without a separator is all opening (a first model fold, or an offline one).
@@ -271,11 +277,18 @@ async def fold_summary(
     try:
         instructions = SystemMessage(SUMMARY_PROMPTS[key])
         async with asyncio.timeout(timeout):
-            reply = await model.ainvoke([instructions, HumanMessage(task)])
+            reply = await model.model.ainvoke([instructions, HumanMessage(task)])
         text = str(reply.text).strip()
-    except Exception:  # any provider error; asyncio.CancelledError is not one and propagates
-        log.warning("summary fold failed; keeping the previous summary", exc_info=True)
+    except Exception as exc:  # any provider error; asyncio.CancelledError is not one and propagates
+        outcome = "timeout" if isinstance(exc, TimeoutError) else "failed"
+        metrics.MODEL_CALLS.labels(model=model.spec, kind="summary", outcome=outcome).inc()
+        if on_usage is not None:
+            on_usage(Usage("summary", model.spec))
+        log.warning("summary fold failed; keeping the previous summary", extra={"error": type(exc).__name__})
         return previous
+    metrics.MODEL_CALLS.labels(model=model.spec, kind="summary", outcome="ok").inc()
+    if on_usage is not None:
+        on_usage(Usage.from_metadata("summary", model.spec, getattr(reply, "usage_metadata", None)))
     if not _lines(text):
         return previous
     if not opening:

@@ -10,11 +10,13 @@ import uvicorn
 
 from chatbot.cli import common
 from chatbot.cli.chat import chat
+from chatbot.cli.check_model import check_model
 from chatbot.cli.dev import dev
 from chatbot.cli.feedback import feedback_app
 from chatbot.cli.ingest import ingest
 from chatbot.cli.replay import replay
 from chatbot.cli.retention import retention
+from chatbot.cli.usage import usage
 from chatbot.db.migrate import migrate as run_migrations
 from chatbot.db.pool import resolve_database_url
 from chatbot.limits import HeadDeadlineH11Protocol
@@ -30,6 +32,8 @@ app.command("retention")(retention)
 app.add_typer(feedback_app, name="feedback")
 app.command("replay")(replay)
 app.command("chat")(chat)
+app.command("usage")(usage)
+app.command("check-model")(check_model)
 
 
 @app.command()

@@ -4,18 +4,29 @@ The model proposes profile updates and facts; everything it returns is validated
 schema, bounded, keyed by the same deterministic rules as the offline extractor, and still
 passes the PII guard in the writer. When the model fails or returns garbage, the offline
 rules' result is used, so a flaky provider costs recall, never safety.
+
+The model is asked only when the message says something about its writer (the offline
+rules found a fact, or it is a first-person statement rather than a question): asking on
+every turn doubled the provider calls of a conversation (two per answered turn), and
+questions about a policy teach memory nothing the offline rules miss.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Literal
+import re
+import time
+from dataclasses import dataclass
+from typing import Any, Literal
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import HumanMessage, SystemMessage
 from pydantic import BaseModel, Field
 
+from chatbot import metrics
+from chatbot.db import usage_totals
+from chatbot.db.pool import Pool
 from chatbot.memory.extraction import DEFAULT_PRODUCTS, MAX_FACT_CHARS, FactCandidate, MemoryCandidates, extract_offline
 from chatbot.memory.fact_keys import classify_fact
 from chatbot.memory.jobs import MemoryJob
@@ -50,22 +61,90 @@ class ExtractedMemory(BaseModel):
     facts: list[ExtractedFact] = Field(default_factory=list, max_length=10)
 
 
-def model_extractor(model: BaseChatModel, *, timeout: float) -> Extractor:
-    """Return an extractor that asks `model` and falls back to the offline rules."""
+# First-person words that mark a statement about the writer (English and Persian).
+_FIRST_PERSON = re.compile(
+    r"(?i)\b(i|i'm|i've|i'd|my|mine|me|we|our|us)\b"
+    r"|(?<!\w)(من|ما|مال من|خودم|دارم|داریم|هستم|هستیم|می‌خواهم|میخوام)(?!\w)"
+)
+_QUESTION_END = re.compile(r"[?؟]\s*$")
+
+
+def worth_asking(text: str, baseline: MemoryCandidates) -> bool:
+    """Tell whether a message may hold a durable fact the offline rules did not catch."""
+    if baseline.facts or baseline.rejected:
+        return True
+    return bool(_FIRST_PERSON.search(text)) and not _QUESTION_END.search(text)
+
+
+@dataclass(frozen=True, slots=True)
+class _Call:
+    """One extraction call's usage, as the daily totals take it (db/usage_totals.py)."""
+
+    model: str
+    input_tokens: int
+    output_tokens: int
+    cached_input_tokens: int
+    kind: str = "memory"
+
+
+def model_extractor(
+    model: BaseChatModel, *, timeout: float, name: str = "custom:model", pool: Pool | None = None
+) -> Extractor:
+    """Return an extractor that asks `model` (`name` in metrics and usage) when a message is worth it."""
 
     async def extract(job: MemoryJob) -> MemoryCandidates:
         baseline = extract_offline(job.user_text, locale=job.locale)
+        if not worth_asking(job.user_text, baseline):
+            return baseline
+        started = time.perf_counter()
+        outcome = "ok"
+        raw_message: Any = None
         try:
-            structured = model.with_structured_output(ExtractedMemory)
+            structured = model.with_structured_output(ExtractedMemory, include_raw=True)
             async with asyncio.timeout(timeout):
-                raw = await structured.ainvoke([SystemMessage(_PROMPT), HumanMessage(job.user_text)])
+                result = await structured.ainvoke([SystemMessage(_PROMPT), HumanMessage(job.user_text)])
+            raw_message = result.get("raw") if isinstance(result, dict) else None
+            raw = result.get("parsed") if isinstance(result, dict) else result
+            if raw is None:
+                raise ValueError("no structured output")
             proposed = raw if isinstance(raw, ExtractedMemory) else ExtractedMemory.model_validate(raw)
         except Exception as exc:
+            outcome = "timeout" if isinstance(exc, TimeoutError) else "failed"
             log.warning("memory extraction by model failed", extra={"run_id": job.run_id, "error": type(exc).__name__})
             return baseline
+        finally:
+            metrics.MODEL_CALLS.labels(model=name, kind="memory", outcome=outcome).inc()
+            metrics.MODEL_CALL_SECONDS.labels(kind="memory").observe(time.perf_counter() - started)
+            await _count_usage(pool, job, name, getattr(raw_message, "usage_metadata", None))
         return _merge(baseline, proposed)
 
     return extract
+
+
+async def _count_usage(pool: Pool | None, job: MemoryJob, name: str, usage: Any) -> None:
+    """Count an extraction call's tokens: the metric, and the tenant's daily totals."""
+    usage = usage if isinstance(usage, dict) else {}
+    details = usage.get("input_token_details") or {}
+    call = _Call(
+        name,
+        int(usage.get("input_tokens") or 0),
+        int(usage.get("output_tokens") or 0),
+        int(details.get("cache_read") or 0) if isinstance(details, dict) else 0,
+    )
+    for direction, count in (
+        ("input", call.input_tokens),
+        ("output", call.output_tokens),
+        ("cached_input", call.cached_input_tokens),
+    ):
+        if count:
+            metrics.MODEL_TOKENS.labels(job.tenant_id, name, "memory", direction).inc(count)
+    if pool is None:
+        return
+    try:
+        async with pool.connection() as conn:
+            await usage_totals.add(conn, job.tenant_id, [call])
+    except Exception as exc:  # usage must never cost the user's memory
+        log.warning("memory usage not counted", extra={"run_id": job.run_id, "error": type(exc).__name__})
 
 
 def _merge(baseline: MemoryCandidates, proposed: ExtractedMemory) -> MemoryCandidates:

@@ -152,6 +152,16 @@ async def _transcript_to(
         bound = rows[-1]["version"]
 
 
+def _answer(record: dict[str, Any], answer: BaseMessage | None) -> dict[str, Any] | None:
+    """Return the answer as the user got it: finished (from the transcript), or the shown part of a failed one."""
+    if answer is not None:
+        return {"id": str(answer.id), "content": str(answer.text), "complete": True}
+    shown = record.get("shown")
+    if isinstance(shown, str) and shown:
+        return {"id": str(record.get("answer_id") or ""), "content": shown, "complete": False}
+    return None
+
+
 def _public(message: BaseMessage, content: str | None = None) -> dict[str, Any]:
     role = "user" if isinstance(message, HumanMessage) else "assistant"
     return {"id": str(message.id), "role": role, "content": str(message.text) if content is None else content}
@@ -259,8 +269,9 @@ async def read_run_record(
         "created_at": created or snap.row["ts"],
         "model": record.get("model"),
         "input": None if question is None else {"id": str(question.id), "content": str(question.text)},
-        "answer": None if answer is None else {"id": str(answer.id), "content": str(answer.text)},
+        "answer": _answer(record, answer),
         "citations": list(message_meta(answer).get("citations", [])) if answer is not None else [],
+        "usage": list(record.get("usage") or []),
         "context": {
             "system_prompt_sha256": record.get("system_prompt_sha256"),
             # The summary as given: the same checkpoint's `summary` channel (generate writes both).

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,22 +27,25 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from chatbot.agent.state import message_meta
 from chatbot.db import langgraph_tables
 from chatbot.db.pool import Pool
-from chatbot.errors import Problem, problem_body
+from chatbot.errors import Problem
+from chatbot.failures import Failure, FailureReason
 from chatbot.threads.runs import end_event
 from chatbot.threads.stream import Listener, StreamEvent
 
 FOLLOW_POLL_SECONDS = 0.2
+# An offset counts characters of one answer; 18 digits is far beyond any answer and still
+# an int64, should it ever reach SQL.
+_OFFSET = re.compile(r"[0-9]{1,18}")
 
-# A failed run's `__error__` write is the exception's repr; its class name says what failed.
-_ERROR_STATUS = {
-    "ModelTimeout": (504, "the model did not answer in time"),
-    "TimeoutError": (504, "the model did not answer in time"),
-    "ModelFailure": (502, "the model failed to answer"),
-    "LeaseLost": (503, "the run lost its thread lock (a database connection dropped); send the message again"),
-    "OperationalError": (503, "the database is unavailable"),
-    "PoolTimeout": (503, "the database is unavailable"),
+# A run whose graph raised left an `__error__` write, the exception's repr: its class name
+# says which reason it was (a model's failure is a typed outcome instead, agent/nodes.py).
+_ERROR_REASONS: dict[str, FailureReason] = {
+    "TimeoutError": "model_timeout",
+    "LeaseLost": "database",
+    "OperationalError": "database",
+    "PoolTimeout": "database",
 }
-INTERRUPTED = (503, "the run was interrupted before it finished (its replica stopped); send the message again")
+INTERRUPTED = Failure("interrupted")
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,7 +61,9 @@ def parse_last_event_id(value: str | None, run_id: str) -> int:
     if value is None or not value.strip():
         return 0
     named_run, _, offset = value.strip().rpartition(":")
-    if named_run.lower() != run_id.lower() or not offset.isdigit():
+    # ASCII digits only: `str.isdigit()` also accepts "²" (a Latin-1 header byte), "①" and
+    # "٣", which `int()` refuses or reads as another number.
+    if named_run.lower() != run_id.lower() or not _OFFSET.fullmatch(offset):
         raise Problem(422, "Last-Event-ID must be `<run_id>:<offset>` of this run")
     return int(offset)
 
@@ -91,8 +97,11 @@ class RunRecords:
         if error is None and answer is not None and outcome and outcome.get("message_id") == answer.id:
             content = str(answer.text)
             return Replayed(content, StreamEvent("end", end_event(run_id, thread_id, outcome, content), len(content)))
-        code, detail = _error_status(self.serde, error)
-        return Replayed("", StreamEvent("error", problem_body(code, detail), 0))
+        if error is None and outcome and outcome.get("status") == "error":
+            failure = Failure.from_problem(outcome.get("failure") or {})
+        else:
+            failure = _failure(self.serde, error)
+        return Replayed("", StreamEvent("error", failure.problem(), 0))
 
     async def _channel(self, conn: Any, thread_id: str, channel: str, version: str | None) -> Any:
         if version is None:
@@ -114,19 +123,19 @@ class RunRecords:
                 # Over without a final checkpoint? Read once more: the end is written before
                 # the lock is released, possibly between the two reads above.
                 replayed = await self.replay(thread_id, run_id)
-                return replayed or Replayed("", StreamEvent("error", problem_body(*INTERRUPTED), 0))
+                return replayed or Replayed("", StreamEvent("error", INTERRUPTED.problem(), 0))
             await asyncio.sleep(FOLLOW_POLL_SECONDS)
 
 
-def _error_status(serde: SerializerProtocol, row: dict[str, Any] | None) -> tuple[int, str]:
+def _failure(serde: SerializerProtocol, row: dict[str, Any] | None) -> Failure:
     if row is None or row["blob"] is None:
         return INTERRUPTED
     with contextlib.suppress(Exception):
         text = str(serde.loads_typed((row["type"], bytes(row["blob"]))))
         name = text.partition("(")[0].rpartition(".")[2]
-        if name in _ERROR_STATUS:
-            return _ERROR_STATUS[name]
-    return 500, "the run failed"
+        if name in _ERROR_REASONS:
+            return Failure(_ERROR_REASONS[name])
+    return Failure("internal")
 
 
 def replay_listener(run_id: str, thread_id: str, delivered: int, replayed: Replayed) -> Listener:
@@ -146,7 +155,7 @@ def follower_listener(
         try:
             replayed = await records.follow(thread_id, run_id)
         except Exception:
-            replayed = Replayed("", StreamEvent("error", problem_body(503, "the database is unavailable"), 0))
+            replayed = Replayed("", StreamEvent("error", Failure("database").problem(), 0))
         _deliver(listener, replayed)
 
     return listener, asyncio.create_task(feed(), name=f"follow-{run_id}")

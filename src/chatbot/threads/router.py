@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Depends, Header, Path
+from fastapi import APIRouter, Body, Depends, Header
 from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.responses import Response
 
@@ -15,13 +14,14 @@ from chatbot import openapi_examples as examples
 from chatbot.auth import CallerDep
 from chatbot.deps import AUTHENTICATED, SettingsDep
 from chatbot.errors import PROBLEM_JSON, Problem
+from chatbot.failures import Failure
 from chatbot.json_body import StrictJsonRoute
 from chatbot.openapi import SSE_MEDIA, SSE_SCHEMA, STREAM_HEADERS, v1_problems
 from chatbot.responses import RunEnd
 from chatbot.threads.deps import RecordsDep, RunsDep
 from chatbot.threads.ownership import check_thread_access
 from chatbot.threads.rejoin import follower_listener, parse_last_event_id, replay_listener
-from chatbot.threads.schemas import RunRequest, ThreadId
+from chatbot.threads.schemas import NOT_A_RUN, RunId, RunRequest, ThreadId, run_not_found
 from chatbot.threads.sse import SSE_MEDIA_TYPE, sse_body, wants_json
 from chatbot.threads.stream import Listener
 
@@ -122,7 +122,8 @@ async def create_run(
         location = {"Location": stream_location(thread_id, listener.run_id)}
         if result.event == "end":
             return JSONResponse(result.data, headers=location)
-        return JSONResponse(result.data, status_code=result.data["status"], media_type=PROBLEM_JSON, headers=location)
+        headers = location | Failure.from_problem(result.data).headers()
+        return JSONResponse(result.data, status_code=result.data["status"], media_type=PROBLEM_JSON, headers=headers)
     return _sse_response(listener, timing)
 
 
@@ -135,7 +136,7 @@ async def create_run(
 )
 async def rejoin_run(
     thread_id: ThreadId,
-    run_id: Annotated[str, Path(max_length=64)],
+    run_id: RunId,
     caller: CallerDep,
     runs: RunsDep,
     records: RecordsDep,
@@ -148,10 +149,8 @@ async def rejoin_run(
 ) -> Response:
     """Rejoin a run's stream from the offset of `Last-Event-ID`: live, followed, or replayed."""
     await check_thread_access(records.pool, thread_id, caller, must_exist=True)
-    try:
-        run_id = str(uuid.UUID(run_id))
-    except ValueError:
-        raise Problem(404, "run not found on this thread") from None
+    if run_id == NOT_A_RUN:
+        raise run_not_found()
     delivered = parse_last_event_id(last_event_id, run_id)
     local = runs.local(thread_id, run_id)
     if local is not None:

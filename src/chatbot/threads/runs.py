@@ -36,13 +36,15 @@ from psycopg_pool import PoolTimeout
 
 from chatbot import metrics
 from chatbot.agent.context import Context
-from chatbot.agent.modelcall import ModelFailure, ModelTimeout
+from chatbot.agent.modelcall import ModelFailure
 from chatbot.agent.state import META_KEY, user_turn
 from chatbot.caller import CallerContext
+from chatbot.db import usage_totals
 from chatbot.db.locks import Lease, LeaseLost, Locks, UserErasing
 from chatbot.db.pool import Pool
 from chatbot.db.saver import fenced
-from chatbot.errors import Problem, problem_body
+from chatbot.errors import Problem
+from chatbot.failures import Failure
 from chatbot.threads.ownership import check_thread_access, thread_not_found, thread_owner
 from chatbot.threads.ratelimit import RateLimiter
 from chatbot.threads.stream import Listener, RunStream
@@ -56,17 +58,16 @@ DATABASE_ERRORS = (psycopg.OperationalError, PoolTimeout)
 BUSY_RETRY_AFTER_SECONDS = 2
 
 
-def failure_problem(exc: BaseException) -> tuple[int, str]:
-    """Return the status and detail a failed run's `error` event carries."""
-    if isinstance(exc, ModelTimeout | TimeoutError):
-        return 504, "the model did not answer in time"
+def failure_of(exc: BaseException) -> Failure:
+    """Return why a run whose graph raised `exc` failed (chatbot/failures.py words it)."""
     if isinstance(exc, ModelFailure):
-        return 502, "the model failed to answer"
-    if isinstance(exc, LeaseLost):
-        return 503, "the run lost its thread lock (a database connection dropped); send the message again"
-    if isinstance(exc, DATABASE_ERRORS):
-        return 503, "the database is unavailable"
-    return 500, "the run failed"
+        return Failure(exc.reason, exc.retry_after)
+    if isinstance(exc, TimeoutError):
+        return Failure("model_timeout")
+    if isinstance(exc, (LeaseLost, *DATABASE_ERRORS)):
+        # A lost lock session is a dropped database connection: the run cannot write.
+        return Failure("database")
+    return Failure("internal")
 
 
 class RunService:
@@ -220,15 +221,21 @@ class RunService:
                 if mode == "custom":
                     if first_token is None and chunk["event"] == "token":
                         first_token = time.perf_counter()
+                        metrics.RUN_TTFT_SECONDS.observe(first_token - started)
                     stream.publish(chunk["event"], chunk["data"])
                 elif "generate" in chunk:
                     outcome = chunk["generate"]["outcome"]
-                    content = str(chunk["generate"]["messages"][0].text)
-            status = outcome["status"]
-            terminal = ("end", end_event(stream.run_id, stream.thread_id, outcome, content))
+                    messages = chunk["generate"].get("messages") or []
+                    content = str(messages[0].text) if messages else ""
+            if outcome["status"] == "error":
+                # The model failed and the graph recorded it (agent/nodes.py): a typed outcome.
+                failure = context.scratch.get("failure")
+                terminal = ("error", Failure.from_problem(outcome.get("failure") or {}).problem())
+            else:
+                status = outcome["status"]
+                terminal = ("end", end_event(stream.run_id, stream.thread_id, outcome, content))
         except BaseException as exc:
-            code, detail = failure_problem(exc)
-            terminal = ("error", problem_body(code, detail))
+            terminal = ("error", failure_of(exc).problem())
             failure = exc
             if not isinstance(exc, Exception):  # cancelled: shutdown went past its grace period
                 raise
@@ -236,9 +243,11 @@ class RunService:
             # Release before `end` goes out: a follow-up sent right after `end` must be accepted.
             await lease.release()
             self._runs.pop(stream.run_id, None)
+            # Before the terminal event: `chatbot usage` read right after `end` includes this run.
+            await self._add_usage(caller.tenant_id, context.scratch.get("usage") or [])
+            metrics.RUNS.labels(status).inc()
             if terminal is not None:
                 stream.publish(*terminal)
-            metrics.RUNS.labels(status).inc()
             elapsed = time.perf_counter() - started
             metrics.RUN_SECONDS.observe(elapsed)
             ttft_ms = None if first_token is None else round((first_token - started) * 1000, 1)
@@ -254,12 +263,24 @@ class RunService:
                     "tenant_id": caller.tenant_id,
                     "status": status,
                     "error": None if failure is None else type(failure).__name__,
+                    "reason": None if terminal is None or terminal[0] != "error" else terminal[1].get("reason"),
                     "model_error": getattr(failure, "error_class", None),
                     "model_status": getattr(failure, "status", None),
                     "duration_ms": round(elapsed * 1000, 1),
                     "ttft_ms": None if first_token is None else round((first_token - started) * 1000, 1),
                 },
             )
+
+    async def _add_usage(self, tenant_id: str, calls: list[Any]) -> None:
+        """Add the run's model calls to the tenant's daily totals (they outlive the thread)."""
+        calls = [call for call in calls if call.model != "offline"]
+        if not calls:
+            return  # the offline model costs nothing: no statement per offline run
+        try:
+            async with self.pool.connection() as conn:
+                await usage_totals.add(conn, tenant_id, calls)
+        except DATABASE_ERRORS as exc:
+            log.warning("usage totals not written", extra={"tenant_id": tenant_id, "error": type(exc).__name__})
 
     async def drain(self, timeout: float) -> None:
         """Let in-flight runs finish (graceful shutdown); cancel what is left after `timeout`."""

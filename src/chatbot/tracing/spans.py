@@ -170,8 +170,10 @@ class GraphSpans(BaseCallbackHandler):
     def on_chain_end(
         self, outputs: dict[str, Any], *, run_id: UUID, parent_run_id: UUID | None = None, **kwargs: Any
     ) -> None:
-        """Close a node's span as done."""
-        self._end_node(run_id, None)
+        """Close a node's span as done; a node that recorded a failed outcome (the model's) as failed."""
+        outcome = outputs.get("outcome") if isinstance(outputs, dict) else None
+        failure = outcome.get("failure") if isinstance(outcome, dict) and outcome.get("status") == "error" else None
+        self._end_node(run_id, _RecordedFailure(str(failure.get("reason"))) if isinstance(failure, dict) else None)
 
     def on_chain_error(
         self, error: BaseException, *, run_id: UUID, parent_run_id: UUID | None = None, **kwargs: Any
@@ -270,13 +272,21 @@ class _Unfinished(Exception):
     """A span that was still open when its run ended."""
 
 
+class _RecordedFailure(Exception):
+    """A node that ended by recording a failure (its reason, e.g. model_failed) instead of raising."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
 def _mark(span: Span, error: BaseException | None) -> None:
     """Set a span's outcome: its status, and on failure the error's class (never its message)."""
     if error is None:
         span.set_attribute("chatbot.status", "ok")
         return
     span.set_attribute("chatbot.status", "error")
-    span.set_attribute("error.type", type(error).__name__)
+    span.set_attribute("error.type", error.reason if isinstance(error, _RecordedFailure) else type(error).__name__)
     span.set_status(Status(StatusCode.ERROR))
 
 

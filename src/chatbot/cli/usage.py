@@ -1,0 +1,90 @@
+"""`chatbot usage --since DATE [--until DATE] [--by tenant|day|model] [--format table|json]`."""
+
+from __future__ import annotations
+
+import json
+from datetime import date
+from typing import Any
+
+import typer
+
+from chatbot.cli import common
+
+_COUNTS = ("input_tokens", "output_tokens", "cached_input_tokens")
+
+
+def usage(
+    since: str = typer.Option(..., "--since", help="First day (YYYY-MM-DD, UTC), inclusive."),
+    until: str | None = typer.Option(None, "--until", help="Last day (YYYY-MM-DD, UTC), inclusive."),
+    by: str = typer.Option("tenant", "--by", help="Group by tenant, day or model."),
+    output: str = typer.Option("table", "--format", help="table or json."),
+) -> None:
+    """Print model tokens (and, with CHATBOT_MODEL_PRICES, their cost) from the daily totals.
+
+    The totals outlive threads: a deleted thread's usage stays, anonymous, per tenant and day.
+    """
+    from chatbot.db import usage_totals
+    from chatbot.db.pool import open_pool
+    from chatbot.models.prices import PricesError, parse_prices
+
+    if by not in ("tenant", "day", "model"):
+        common.fail("--by must be tenant, day or model", 2)
+    if output not in ("table", "json"):
+        common.fail("--format must be table or json", 2)
+    first, last = _day(since, "--since"), _day(until, "--until") if until else None
+    settings = common.load_settings(environment="dev")  # needs no token key
+    try:
+        prices = parse_prices(settings.model_prices)
+    except PricesError as exc:
+        common.fail(str(exc), 2)
+
+    async def _go() -> list[dict[str, Any]]:
+        async with open_pool(settings, max_size=1) as pool, pool.connection() as conn:
+            return await usage_totals.totals(conn, since=first, until=last, by=by)  # type: ignore[arg-type]
+
+    rows = _rows(common.run(_go()), prices)
+    total = {k: sum(r[k] for r in rows) for k in _COUNTS}
+    costs = [r["cost_usd"] for r in rows]
+    total["cost_usd"] = None if not prices else round(sum(c for c in costs if c is not None), 6)
+    if output == "json":
+        typer.echo(json.dumps({"rows": rows, "total": total}, ensure_ascii=False))
+        return
+    _table(rows, total, by)
+
+
+def _day(value: str, option: str) -> date:
+    try:
+        return date.fromisoformat(value)
+    except ValueError:
+        common.fail(f"{option} must be a date, YYYY-MM-DD", 2)
+        raise  # unreachable: fail exits
+
+
+def _rows(found: list[dict[str, Any]], prices: dict[str, Any]) -> list[dict[str, Any]]:
+    """Return one row per key: counts summed over models, cost over each model's own price."""
+    rows: dict[str, dict[str, Any]] = {}
+    for item in found:
+        key = str(item["key"])
+        row = rows.setdefault(key, {"key": key, **dict.fromkeys(_COUNTS, 0), "cost_usd": None})
+        for count in _COUNTS:
+            row[count] += int(item[count])
+        price = prices.get(str(item["model"]))
+        if price is not None:
+            cost = price.cost(int(item["input_tokens"]), int(item["output_tokens"]), int(item["cached_input_tokens"]))
+            row["cost_usd"] = round((row["cost_usd"] or 0.0) + cost, 6)
+        elif prices and row["cost_usd"] is None:
+            row["cost_usd"] = None  # a model without a price: its cost is unknown, not zero
+    return list(rows.values())
+
+
+def _table(rows: list[dict[str, Any]], total: dict[str, Any], by: str) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"model usage by {by}")
+    for column in (by, "input", "output", "cached input", "cost (USD)"):
+        table.add_column(column, justify="left" if column == by else "right")
+    for row in [*rows, {"key": "total", **total}]:
+        cost = "-" if row["cost_usd"] is None else f"{row['cost_usd']:.6f}"
+        table.add_row(row["key"], *(f"{row[k]:,}" for k in _COUNTS), cost)
+    Console().print(table)

@@ -1,0 +1,74 @@
+"""Why a run failed: the one table of failure reasons, their HTTP status and their wording.
+
+Every place that turns a failed run into a problem (the live stream, a rejoin, a replay
+from the record, the JSON answer) asks this table, so a reason reads the same everywhere
+(CONTRACT.md, the `error` event's `reason`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from chatbot.errors import problem_body
+
+FailureReason = Literal[
+    "model_failed",
+    "model_incomplete",
+    "model_timeout",
+    "model_rate_limited",
+    "database",
+    "cancelled",
+    "interrupted",
+    "internal",
+]
+
+_TABLE: dict[str, tuple[int, str]] = {
+    "model_failed": (502, "the model failed to answer"),
+    "model_incomplete": (502, "the model stopped before finishing its answer; send the message again"),
+    "model_timeout": (504, "the model did not answer in time"),
+    "model_rate_limited": (503, "the model provider is rate limiting this service; retry later"),
+    "database": (503, "the database is unavailable"),
+    "cancelled": (409, "the run was cancelled"),
+    # A replica stopped (or lost its thread lock) before the run's end was written.
+    "interrupted": (503, "the run was interrupted before it finished; send the message again"),
+    "internal": (500, "the run failed"),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """A failed run's reason, with the provider's `Retry-After` when it gave one."""
+
+    reason: FailureReason
+    retry_after: float | None = None
+
+    @property
+    def status(self) -> int:
+        """Return the HTTP status of this reason."""
+        return _TABLE[self.reason][0]
+
+    def problem(self) -> dict[str, Any]:
+        """Return the problem-details object of the `error` event (and of the JSON answer)."""
+        status, detail = _TABLE[self.reason]
+        body = problem_body(status, detail) | {"reason": self.reason}
+        if self.retry_after is not None:
+            body["retry_after"] = self.retry_after
+        return body
+
+    def headers(self) -> dict[str, str]:
+        """Return the response headers of the JSON answer: `Retry-After` in whole seconds."""
+        if self.retry_after is None:
+            return {}
+        return {"Retry-After": str(max(1, math.ceil(self.retry_after)))}
+
+    @classmethod
+    def from_problem(cls, problem: dict[str, Any]) -> Failure:
+        """Return the failure a stored problem object names (unknown reasons read as internal)."""
+        reason = problem.get("reason")
+        retry = problem.get("retry_after")
+        return cls(
+            reason if reason in _TABLE else "internal",
+            float(retry) if isinstance(retry, int | float) and not isinstance(retry, bool) else None,
+        )
