@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import uuid
-from typing import Annotated, Any
+from typing import Any
 
 import psycopg
-from fastapi import APIRouter, Path
+from fastapi import APIRouter
 from psycopg_pool import PoolTimeout
 
 from chatbot import openapi_examples as examples
@@ -17,7 +16,7 @@ from chatbot.openapi import v1_problems
 from chatbot.responses import RunRecord
 from chatbot.threads.ownership import check_thread_access
 from chatbot.threads.record import read_run_record
-from chatbot.threads.schemas import ThreadId
+from chatbot.threads.schemas import NOT_A_RUN, RunId, ThreadId, run_not_found
 
 router = APIRouter(prefix="/v1/threads", tags=["threads"], dependencies=AUTHENTICATED)
 
@@ -34,7 +33,7 @@ router = APIRouter(prefix="/v1/threads", tags=["threads"], dependencies=AUTHENTI
 )
 async def get_run_record(
     thread_id: ThreadId,
-    run_id: Annotated[str, Path()],
+    run_id: RunId,
     caller: CallerDep,
     pool: PoolDep,
     saver: SaverDep,
@@ -43,14 +42,11 @@ async def get_run_record(
     """Return what the run's model was given and what it answered."""
     try:
         await check_thread_access(pool, thread_id, caller, must_exist=True)
-        try:
-            # Run ids are UUIDs we made: any other string, however long, names no run (404, not 422).
-            canonical = str(uuid.UUID(run_id[:64]))
-        except ValueError:
-            raise Problem(404, "run not found on this thread") from None
-        record = await read_run_record(pool, saver.serde, locks, thread_id, canonical, caller.tenant_id)
+        if run_id == NOT_A_RUN:
+            raise run_not_found()
+        record = await read_run_record(pool, saver.serde, locks, thread_id, run_id, caller.tenant_id)
     except (psycopg.OperationalError, PoolTimeout):
         raise Problem(503, "the database is unavailable", headers={"Retry-After": "1"}) from None
     if record is None:
-        raise Problem(404, "run not found on this thread")
+        raise run_not_found()
     return record.body

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import uuid
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Path, Query, Response
+from fastapi import APIRouter, Body, Query, Response
 
 from chatbot import openapi_examples as examples
 from chatbot.auth import CallerDep
@@ -17,7 +16,7 @@ from chatbot.responses import MessagesPage
 from chatbot.threads.deletion import delete_threads
 from chatbot.threads.feedback import run_exists, save_feedback
 from chatbot.threads.ownership import check_thread_access, thread_owner
-from chatbot.threads.schemas import FeedbackRequest, ThreadId
+from chatbot.threads.schemas import NOT_A_RUN, FeedbackRequest, RunId, ThreadId, run_not_found
 from chatbot.threads.transcript import read_page
 
 # Bodies are read as strict UTF-8 JSON (json_body.py).
@@ -85,23 +84,14 @@ async def delete_thread(thread_id: ThreadId, caller: CallerDep, pool: PoolDep, l
 )
 async def post_feedback(
     thread_id: ThreadId,
-    run_id: Annotated[str, Path(max_length=64)],
+    run_id: RunId,
     body: Annotated[FeedbackRequest, Body(openapi_examples=examples.FEEDBACK_REQUEST)],
     caller: CallerDep,
     pool: PoolDep,
 ) -> Response:
     """Record (or replace) the user's rating of one run."""
     await check_thread_access(pool, thread_id, caller, must_exist=True)
-    # Run ids are UUIDs we generated: anything else cannot be a run of this thread (404).
-    if not _is_uuid(run_id) or not await run_exists(pool, thread_id, str(uuid.UUID(run_id)), caller.tenant_id):
-        raise Problem(404, "run not found on this thread")
-    await save_feedback(pool, thread_id, str(uuid.UUID(run_id)), caller, body.score, body.comment)
+    if run_id == NOT_A_RUN or not await run_exists(pool, thread_id, run_id, caller.tenant_id):
+        raise run_not_found()
+    await save_feedback(pool, thread_id, run_id, caller, body.score, body.comment)
     return Response(status_code=204)
-
-
-def _is_uuid(value: str) -> bool:
-    try:
-        uuid.UUID(value)
-    except ValueError:
-        return False
-    return True
