@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest, multiprocess
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, multiprocess
 
 RUNS = Counter("chatbot_runs_total", "Runs by terminal status (answered, clarifying, escalate, error).", ["status"])
 RUN_SECONDS = Histogram(
@@ -17,6 +17,8 @@ RUN_SECONDS = Histogram(
     "Wall time of a run, lock taken to end sent.",
     buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
 )
+# Summed over a replica's worker processes (livesum): what the dashboard plots as load.
+RUNS_IN_FLIGHT = Gauge("chatbot_runs_in_flight", "Runs executing on this replica.", multiprocess_mode="livesum")
 RUNS_REJECTED = Counter("chatbot_runs_rejected_total", "Runs refused before starting.", ["reason"])
 PII_REJECTED = Counter("chatbot_memory_pii_rejected_total", "Memory candidates dropped by the PII guard.", ["category"])
 MEMORY_WRITES = Counter("chatbot_memory_writes_total", "Memory jobs by outcome.", ["outcome"])

@@ -13,8 +13,8 @@ import pytest
 from langchain_core.messages import HumanMessage
 
 from chatbot.agent.modelcall import ModelFailure, TimeLimits, ask_model
-from chatbot.models.chain import ChainEntry
 from chatbot.logs import MAX_FRAMES, JsonFormatter
+from chatbot.models.chain import ChainEntry
 from tests.fixtures.models import ProviderErrorChatModel
 
 # Stands for what an exception message can quote: the user's words, a provider's reply.

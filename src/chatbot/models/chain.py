@@ -97,23 +97,16 @@ def load_model(spec: str, *, base_url: str | None = None, timeout: float = 60.0)
     if provider == "openai":
         # langchain-openai asks for usage in streams only without a base URL: ask always.
         kwargs["stream_usage"] = True
+        # Its own gap bound wraps each chunk in asyncio.wait_for, which on Python 3.11 can
+        # swallow a cancel that lands as a chunk arrives (the stream then runs to its end);
+        # the idle bound of agent/modelcall.py does the same job without that.
+        kwargs["stream_chunk_timeout"] = 0
     try:
         return init_chat_model(name, model_provider=provider, **kwargs)
     except ImportError as exc:
         raise ModelConfigError(f"the {provider!r} provider needs its extra: pip install 'chatbot[{provider}]'") from exc
     except ValueError as exc:
         raise ModelConfigError(f"cannot load model {spec!r}: {type(exc).__name__}") from exc
-
-
-def load_chain(model: str, *, base_url: str | None, base_urls: str | None, timeout: float) -> list[ChainEntry]:
-    """Return the configured chain, or [] for the offline responder."""
-    specs = parse_chain(model)
-    if specs == [OFFLINE] or specs[0].lower() == OFFLINE:
-        return []
-    urls = base_urls_for(specs, base_url, base_urls)
-    return [
-        ChainEntry(spec, load_model(spec, base_url=url, timeout=timeout)) for spec, url in zip(specs, urls, strict=True)
-    ]
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,13 +125,19 @@ def _client_timeout(settings: Settings) -> float:
 
 
 def load_models(settings: Settings) -> Models:
-    """Return the replica's models; with `offline`, none (memory and summary work offline too)."""
+    """Return the replica's models; with `offline`, none (memory and summary work offline too).
+
+    The memory and summary models take the base URL of the first chain entry of their
+    provider: a cheaper model of the same OpenAI-compatible server needs no setting of its own.
+    """
     timeout = _client_timeout(settings)
-    answer = load_chain(
-        settings.model, base_url=settings.model_base_url, base_urls=settings.model_base_urls, timeout=timeout
-    )
-    if not answer:
+    specs = parse_chain(settings.model)
+    if specs[0].lower() == OFFLINE:
         return Models([], None, None)
+    urls = base_urls_for(specs, settings.model_base_url, settings.model_base_urls)
+    answer = [
+        ChainEntry(spec, load_model(spec, base_url=url, timeout=timeout)) for spec, url in zip(specs, urls, strict=True)
+    ]
 
     def side_model(spec: str | None) -> ChainEntry:
         if not spec or spec.strip() == answer[0].spec:
@@ -146,6 +145,8 @@ def load_models(settings: Settings) -> Models:
         (only,) = parse_chain(spec)
         if only.lower() == OFFLINE:
             raise ModelConfigError("CHATBOT_MEMORY_MODEL and CHATBOT_SUMMARY_MODEL take 'provider:model'")
-        return ChainEntry(only, load_model(only, timeout=timeout))
+        provider = only.partition(":")[0].lower()
+        url = next((u for e, u in zip(answer, urls, strict=True) if e.provider == provider), None)
+        return ChainEntry(only, load_model(only, base_url=url, timeout=timeout))
 
     return Models(answer, side_model(settings.memory_model), side_model(settings.summary_model))

@@ -45,6 +45,7 @@ from chatbot.db.pool import Pool
 from chatbot.db.saver import fenced
 from chatbot.errors import Problem
 from chatbot.failures import Failure
+from chatbot.threads.deletion import forget_unwritten_thread
 from chatbot.threads.ownership import check_thread_access, thread_not_found, thread_owner
 from chatbot.threads.ratelimit import RateLimiter
 from chatbot.threads.stream import Listener, RunStream
@@ -127,16 +128,19 @@ class RunService:
     async def _start(
         self, thread_id: str, caller: CallerContext, content: str, trace_parent: Mapping[str, str] | None
     ) -> Listener:
-        # The lock is tried first: the statements that decide 404 and 429 are needed on the
-        # way to 409 only, while a run that gets the lock must check its owner under it anyway.
+        # The owner is decided before the lock: another caller's request is refused (404)
+        # without touching the thread's lock, so requests that are refused anyway cannot
+        # make the owner's own runs meet a 409 (issue 24). A run that gets the lock checks
+        # its owner again under it: another caller's first run on a new thread id may have
+        # created the thread since.
         erasing = False
         try:
+            await check_thread_access(self.pool, thread_id, caller, must_exist=False)
             try:
                 lease = await self.locks.try_run(thread_id, caller.tenant_id, caller.user_id)
             except UserErasing:
                 lease, erasing = None, True
             if lease is None:
-                await check_thread_access(self.pool, thread_id, caller, must_exist=False)
                 retry = await self.limiter.retry_after(caller)
         except DATABASE_ERRORS:
             raise Problem(503, "the database is unavailable") from None
@@ -148,12 +152,14 @@ class RunService:
                 raise Problem(409, "this user is being erased; nothing can be started until the erasure is done")
             metrics.RUNS_REJECTED.labels("in_flight").inc()
             raise Problem(409, "a run is already in flight on this thread")
+        fresh = False  # no checkpoint of the thread yet, as read under the lock
         try:
             # Decided under the lock: another caller's first run on this thread id may have
             # created the thread a moment ago (the owner is the first checkpoint's caller).
             owner = await thread_owner(self.pool, thread_id)
             if owner is not None and not owner.is_caller(caller):
                 raise thread_not_found()
+            fresh = owner is None
             retry = await self.limiter.consume(caller)
             if retry is not None:
                 raise _rate_limited(retry)
@@ -167,6 +173,11 @@ class RunService:
             )
             await self.graph.aupdate_state(config, user_turn(message), as_node=START)
         except BaseException as exc:
+            if fresh and isinstance(exc, Problem):
+                # A first run refused before it wrote anything (429): the fence row its lock
+                # set would be all that is left of the thread id, and nothing deletes rows of
+                # a thread without checkpoints. Deleted while the lock is still held.
+                await forget_unwritten_thread(self.pool, lease.fence)
             await lease.release()
             if isinstance(exc, (*DATABASE_ERRORS, LeaseLost)):
                 raise Problem(503, "the database is unavailable") from None
@@ -177,7 +188,8 @@ class RunService:
             self._execute(stream, caller, lease, config, trace_parent), name=f"run-{stream.run_id}"
         )
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        metrics.RUNS_IN_FLIGHT.inc()
+        task.add_done_callback(self._run_done)
         return listener
 
     def _config(self, stream: RunStream, caller: CallerContext) -> RunnableConfig:
@@ -270,6 +282,10 @@ class RunService:
                     "ttft_ms": None if first_token is None else round((first_token - started) * 1000, 1),
                 },
             )
+
+    def _run_done(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        metrics.RUNS_IN_FLIGHT.dec()
 
     async def _add_usage(self, tenant_id: str, calls: list[Any]) -> None:
         """Add the run's model calls to the tenant's daily totals (they outlive the thread)."""
