@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -10,6 +11,7 @@ import httpx
 import pytest
 
 from tests.fixtures.app import parse_sse, running_app
+from tests.fixtures.catalogue import rows_of_threads
 from tests.fixtures.knowledge import load_demo_kb
 from tests.fixtures.models import ScriptedChatModel, StreamingChatModel
 from tests.fixtures.tokens import auth
@@ -205,6 +207,24 @@ async def test_rate_limit_answers_429_with_retry_after(kb_database_url: str) -> 
         assert codes == [200, 200, 429]
         other = await client.post("/v1/threads/rl-x/runs", json=body, headers=auth(user="someone-else", **EN))
         assert other.status_code == 200
+
+
+async def test_first_runs_refused_by_the_rate_limit_leave_no_row_behind(kb_database_url: str) -> None:
+    # Each refused first run took the thread's lock, which writes the thread's fence row, and
+    # left it: 32 first runs at 2 a minute made 2 threads and 32 rows that neither retention
+    # nor erasure (both find threads by their checkpoints) would ever delete (issue 24).
+    ids = [f"fresh-{uuid.uuid4().hex[:8]}" for _ in range(12)]
+    body = {"message": {"content": "qwzx plorf"}}
+    async with running_app(kb_database_url, rate_limit_per_minute=2) as client:
+        codes = [
+            (await client.post(f"/v1/threads/{t}/runs", json=body, headers=auth(user="fresh-ids", **EN))).status_code
+            for t in ids
+        ]
+    assert codes == [200, 200] + [429] * 10
+    started = rows_of_threads(kb_database_url, ids[:2])
+    assert started["checkpoints"] and started["thread_fences"] == 2  # the two threads that started
+    left = rows_of_threads(kb_database_url, ids[2:])
+    assert left == dict.fromkeys(left, 0), left
 
 
 async def test_a_streaming_model_streams_its_answer_and_cites_only_retrieved_chunks(kb_database_url: str) -> None:

@@ -14,13 +14,19 @@ left. Refusing instead would turn a library upgrade into failing erasures in pro
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import Any
 
+import psycopg
 from psycopg import AsyncConnection
+from psycopg_pool import PoolTimeout
 
 from chatbot.db import catalogue, langgraph_tables
+from chatbot.db.locks import Fence
 from chatbot.db.pool import Pool
+
+log = logging.getLogger(__name__)
 
 
 async def delete_thread_rows(conn: AsyncConnection[Any], thread_ids: Sequence[str]) -> None:
@@ -39,3 +45,23 @@ async def delete_threads(pool: Pool, thread_ids: Sequence[str]) -> int:
     async with pool.connection() as conn, conn.transaction():
         await delete_thread_rows(conn, ids)
     return len(ids)
+
+
+async def forget_unwritten_thread(pool: Pool, fence: Fence | None) -> None:
+    """Delete the fence row a refused first run's lock set, the only row of a thread id never written.
+
+    Called by the lock's holder before it releases the lock (threads/runs.py): the token
+    condition makes sure only that holder's row goes. Best effort: when the database fails
+    here too, the row stays until the thread id is used and deleted (what every refusal
+    left before).
+    """
+    if fence is None:
+        return
+    try:
+        async with pool.connection() as conn:
+            await conn.execute(
+                "delete from thread_fences where thread_id = %s and token = %s", (fence.thread_id, fence.token)
+            )
+    except (psycopg.OperationalError, PoolTimeout) as exc:
+        extra = {"thread_id": fence.thread_id, "error": type(exc).__name__}
+        log.warning("fence row of a refused first run not deleted", extra=extra)
