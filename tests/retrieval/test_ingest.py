@@ -106,3 +106,31 @@ async def test_ingest_rejects_bad_tenants_and_missing_paths(pool: Pool, tmp_path
         await ingest_paths(pool, "bad.tenant", [tmp_path])
     with pytest.raises(FileNotFoundError):
         await ingest_paths(pool, new_tenant(), [tmp_path / "missing"])
+
+
+# Characters the Markdown splitter used to drop (or, for U+2058, turn into a ZWNJ): invisible
+# format characters inside words, separators and odd spaces between words.
+HIDDEN_BODY = (
+    "The Quor\u200dvane rider pays 7\u00a0431 credits\u2028for kelp\u2029damage to moored\u0085house\ufeffboats,"
+    "\tnever \u202eflipped\u202c or \u2068isolated\u2069 \u200fwords\u200e, soft\u00adhyphens, four\u2058dots "
+    "and می\u200cتوانید."
+)
+HIDDEN_DOC = f"# Quorvane rider\n\n\u200f## Kelp\u200d cover\n\n{HIDDEN_BODY}\n"
+
+
+async def test_chunks_keep_the_text_as_written_and_search_reads_it_normalised(pool: Pool, tmp_path: Path) -> None:
+    # Answers quote chunks as written (the contract): ingest used to drop U+2028/2029/0085,
+    # joiners, byte-order marks, bidi controls, tabs and no-break spaces, and to turn U+2058
+    # into a zero-width non-joiner (issue 24).
+    tenant = new_tenant()
+    await ingest_paths(pool, tenant, [write_docs(tmp_path / "kb", {"rider.md": HIDDEN_DOC})])
+    async with pool.connection() as conn:
+        cur = await conn.execute("SELECT title, text FROM kb_chunks WHERE tenant_id = %s", (tenant,))
+        rows = [(row["title"], row["text"]) for row in await cur.fetchall()]
+    # The heading after a right-to-left mark is still a heading; its joiner is kept.
+    assert rows == [("Quorvane rider › Kelp\u200d cover", HIDDEN_BODY)]
+    ctx = CallerContext(tenant, "user-1", "en-US")
+    # Searched without the invisible characters, and with separators between the words.
+    for query in ("Quorvane kelp damage", "houseboats moored credits", "isolated flipped words"):
+        found = await search_knowledge(pool, ctx, query)
+        assert found and found[0].text == HIDDEN_BODY, query

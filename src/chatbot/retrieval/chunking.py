@@ -18,11 +18,15 @@ _HEADERS = [("#", "h1"), ("##", "h2"), ("###", "h3")]
 # Persian sentences end in "." or "؟" and list items in "،" / "؛": without these the
 # splitter would cut Persian text mid-sentence at a space.
 _SEPARATORS = ["\n\n", "\n", ". ", "؟ ", "? ", "! ", "؛ ", "، ", "; ", ", ", " ", ""]
-# MarkdownHeaderTextSplitter drops every non-printable character, and the zero-width
-# non-joiner (U+200C) is one: Persian text would come out misspelt ("میتوانید" for
-# "می‌توانید"). It travels through the splitter as a rare printable stand-in instead.
-_ZWNJ = "\u200c"
-_ZWNJ_STAND_IN = "\u2058"
+# MarkdownHeaderTextSplitter drops every non-printable character of a line: the zero-width
+# non-joiner (Persian would come out misspelt, "میتوانید" for "می‌توانید") and joiner, line
+# and paragraph separators (U+2028, U+2029, U+0085), byte-order marks, bidi controls, tabs,
+# no-break spaces (a figure "10 000" would become "10000"). Answers quote chunks as written,
+# so such characters travel through the splitter as printable stand-ins that the document
+# does not contain (one code point each, so sizes are unchanged) and come back afterwards.
+# Search reads a normalised copy (retrieval/ingest.py); the stored text is the document's.
+_STAND_INS = range(0x20000, 0x2A6E0)  # CJK Extension B: printable letters, not whitespace
+_MARKERS = ("#", "```", "~~~")  # what the splitter looks for at the start of a stripped line
 _TITLE_LINE = re.compile(r"^\s*#\s+(.+?)\s*#*\s*$", re.MULTILINE)
 
 
@@ -52,15 +56,37 @@ def chunk_id_for(document_id: str, text: str, occurrence: int) -> str:
     return f"{document_id}#{digest}"
 
 
+def _protect_line(line: str, stand_in: dict[int, str]) -> str:
+    """Return `line` with its hidden characters as stand-ins, except where the splitter trims it.
+
+    The line's leading and trailing whitespace stays as it is (the splitter strips it, as it
+    trims every line), and so do invisible characters in front of a heading or fence marker
+    (a right-to-left mark before "#" must not turn a heading into text).
+    """
+    start, end = len(line) - len(line.lstrip()), len(line.rstrip())
+    lead = start
+    while lead < end and not line[lead].isprintable():
+        lead += 1
+    if line.startswith(_MARKERS, lead):
+        start = lead
+    return line[:start] + line[start:end].translate(stand_in) + line[end:]
+
+
 def _sections(text: str, markdown: bool) -> list[tuple[list[str], str]]:
     if not markdown:
         return [([], text)]
     splitter = MarkdownHeaderTextSplitter(_HEADERS, strip_headers=True)
+    hidden = sorted({c for c in text if c != "\n" and not c.isprintable()})
+    present = set(text)
+    free = (chr(cp) for cp in _STAND_INS if chr(cp) not in present)
+    stand_in = {ord(c): next(free) for c in hidden}
+    back = {ord(s): c for c, s in zip(hidden, stand_in.values(), strict=True)}
+    if stand_in:
+        text = "\n".join(_protect_line(line, stand_in) for line in text.split("\n"))
     sections = []
-    for doc in splitter.split_text(text.replace(_ZWNJ, _ZWNJ_STAND_IN)):
+    for doc in splitter.split_text(text):
         found = [str(doc.metadata[key]) for _, key in _HEADERS if key in doc.metadata]
-        headings = [h.replace(_ZWNJ_STAND_IN, _ZWNJ) for h in found]
-        sections.append((headings, doc.page_content.replace(_ZWNJ_STAND_IN, _ZWNJ)))
+        sections.append(([h.translate(back) for h in found], doc.page_content.translate(back)))
     return sections
 
 

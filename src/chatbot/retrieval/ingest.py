@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import unicodedata
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,7 +23,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from chatbot.caller import check_caller_id
 from chatbot.retrieval.chunking import Chunk, document_title, split_document
-from chatbot.retrieval.normalize import detect_language, index_form, search_form, ts_config
+from chatbot.retrieval.normalize import ZWNJ, detect_language, index_form, search_form, ts_config
 
 logger = logging.getLogger(__name__)
 
@@ -73,6 +74,29 @@ def _walk(paths: Sequence[Path]) -> tuple[list[_SourceFile], set[str]]:
     return files, folders
 
 
+def searchable(text: str) -> str:
+    """Return the copy of stored text that search reads: invisible characters out, separators as spaces.
+
+    The stored chunk is the document as written (chunking.py keeps every character), but a
+    word written with a joiner, a byte-order mark or a bidi control inside is the word a user
+    types without it: format characters (Unicode category Cf) are dropped, except the
+    zero-width non-joiner, which `search_form` and `index_form` read as the Persian compound
+    mark. Line and paragraph separators become line breaks; tabs, no-break and other spaces
+    and control characters become spaces.
+    """
+    if text.isprintable() or all(c == "\n" or c.isprintable() for c in text):
+        return text
+    kept = []
+    for c in text:
+        if c == "\n" or c == ZWNJ or c.isprintable():
+            kept.append(c)
+        elif c in "\u2028\u2029\x85":
+            kept.append("\n")
+        elif unicodedata.category(c) != "Cf":
+            kept.append(" ")
+    return "".join(kept)
+
+
 def _vector_literal(values: Sequence[float]) -> str:
     return "[" + ",".join(repr(float(v)) for v in values) + "]"
 
@@ -80,7 +104,7 @@ def _vector_literal(values: Sequence[float]) -> str:
 async def _embed(embeddings: Embeddings | None, chunks: list[Chunk]) -> list[str | None]:
     if embeddings is None or not chunks:
         return [None] * len(chunks)
-    vectors = await embeddings.aembed_documents([f"{c.title}\n{c.text}" for c in chunks])
+    vectors = await embeddings.aembed_documents([searchable(f"{c.title}\n{c.text}") for c in chunks])
     return [_vector_literal(v) for v in vectors]
 
 
@@ -125,8 +149,9 @@ def _chunk_rows(tenant_id: str, doc: _SourceFile, language: str, chunks: list[Ch
         yield {
             "tenant": tenant_id, "chunk_id": chunk.chunk_id, "version": version, "document_id": doc.document_id,
             "ordinal": chunk.ordinal, "title": chunk.title, "text": chunk.text, "language": language,
-            "search_text": search_form(f"{chunk.title}\n{chunk.text}"), "cfg": cfg,
-            "title_index": index_form(chunk.title), "text_index": index_form(chunk.text),
+            # Stored as written; searched on the normalised form.
+            "search_text": search_form(searchable(f"{chunk.title}\n{chunk.text}")), "cfg": cfg,
+            "title_index": index_form(searchable(chunk.title)), "text_index": index_form(searchable(chunk.text)),
             "embedding": vectors.get(chunk.chunk_id),
             "metadata": Jsonb({"source": doc.source, "chars": len(chunk.text)}),
         }
