@@ -80,7 +80,7 @@ def normalise_base_url(provider: str, url: str | None) -> str | None:
     return url
 
 
-def load_model(spec: str, *, base_url: str | None = None, timeout: float = 60.0) -> BaseChatModel:
+def load_model(spec: str, *, base_url: str | None = None, timeout: float = 60.0, retries: int = 1) -> BaseChatModel:
     """Return the chat model of one `provider:model` entry.
 
     Providers come as optional extras (`pip install 'chatbot[openai]'`, `[anthropic]`,
@@ -90,7 +90,7 @@ def load_model(spec: str, *, base_url: str | None = None, timeout: float = 60.0)
     provider = provider.lower()
     from langchain.chat_models import init_chat_model
 
-    kwargs: dict[str, Any] = {"timeout": timeout, "max_retries": 1}
+    kwargs: dict[str, Any] = {"timeout": timeout, "max_retries": retries}
     url = normalise_base_url(provider, base_url)
     if url:
         kwargs["base_url"] = url
@@ -135,8 +135,12 @@ def load_models(settings: Settings) -> Models:
     if specs[0].lower() == OFFLINE:
         return Models([], None, None)
     urls = base_urls_for(specs, settings.model_base_url, settings.model_base_urls)
+    # An entry with a successor does not retry by itself: the next entry is its retry, at
+    # once, where the client's own backoff would add half a second or more to the first token.
+    last = len(specs) - 1
     answer = [
-        ChainEntry(spec, load_model(spec, base_url=url, timeout=timeout)) for spec, url in zip(specs, urls, strict=True)
+        ChainEntry(spec, load_model(spec, base_url=url, timeout=timeout, retries=1 if i == last else 0))
+        for i, (spec, url) in enumerate(zip(specs, urls, strict=True))
     ]
 
     def side_model(spec: str | None) -> ChainEntry:
