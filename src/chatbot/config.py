@@ -91,8 +91,9 @@ class Settings(BaseSettings):
     embeddings: str | None = None
 
     context_tokens: int = Field(default=6000, ge=256)
-    # At most 30: the model's recent list (agent/state.py) holds 40 turns, and the summary
-    # must start folding before the first messages leave it.
+    # Kept for the run record's settings and older deployments' environments: the fold no
+    # longer waits for this many turns (turns that leave the window are folded in batches
+    # whatever the count, CONTRACT.md "The window keeps its beginning").
     summary_after_turns: int = Field(default=20, ge=1, le=30)
     memory_max_facts: int = Field(default=50, ge=1)
     rate_limit_per_minute: int = Field(default=0, ge=0)
