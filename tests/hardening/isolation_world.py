@@ -139,6 +139,8 @@ class World:
     probe_threads: dict[Caller, str] = field(default_factory=dict)
     in_flight: list[tuple[int, int]] = field(default_factory=list)
     rng: random.Random = field(default_factory=random.Random)
+    beside_refusals: Counter[str] = field(default_factory=Counter)
+    """Owners' runs sent while other callers' runs on their threads were being refused, and those refusals."""
 
 
 def message(text: str) -> dict[str, Any]:

@@ -11,8 +11,15 @@ overlap. Four callers (tenants `iso-a`, `iso-b`, users `u1`, `u2` in each) then:
    messages, deletion, feedback (`404`; deletion `204` doing nothing), and the owner's
    memory and erasure (`403`). The owner then finds its transcript, feedback and memory as
    they were, and its thread still there.
-3. erase namesakes: tenant B's `u1` and `u2` erase themselves; tenant A's `u1` and `u2`
+3. busy from outside: each owner sends runs one after another while every other caller keeps
+   sending runs on its thread. Theirs are all refused (`404`) without taking the thread's
+   lock, so the owner's runs, with nothing of its own in flight, never meet a `409`.
+4. erase namesakes: tenant B's `u1` and `u2` erase themselves; tenant A's `u1` and `u2`
    keep everything.
+
+In-process checks beside the matrix: another caller's refused run never holds the owner's
+thread lock, even while it waits on Postgres, and a `DELETE` of another caller's thread runs
+exactly the statements of a `DELETE` of a thread that does not exist.
 
 Before the race, tenant A alone gets a distinctive document: B's runs on its words never
 cite or retrieve it. At the end no response body any caller received holds another
@@ -29,14 +36,16 @@ import os
 import random
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
 import httpx
 import psycopg
+import pytest
 
-from tests.fixtures.app import Replica
+from tests.fixtures.app import Replica, running_app
 from tests.fixtures.sse import events_of
 from tests.hardening.isolation_probes import RIDER_FIGURE, a_only_chunks, ingest_knowledge, probe_and_remember
 from tests.hardening.isolation_world import (
@@ -99,6 +108,8 @@ async def test_callers_never_reach_each_other(
             await _check_owners(world, raced, "during the owners' runs", expect_structure=True, memory_of=everyone)
             await asyncio.gather(*(_intrude(world, t, c, k) for k, (t, c) in enumerate(_non_owners(raced))))
             await _check_owners(world, raced, "after the intrusions", expect_structure=False, memory_of=everyone)
+            await _owners_talk_while_others_are_refused(world, raced)
+            await _check_owners(world, raced, "beside refused runs", expect_structure=True, memory_of=everyone)
             threads += raced
         await _erase_tenant_b_namesakes(world, threads)
     ledger = world.ledger
@@ -109,6 +120,8 @@ async def test_callers_never_reach_each_other(
         f"  requests: {ledger.requests} ({', '.join(f'{s}: {n}' for s, n in sorted(ledger.statuses.items()))})\n"
         f"  first runs: {dict(sorted(world.first_run_statuses.items()))}\n"
         f"  owner runs in flight at the start / end of the in-flight pass: {world.in_flight}\n"
+        f"  owner runs beside others' refused runs: {world.beside_refusals['owner runs']} "
+        f"(refused beside them: {world.beside_refusals['refused']})\n"
         f"  (thread, non-owner) pairs: {len(ledger.pairs)}, intrusions: {ledger.intrusions} "
         f"({ledger.during_runs} answered while the owner's run was in flight), "
         f"owner-side checks: {ledger.owner_checks}\n"
@@ -207,6 +220,53 @@ async def _intrude_while_owners_run(world: World, threads: list[Thread]) -> None
     )
     world.in_flight.append((at_start, sum(not r.done() for r in runs.values())))
     await asyncio.gather(*runs.values())
+
+
+OWNER_RUNS_BESIDE_REFUSALS = 3
+
+
+async def _owners_talk_while_others_are_refused(world: World, threads: list[Thread]) -> None:
+    """Each owner sends runs one after another while the other callers keep sending runs on its thread.
+
+    Every one of theirs is refused (404). A refused run used to take the thread's lock before
+    its owner check, so the owner's own runs met `409 a run is already in flight` with nothing
+    of theirs in flight (issue 24: 4 times out of 8).
+    """
+    ledger = world.ledger
+    done = {t.id: asyncio.Event() for t in threads}
+
+    async def owner(t: Thread) -> None:
+        try:
+            for _ in range(OWNER_RUNS_BESIDE_REFUSALS):
+                text = nonsense(marker())
+                ledger.own(t.owner, text.split()[-1])
+                response = await t.client.post(
+                    f"/v1/threads/{t.id}/runs", json=message(text), headers=t.owner.headers(**JSON)
+                )
+                world.beside_refusals["owner runs"] += 1
+                if not ledger.expect(t.owner, f"own run on {t.id} beside refused ones", response, 200):
+                    continue
+                end = response.json()
+                ledger.own(t.owner, end["run_id"], end["message"]["id"])
+                t.sent.append(text)
+                t.runs.append(end["run_id"])
+        finally:
+            done[t.id].set()
+
+    async def refused(t: Thread, caller: Caller, k: int) -> None:
+        client = world.clients[k % 2]
+        while not done[t.id].is_set():
+            mark = marker()
+            ledger.own(caller, mark)
+            response = await client.post(
+                f"/v1/threads/{t.id}/runs", json=message(nonsense(mark)), headers=caller.headers(**JSON)
+            )
+            world.beside_refusals["refused"] += 1
+            ledger.expect(caller, f"run on {t.owner}'s {t.id} beside the owner's", response, 404)
+
+    await asyncio.gather(
+        *(owner(t) for t in threads), *(refused(t, c, k) for k, (t, c) in enumerate(_non_owners(threads)))
+    )
 
 
 async def _intrude(
@@ -340,3 +400,97 @@ async def _erase_tenant_b_namesakes(world: World, threads: list[Thread]) -> None
     for caller in CALLERS:
         if caller.tenant == TENANT_A and await transcript(client, caller, world.probe_threads[caller]) is None:
             ledger.fail(f"{caller}'s probe thread vanished with tenant B's erasure")
+
+
+# --- In-process: a refused caller never holds the owner's lock, and DELETE tells nothing apart ---
+
+_OWNER_READ = "select metadata ->> 'tenant_id' as tenant_id%"  # the owner check (db/langgraph_tables.py)
+
+
+async def _blocked_owner_reads(conn: psycopg.AsyncConnection[Any], count: int) -> None:
+    """Wait until `count` owner checks of the app wait on the lock the test holds on `checkpoints`."""
+    for _ in range(1000):
+        cur = await conn.execute(
+            "select count(*) from pg_stat_activity where datname = current_database() "
+            "and wait_event_type = 'Lock' and query like %s",
+            (_OWNER_READ,),
+        )
+        row = await cur.fetchone()
+        if row is not None and row[0] >= count:
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"fewer than {count} owner checks ever waited")
+
+
+async def test_another_callers_refused_run_never_holds_the_owners_thread(migrated_database_url: str) -> None:
+    owner, other = Caller("busy-a", "u1"), Caller("busy-b", "u1")
+    thread = f"busy-{uuid.uuid4().hex[:8]}"
+    runs = f"/v1/threads/{thread}/runs"
+    async with running_app(migrated_database_url) as client:
+        first = await client.post(runs, json=message("first"), headers=owner.headers(**JSON))
+        assert first.status_code == 200
+        async with (
+            await psycopg.AsyncConnection.connect(migrated_database_url, autocommit=True) as watcher,
+            await psycopg.AsyncConnection.connect(migrated_database_url) as blocker,
+        ):
+            # Every owner check now waits on Postgres, as under load or a slow disk: the
+            # other caller's run is caught mid-check, and the owner's run comes meanwhile.
+            await blocker.execute("lock table checkpoints in access exclusive mode")
+            refused = asyncio.create_task(client.post(runs, json=message("intruding"), headers=other.headers(**JSON)))
+            await _blocked_owner_reads(watcher, 1)
+            owned = asyncio.create_task(client.post(runs, json=message("second"), headers=owner.headers(**JSON)))
+            await _blocked_owner_reads(watcher, 2)
+            await blocker.rollback()
+            # Before issue 24 the refused run held the thread's lock while it waited: the owner got 409.
+            assert (await refused).status_code == 404
+            assert (await owned).status_code == 200, (await owned).text
+            fences = await watcher.execute("select count(*) from thread_fences where thread_id = %s", (thread,))
+            assert await fences.fetchone() == (1,)
+
+
+_recording: ContextVar[list[str] | None] = ContextVar("statements", default=None)
+
+
+@pytest.fixture
+def record_statements(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Record the text of every statement the app runs in a request made under `_statements_of`."""
+    original = psycopg.AsyncCursor.execute
+
+    async def execute(self: psycopg.AsyncCursor[Any], query: Any, *args: Any, **kwargs: Any) -> Any:
+        seen = _recording.get()
+        if seen is not None:
+            seen.append(query if isinstance(query, str) else repr(query))
+        return await original(self, query, *args, **kwargs)
+
+    monkeypatch.setattr(psycopg.AsyncCursor, "execute", execute)
+
+
+async def _statements_of(request: Awaitable[httpx.Response], status: int) -> list[str]:
+    seen: list[str] = []
+    token = _recording.set(seen)  # tasks the request starts inherit it; the app's background loops do not
+    try:
+        response = await request
+    finally:
+        _recording.reset(token)
+    assert response.status_code == status, response.text
+    return seen
+
+
+async def test_delete_of_another_callers_thread_runs_what_a_missing_thread_runs(
+    migrated_database_url: str, record_statements: None
+) -> None:
+    owner, other = Caller("del-a", "u1"), Caller("del-b", "u1")
+    thread = f"del-{uuid.uuid4().hex[:8]}"
+    async with running_app(migrated_database_url) as client:
+        created = await client.post(f"/v1/threads/{thread}/runs", json=message("mine"), headers=owner.headers(**JSON))
+        assert created.status_code == 200
+        others = await _statements_of(client.delete(f"/v1/threads/{thread}", headers=other.headers()), 204)
+        missing = await _statements_of(
+            client.delete(f"/v1/threads/del-missing-{uuid.uuid4().hex[:8]}", headers=other.headers()), 204
+        )
+        # Before issue 24 a missing thread took the lock, read the owner again and deleted (7.0 ms
+        # against 2.9 ms): one DELETE told another caller's thread from a missing one 91% of the time.
+        assert others == missing and len(others) == 1, (others, missing)
+        own = await _statements_of(client.delete(f"/v1/threads/{thread}", headers=owner.headers()), 204)
+        assert len(own) > 1  # the owner's own thread is deleted, under its lock
+        assert (await client.get(f"/v1/threads/{thread}/messages", headers=owner.headers())).status_code == 404

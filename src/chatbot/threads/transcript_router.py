@@ -61,13 +61,18 @@ async def list_messages(
 async def delete_thread(thread_id: ThreadId, caller: CallerDep, pool: PoolDep, locks: LocksDep) -> Response:
     """Purge the thread's checkpoints, blobs, writes and feedback (204 even if absent)."""
     owner = await thread_owner(pool, thread_id)
-    if owner is not None and not owner.is_caller(caller):
-        return Response(status_code=204)  # another caller's thread: nothing to do, nothing revealed
+    if owner is None or not owner.is_caller(caller):
+        # Nothing of the caller's to delete. Another caller's thread and a thread that does not
+        # exist end here alike, after the same one statement and without the thread's lock:
+        # neither the answer nor its timing tells them apart (issue 24), and another caller's
+        # refused request never makes the owner's runs meet a 409. A first run that holds the
+        # lock but has not written yet is a thread that does not exist yet: 204 (docs/api.md).
+        return Response(status_code=204)
     lease = await locks.try_thread(thread_id)
     if lease is None:
         raise Problem(409, "a run is in flight on this thread")
     try:
-        # Again under the lock: another caller's first run may have created the thread since.
+        # Again under the lock: the thread may have been deleted and begun again by another caller since.
         owner = await thread_owner(pool, thread_id)
         if owner is None or owner.is_caller(caller):
             await delete_threads(pool, [thread_id])
