@@ -22,9 +22,14 @@ class ProblemDetails(BaseModel):
     title: str = ""
     status: int
     detail: str = ""
+
+
+class RunProblem(ProblemDetails):
+    """The problem of a failed run (the SSE `error` event, the JSON answer of a failed run)."""
+
     reason: str | None = None
-    """On a failed run: model_failed, model_incomplete, model_timeout, model_rate_limited, database,
-    cancelled, interrupted or internal (chatbot/failures.py)."""
+    """model_failed, model_incomplete, model_timeout, model_rate_limited, database, cancelled,
+    interrupted or internal (chatbot/failures.py)."""
     retry_after: float | None = None
     """On `model_rate_limited`: the seconds the provider asked to wait."""
 

@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 from pydantic import ValidationError
 
-from chatbot.responses import ProblemDetails
+from chatbot.responses import ProblemDetails, RunProblem
 
 
 class ChatbotError(Exception):
@@ -65,7 +65,8 @@ def _problem(status: int, body: bytes) -> ProblemDetails:
     try:
         parsed: Any = json.loads(body) if body else None
         if isinstance(parsed, dict):
-            return ProblemDetails.model_validate({"status": status, **parsed})
+            # A run's problem carries its reason (and retry_after); others validate the same.
+            return RunProblem.model_validate({"status": status, **parsed})
     except (ValueError, ValidationError):
         pass
     # Not a problem document (a proxy's error page, say): keep only the status's reason.
