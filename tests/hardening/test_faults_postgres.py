@@ -6,20 +6,28 @@ the runs have failed: the stream ends with an `error` event `503`, the JSON call
 streaming: the run ends (answered, or `503`), never hangs. After each, once the replica
 is ready again, every acknowledged message is in its thread once, no answer is
 half-written, no lock is left behind, and the next run answers.
+
+A third case restarts Postgres while a replica sits idle (issue 24, finding 3): the first
+request after it must be served at once, not answer `503` after walking the pool's dead
+connections. `make test` runs one restart; `make faults` (which sets `CHATBOT_FAULT_KILLS`)
+runs `CHATBOT_FAULT_RESTARTS` (default 5) with the issue's 15 s of idleness.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import Iterator
 
 import httpx
 import pytest
 
+from chatbot.db.pool import FRESH_SECONDS
 from tests.fixtures.app import Replica, start_replica
 from tests.fixtures.knowledge import load_demo_kb
 from tests.fixtures.stoppable_postgres import StoppablePostgres
+from tests.fixtures.tokens import auth
 from tests.hardening.faults_ledger import Attempt, Findings, Ledger
 from tests.hardening.faults_runs import json_run, next_run_answers, seconds_until_unlocked, stream_run
 
@@ -106,4 +114,68 @@ async def test_postgres_stopped_mid_run_fails_the_run_cleanly_and_the_threads_re
         f"{failed_after:.1f} s after the stop; blip mid-run: `{blip.terminal}`; "
         f"{findings.acknowledged} acknowledged messages checked over {findings.threads} thread checks, "
         f"{findings.error_runs} failed runs found recorded as error"
+    )
+
+
+# The long suite is the one that sets CHATBOT_FAULT_KILLS (`make faults`).
+_LONG = "CHATBOT_FAULT_KILLS" in os.environ
+RESTARTS = int(os.environ.get("CHATBOT_FAULT_RESTARTS", "5" if _LONG else "1"))
+# Idle past the pool's freshness window, so every pooled connection is checked before use;
+# the long suite waits as long as the issue's replica did.
+IDLE_SECONDS = 15.0 if _LONG else FRESH_SECONDS + 1.0
+# Generous: a replica that reaches the live server answers in a fraction of this; the bug
+# answered 503 after 32 s.
+ANSWER_WITHIN_SECONDS = 10.0
+CONCURRENT = 12
+
+
+async def _timed(client: httpx.AsyncClient, method: str, path: str, **kwargs: object) -> tuple[float, httpx.Response]:
+    started = time.monotonic()
+    response = await client.request(method, path, **kwargs)  # type: ignore[arg-type]
+    return time.monotonic() - started, response
+
+
+async def test_postgres_restarted_while_a_replica_is_idle_serves_the_first_request_at_once(
+    stoppable_postgres: StoppablePostgres,
+) -> None:
+    replica = start_replica(stoppable_postgres.database_url)
+    json_run = {"headers": {**auth(), **{"Accept": "application/json"}}, "json": {"message": {"content": "hello"}}}
+    firsts: list[float] = []
+    try:
+        async with httpx.AsyncClient(base_url=replica.base_url, timeout=60) as client:
+            for round_ in range(RESTARTS):
+                threads = [f"pg-idle-{round_}-{i}" for i in range(CONCURRENT)]
+                # 24 requests 12 at a time, so the pool holds a dozen connections...
+                for _ in range(2):
+                    sent = await asyncio.gather(
+                        *(client.post(f"/v1/threads/{t}/runs", **json_run) for t in threads)  # type: ignore[arg-type]
+                    )
+                    assert [r.status_code for r in sent] == [200] * CONCURRENT
+                # ...then idle while Postgres restarts, and back well before the next request.
+                await asyncio.sleep(IDLE_SECONDS)
+                stoppable_postgres.stop()
+                stoppable_postgres.start()
+                await asyncio.sleep(1.0)
+
+                took, page = await _timed(client, "GET", f"/v1/threads/{threads[0]}/messages", headers=auth())
+                firsts.append(took)
+                where = f"round {round_ + 1}: the first request after the restart"
+                assert page.status_code != 503, f"{where} answered 503 after {took:.1f} s"
+                assert page.status_code == 200, (where, page.status_code)
+                assert took < ANSWER_WITHIN_SECONDS, f"{where} took {took:.1f} s"
+                assert [m["content"] for m in page.json()["messages"] if m["role"] == "user"] == ["hello"] * 2
+                # Every later request, of any kind, is served too.
+                for method, path, extra in [
+                    ("GET", "/readyz", {}),
+                    ("GET", f"/v1/threads/{threads[1]}/messages", {"headers": auth()}),
+                    ("POST", f"/v1/threads/{threads[2]}/runs", json_run),
+                ]:
+                    took, response = await _timed(client, method, path, **extra)
+                    assert response.status_code == 200, (round_ + 1, method, path, response.status_code, took)
+                    assert took < ANSWER_WITHIN_SECONDS, (round_ + 1, method, path, took)
+    finally:
+        replica.kill()
+    print(
+        f"\nfaults: postgres restarted while idle ({IDLE_SECONDS:.0f} s), {RESTARTS} round(s): "
+        f"first request served in {', '.join(f'{t:.2f}' for t in firsts)} s"
     )

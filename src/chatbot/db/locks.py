@@ -132,15 +132,27 @@ class LockSession:
             return self.conn
 
     async def fetch(self, sql: str, params: dict[str, Any]) -> tuple[AsyncConnection[Any], dict[str, Any]]:
-        """Run one statement on the session; return the connection it ran on and its row."""
-        conn = await self.connection()
-        try:
-            row = await (await conn.execute(sql, params)).fetchone()
-        except psycopg.OperationalError:
-            await self.drop(conn)
-            raise
-        assert row is not None
-        return conn, row
+        """Run one statement on the session; return the connection it ran on and its row.
+
+        A session cut since its last statement (Postgres restarted, the watcher's ping not
+        yet due) is replaced and the statement sent once more on the new one: the old
+        session's locks went with it, so nothing is taken twice, and a Postgres that answers
+        again serves the request instead of a `503` (issue 24, finding 3).
+        """
+        for attempt in (1, 2):
+            conn = await self.connection()
+            try:
+                row = await (await conn.execute(sql, params)).fetchone()
+            except psycopg.OperationalError:
+                # Only a lost connection is retried, never a statement's own failure.
+                lost = conn.broken
+                await self.drop(conn)
+                if attempt == 2 or not lost:
+                    raise
+                continue
+            assert row is not None
+            return conn, row
+        raise AssertionError("unreachable")
 
     async def drop(self, conn: AsyncConnection[Any]) -> None:
         """Forget a broken session: every lock taken on it is gone with it."""

@@ -9,12 +9,24 @@ refused). So a request that has waited `outage_after` seconds asks whether Postg
 answers at all (one shared probe: a fresh connection, bounded), and only then decides:
 no answer is an outage (`PoolTimeout`, mapped to `503`); an answer means a queue, and
 the request keeps its place in it for up to `CONGESTED_WAIT_SECONDS`.
+
+A restart of Postgres (or anything that cuts every session) leaves the idle connections
+dead, unnoticed until one is checked out. psycopg_pool's own checkout loop discards a
+connection that fails its check and then sleeps a backoff (1, 2, 4, 8, 16 s) before the
+next: a replica idle with a dozen dead connections answered its first request `503`
+after 32 s, though Postgres had been back for seconds (issue 24, finding 3). So the check
+runs here instead: a connection found dead (at checkout, or coming back broken) starts one
+sweep that checks every idle connection and replaces the dead ones (`check()`), and the
+request takes the next connection at once, without a backoff.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import psycopg
@@ -29,12 +41,22 @@ PROBE_TIMEOUT_SECONDS = 0.75
 # A probe's verdict serves every request that asks within this long.
 PROBE_FRESH_SECONDS = 1.0
 
+log = logging.getLogger(__name__)
+
+Check = Callable[[AsyncConnection[Any]], Awaitable[None]]
+
 
 class PatientPool(AsyncConnectionPool[AsyncConnection[dict[str, Any]]]):
     """Wait in line while Postgres answers; give up after `outage_after` when it does not."""
 
-    def __init__(self, conninfo: str, *, outage_after: float, kwargs: dict[str, Any], **options: Any) -> None:
+    def __init__(
+        self, conninfo: str, *, outage_after: float, kwargs: dict[str, Any], check: Check | None = None, **options: Any
+    ) -> None:
+        # `check` is not given to psycopg_pool: its checkout loop sleeps a backoff after
+        # each connection that fails it (see the module's docstring); getconn runs it.
         super().__init__(conninfo, kwargs=kwargs, timeout=CONGESTED_WAIT_SECONDS, **options)
+        self._checkout_check = check
+        self._sweep: asyncio.Task[None] | None = None
         self._probe_conninfo = conninfo
         # The probe connects with the pool's options, minus those that shape result rows.
         self._probe_options = {k: v for k, v in kwargs.items() if k not in ("row_factory", "autocommit")}
@@ -44,21 +66,96 @@ class PatientPool(AsyncConnectionPool[AsyncConnection[dict[str, Any]]]):
         self._returning: set[asyncio.Task[None]] = set()
 
     async def getconn(self, timeout: float | None = None) -> AsyncConnection[dict[str, Any]]:
-        """Return a connection; raise `PoolTimeout` on an outage or after a long queue."""
-        if timeout is not None:  # an explicit bound (tools, tests) is kept as asked
-            return await super().getconn(timeout)
+        """Return a checked connection; raise `PoolTimeout` on an outage or after a long queue."""
+        # An explicit bound (tools, tests) is kept as asked. Otherwise the outage verdict is
+        # due `outage_after` after the request began, however many dead connections it met.
+        patient = timeout is None
+        deadline = time.monotonic() + (self._outage_after if timeout is None else timeout)
+        # While a sweep is under way, an idle connection it has not taken yet may be dead,
+        # and one given back moments ago would be handed out unchecked.
+        await self._await_sweep(deadline)
+        # Each failed check discards a connection; after the sweep none of the idle ones is
+        # dead, so more failures than the pool's size mean connections die as they are made.
+        for _ in range(self.max_size + 2):
+            conn = await self._checkout(deadline, patient)
+            if self._checkout_check is None:
+                return conn
+            try:
+                await self._checkout_check(conn)
+            except Exception as exc:
+                await self._discard(conn, exc, deadline)
+                continue
+            except BaseException:
+                await self.putconn(conn)  # cancelled: give the connection back, unchecked
+                raise
+            return conn
+        raise PoolTimeout(f"every connection of pool {self.name!r} failed its check")
+
+    async def _discard(self, conn: AsyncConnection[dict[str, Any]], exc: Exception, deadline: float) -> None:
+        """Drop a connection that failed its check, and sweep the idle ones it likely shared its fate with."""
+        log.warning("pooled connection failed its check", extra={"pool": self.name, "error": type(exc).__name__})
+        # Closed, it cannot go back to the pool: putconn discards it and asks for a new one.
+        with contextlib.suppress(Exception):
+            await conn.close()
+        await self.putconn(conn)
+        # Waited for (it is quick: a dead connection fails its check at once) so the next
+        # checkout meets no dead connection; bounded by the request's deadline, so an outage
+        # still answers in time.
+        self._start_sweep()
+        await self._await_sweep(deadline)
+
+    async def _await_sweep(self, deadline: float) -> None:
+        if self._sweep is None or self._sweep.done():
+            return
+        if (bound := deadline - time.monotonic()) > 0:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(self._sweep), bound)
+
+    async def putconn(self, conn: AsyncConnection[dict[str, Any]]) -> None:
+        """Give a connection back; one that came back broken starts a sweep of its idle siblings."""
+        broken = conn.broken
+        await super().putconn(conn)
+        if broken and not self.closed:
+            self._start_sweep()
+
+    def _start_sweep(self) -> None:
+        # One sweep at a time, whoever noticed; it is never cancelled, since `check()` holds
+        # the idle connections it has taken out of the pool until it has checked them.
+        if self._sweep is None or self._sweep.done():
+            self._sweep = asyncio.create_task(self._sweep_idle(), name=f"pool-sweep-{self.name}")
+
+    async def _sweep_idle(self) -> None:
+        try:
+            await self.check()
+        except Exception:  # a sweep that failed leaves the checkout checks to find the rest
+            log.warning("sweeping the pool's idle connections failed", extra={"pool": self.name}, exc_info=True)
+
+    async def close(self, timeout: float = 5.0) -> None:
+        """Close the pool, after a sweep under way has put back what it took out."""
+        if self._sweep is not None and not self._sweep.done():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.shield(self._sweep), timeout)
+        await super().close(timeout)
+
+    async def _checkout(self, deadline: float, patient: bool) -> AsyncConnection[dict[str, Any]]:
+        """Return an unchecked connection; raise `PoolTimeout` on an outage or after a long queue."""
+        # Past the deadline psycopg_pool refuses even an idle connection (timeout 0), and a
+        # patient request goes straight to the probe's verdict.
+        bound = max(0.0, deadline - time.monotonic())
+        if not patient:
+            return await super().getconn(bound)
         if getattr(self, "_pool", None):
             # An idle connection is ready (psycopg_pool's private deque; if it goes, every
             # call takes the path below): no queue to keep a place in, so no task to watch it.
             try:
-                return await super().getconn(self._outage_after)
+                return await super().getconn(bound)
             except PoolTimeout:
                 if not await self._postgres_answers():
                     raise
                 return await super().getconn()
         waiting = asyncio.ensure_future(super().getconn())
         try:
-            return await asyncio.wait_for(asyncio.shield(waiting), self._outage_after)
+            return await asyncio.wait_for(asyncio.shield(waiting), bound)
         except TimeoutError:
             pass
         except BaseException:

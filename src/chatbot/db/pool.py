@@ -71,7 +71,8 @@ def make_pool(conninfo: str, settings: Settings, *, name: str, min_size: int, ma
     own, so a connection coming back needs no `pg_advisory_unlock_all()` round trip.
     """
     # An outage answers within `pool_timeout_seconds`; a queue of a live Postgres is waited
-    # out (db/patient_pool.py).
+    # out; `check` runs at checkout, and a connection that fails it has the idle ones swept
+    # at once (db/patient_pool.py).
     return PatientPool(
         conninfo,
         outage_after=settings.pool_timeout_seconds,
