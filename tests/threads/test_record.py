@@ -94,8 +94,9 @@ async def test_the_record_shows_the_window_the_model_was_given_before_and_after_
     for end, record, window, full in zip(ends, records, windows, rebuilt, strict=True):
         assert record["run_id"] == end["run_id"] and record["thread_id"] == "record-folds"
         assert record["status"] == end["status"] and record["model"] == "offline"
-        assert record["answer"] == {"id": end["message"]["id"], "content": end["message"]["content"], "complete": True}
-        assert record["usage"] == [{"kind": "answer", "model": "offline", "input_tokens": 0, "output_tokens": 0, "cached_input_tokens": 0}]
+        assert record["answer"] == {**end["message"], "complete": True}
+        offline_call = {"kind": "answer", "model": "offline", "input_tokens": 0, "output_tokens": 0}
+        assert record["usage"] == [offline_call | {"cached_input_tokens": 0}]
         assert record["citations"] == end["citations"]
         assert record["context"]["messages"] == as_given(window)
         system = str(window[0].content)
