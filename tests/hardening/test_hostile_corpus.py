@@ -35,8 +35,12 @@ def _print_tally() -> Iterator[None]:
     print(f"\n{TALLY.report()}")
 
 
-# The corpus is built at import; each request gets a token minted when it is sent.
+# The corpus is built at import; each request gets a token minted when it is sent, and a
+# rejoin gets the id of a run made on the replica before (a Last-Event-ID must name it).
 TOKEN_SLOT = b"@token@"
+RUN_SLOT = b"@run@"
+REJOIN_THREAD = "t-hostile-check"  # the thread `_assert_still_serving` runs on
+_RUNS: dict[str, str] = {}  # replica base URL -> the run id rejoins name
 
 
 def _request(
@@ -61,6 +65,8 @@ def _request(
 def _send(replica: Replica, raw: bytes) -> int | None:
     """Send raw bytes; return the status answered, or None when the replica closed without one."""
     raw = raw.replace(TOKEN_SLOT, make_token().encode())  # minted now: the corpus outlives a token
+    if RUN_SLOT in raw:
+        raw = raw.replace(RUN_SLOT, _run_id(replica).encode())
     address = urlsplit(replica.base_url)
     with socket.create_connection((address.hostname, address.port), timeout=READ_WAIT) as sock:
         try:
@@ -81,14 +87,28 @@ def _send(replica: Replica, raw: bytes) -> int | None:
     return status
 
 
-def _assert_still_serving(replica: Replica) -> None:
+def _assert_still_serving(replica: Replica) -> str:
     response = httpx.post(
-        f"{replica.base_url}/v1/threads/t-hostile-check/runs",
+        f"{replica.base_url}/v1/threads/{REJOIN_THREAD}/runs",
         json={"message": {"content": "hello"}},
         headers={"Authorization": f"Bearer {make_token()}", "Accept": "application/json"},
         timeout=30,
     )
     assert response.status_code == 200
+    return str(response.json()["run_id"])
+
+
+def _run_id(replica: Replica) -> str:
+    """Return the id of a finished run on REJOIN_THREAD, made on first use."""
+    if replica.base_url not in _RUNS:
+        _RUNS[replica.base_url] = _assert_still_serving(replica)
+    return _RUNS[replica.base_url]
+
+
+def _rejoin(last_event_id: str) -> bytes:
+    """Return a rejoin of a run of the caller's thread, with `last_event_id` sent as Latin-1 bytes."""
+    path = f"/v1/threads/{REJOIN_THREAD}/runs/{RUN_SLOT.decode()}/stream"
+    return _request(b"", method="GET", path=path, content_length=None, extra=[f"Last-Event-ID: {last_event_id}"])
 
 
 VALID = b'{"message": {"content": "hello"}}'
@@ -150,6 +170,14 @@ CORPUS: dict[str, tuple[bytes, set[int | None]]] = {
         {401},
     ),
     "no authorization": (_request(VALID).replace(b"Authorization:", b"X-Nothing:", 1), {401}),
+    # Last-Event-ID offsets that `str.isdigit()` takes for digits and `int()` refuses or misreads:
+    # superscripts are single Latin-1 header bytes; the others arrive as their UTF-8 bytes.
+    "Last-Event-ID offset in superscript two": (_rejoin("@run@:\xb2"), {422}),
+    "Last-Event-ID offset in superscripts 1 2 3": (_rejoin("@run@:\xb9\xb2\xb3"), {422}),
+    "Last-Event-ID offset of ASCII and superscript": (_rejoin("@run@:1\xb2"), {422}),
+    "Last-Event-ID offset in Arabic-Indic (UTF-8)": (_rejoin("@run@:" + "\u0663".encode().decode("latin-1")), {422}),
+    "Last-Event-ID offset in circled one (UTF-8)": (_rejoin("@run@:" + "\u2460".encode().decode("latin-1")), {422}),
+    "Last-Event-ID offset of 19 digits": (_rejoin("@run@:" + "9" * 19), {422}),
     # Request lines.
     "path with %00": (_request(VALID, path="/v1/threads/a%00b/runs"), {422}),
     "path with broken percent-encoding": (_request(VALID, path="/v1/threads/%zz%/runs"), {422}),

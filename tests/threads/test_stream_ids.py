@@ -9,6 +9,8 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
+from chatbot.errors import Problem
+from chatbot.threads.rejoin import parse_last_event_id
 from tests.fixtures.app import running_app
 from tests.fixtures.knowledge import load_demo_kb
 from tests.fixtures.sse import Event, answer_of, parse_blocks
@@ -133,6 +135,34 @@ async def test_a_last_event_id_of_another_run_or_malformed_is_422(client: httpx.
         response = await _rejoin(client, "bad-ids", run_id, value)
         assert response.status_code == 422, value
         assert response.headers["content-type"].startswith("application/problem+json")
+
+
+async def test_a_last_event_id_offset_of_non_ascii_digits_is_422_never_500(client: httpx.AsyncClient) -> None:
+    # The finding: "²" is a Latin-1 header byte that `str.isdigit()` accepts and `int()` refuses.
+    _, events = await _run(client, "unicode-digits")
+    run_id = events[0].data["run_id"]
+    latin1_digits = ["\u00b2", "\u00b3", "\u00b9", "1\u00b2", "\u00bd"]
+    utf8_digits = ["\u0663", "\u2460", "\u00b2", "\uff13", "\u0969"]  # ٣ ① ² ３ ३, sent as UTF-8 bytes
+    raw = [f"{run_id}:{d}".encode("latin-1") for d in latin1_digits]
+    raw += [f"{run_id}:{d}".encode() for d in utf8_digits]
+    raw.append(f"{run_id}:{'9' * 19}".encode())
+    for value in raw:
+        headers = {**auth(**EN), "Last-Event-ID": value}
+        response = await client.get(f"/v1/threads/unicode-digits/runs/{run_id}/stream", headers=headers)
+        assert response.status_code == 422, value
+        assert response.headers["content-type"].startswith("application/problem+json")
+    # The same offset in ASCII digits still rejoins.
+    assert (await _rejoin(client, "unicode-digits", run_id, f"{run_id}:2")).status_code == 200
+
+
+@pytest.mark.parametrize("offset", ["\u00b2", "\u0663", "\u2460", "\uff13", "\u0969", "\U0001d7d9", "1_0", " 3", "+3"])
+def test_only_ascii_digits_are_an_offset(offset: str) -> None:
+    # Beyond what a Latin-1 header can carry: "٣" and "३" are digits `int()` reads as 3.
+    run_id = str(uuid.uuid4())
+    with pytest.raises(Problem) as refused:
+        parse_last_event_id(f"{run_id}:{offset}", run_id)
+    assert refused.value.status == 422
+    assert parse_last_event_id(f"{run_id}:{'9' * 18}", run_id) == 10**18 - 1
 
 
 async def test_tokens_after_the_first_are_flushed_together_without_changing_the_answer(kb_database_url: str) -> None:
