@@ -21,6 +21,8 @@ _LETTERS = {ord("ي"): "ی", ord("ى"): "ی", ord("ك"): "ک", ord("ة"): "ه", 
 # ZWNJ, ZWJ, LRM, RLM, BOM and friends: invisible, and they split or join words arbitrarily.
 _ZERO_WIDTH = {cp: None for cp in (0x200B, 0x200C, 0x200D, 0x200E, 0x200F, 0xFEFF, 0x2060, 0x0640)}
 _ARABIC_DIACRITICS = re.compile("[\u064b-\u065f\u0670]")
+# `\d` on str patterns is every Unicode decimal digit (category Nd, as `str.isdecimal`).
+_NON_ASCII_DIGIT = re.compile(r"[^\D0-9]")
 
 
 def fold_digits(text: str) -> str:
@@ -34,7 +36,12 @@ def fold_all_digits(text: str) -> str:
     Wider than `fold_digits`, for the PII guard: a card number typed in any script is
     still a card number. Retrieval keeps `fold_digits`, the fold its stored index used.
     """
-    return "".join(str(unicodedata.decimal(c)) if c.isdecimal() and not c.isascii() else c for c in text)
+    if text.isascii():
+        return text
+    # A C-level scan that calls back only for the (rare) non-ASCII digits: a per-character
+    # Python loop cost 10 ms on the 144,000 characters one 8,000-character message can
+    # expand to under NFKC.
+    return _NON_ASCII_DIGIT.sub(lambda m: str(unicodedata.decimal(m.group())), text)
 
 
 def fold_letters(text: str) -> str:

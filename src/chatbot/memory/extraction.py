@@ -25,7 +25,7 @@ from chatbot.memory.extraction_terms import (
     count_word,
 )
 from chatbot.memory.fact_keys import classify_fact
-from chatbot.memory.pii import PiiCategory, normalize_for_pii, rejection_reason
+from chatbot.memory.pii import MAX_CHECKED_CHARS, PiiCategory, checkable_form, normalize_for_pii, rejection_reason
 from chatbot.text import cut_at_word, fold_digits, fold_letters, looks_persian
 
 __all__ = [
@@ -88,7 +88,13 @@ _QUESTION_START = re.compile(r"(?:what|when|where|which|who|whom|whose|why|how|i
 _SENTENCE_END = re.compile(r"[.!?؟](?=\s|$)|\n")
 _PUNCT = r"[\s\u200b-\u200f:：،,;\-–—]*"
 _LEAD = re.compile(rf"{_PUNCT}(?:(?:that|که)(?![^\W\d_]))?{_PUNCT}", re.IGNORECASE)
-_JOINER_TAIL = re.compile(r"[\s,،]+(?:and|also|so|but|please|plus|و|ضمنا|همچنین|لطفا)$", re.IGNORECASE)
+# A joiner word ending the statement, to drop with the separators before it. Matched as
+# the word alone, the separators stripped after: the one-regex form
+# `[\s,،]+(?:and|…)$` tried every start in a run of commas and backtracked through the run
+# from each, 1.3 s for a legal 8,000-character "remember that x,,,,…,y".
+_JOINER_WORD = re.compile(r"(?:and|also|so|but|please|plus|و|ضمنا|همچنین|لطفا)$", re.IGNORECASE)
+# What `[\s,،]` matches: every character `str.isspace` accepts (all below U+3001), and the commas.
+_JOINER_SEPARATORS = "".join(c for c in map(chr, range(0x3001)) if c.isspace()) + ",،"
 _TRAIL = " \t\n\u200b\u200c\u200d\u200e\u200f.!،,;:"
 
 
@@ -146,7 +152,7 @@ def _statements(text: str) -> list[str]:
         end_match = _SENTENCE_END.search(folded, begin, limit)
         end = end_match.start() if end_match else limit
         raw = re.sub(r"\s+", " ", text[begin:end]).strip(_TRAIL)
-        raw = _JOINER_TAIL.sub("", raw).strip(_TRAIL)  # "… in Yazd, and remember …"
+        raw = _drop_joiner_tail(raw).strip(_TRAIL)  # "… in Yazd, and remember …"
         if trigger.group("en") and _QUESTION_START.match(raw):
             continue
         if sum(c.isalnum() for c in raw) >= 2:
@@ -154,19 +160,40 @@ def _statements(text: str) -> list[str]:
     return statements
 
 
+def _drop_joiner_tail(raw: str) -> str:
+    """Return `raw` without a joiner word that ends it after a separator (", and"), else unchanged."""
+    joiner = _JOINER_WORD.search(raw)
+    if joiner is None:
+        return raw
+    head = raw[: joiner.start()]
+    kept = head.rstrip(_JOINER_SEPARATORS)
+    # `$` also matches before a final newline, which the old `sub` kept.
+    return kept + raw[joiner.end() :] if len(kept) < len(head) else raw
+
+
 def _facts(
-    text: str, products: Mapping[str, Sequence[re.Pattern[str]]]
+    text: str, products: Mapping[str, Sequence[re.Pattern[str]]], *, checkable: bool
 ) -> tuple[list[FactCandidate], list[PiiCategory]]:
-    """Turn remember statements into fact candidates, dropping those the PII guard refuses."""
+    """Turn remember statements into fact candidates, dropping those the PII guard refuses.
+
+    `checkable` is False when the whole message is longer than the guard reads once
+    normalised: each statement could fit alone, but together they would make the guard
+    read the expansion after all, so every one is refused unchecked.
+    """
     facts: list[FactCandidate] = []
     rejected: list[PiiCategory] = []
     for statement in _statements(text):
+        if not checkable:
+            rejected.append(PiiCategory.UNCHECKED)
+            continue
         short = cut_fact(statement)
-        category, key = classify_fact(statement, products)
-        reason = rejection_reason(statement, category=category) or rejection_reason(short)
+        # The guard first, the classification only for what it keeps: an offline category
+        # is never health-like, and a refused statement needs no key.
+        reason = rejection_reason(statement) or (rejection_reason(short) if short != statement else None)
         if reason is not None:
             rejected.append(reason)
             continue
+        category, key = classify_fact(statement, products)
         facts.append(FactCandidate(text=short, category=category, key=key))
     return facts, rejected
 
@@ -217,7 +244,14 @@ def extract_offline(
     if status != "answered" or not text.strip():
         return MemoryCandidates()
     compiled = _DEFAULT_COMPILED if products is None else compile_products(products)
-    norm = re.sub(r"\s+", " ", normalize_for_pii(text))
+    # Normalised no further than the guard reads: a message the guard would not read whole
+    # has its statements refused unread, and the profile's cues come from its first
+    # MAX_CHECKED_CHARS characters (all of any ordinary message), so the cost per message is
+    # bounded however far NFKC expands it.
+    whole = checkable_form(text)
+    checkable = whole is not None
+    norm = whole if whole is not None else normalize_for_pii(text, limit=MAX_CHECKED_CHARS)[:MAX_CHECKED_CHARS]
+    norm = re.sub(r"\s+", " ", norm)
     updates: dict[str, Any] = {}
     language = _language(text, locale)
     if language:
@@ -234,7 +268,7 @@ def extract_offline(
     topics = {name: 1 for name, pattern in TOPICS if pattern.search(norm)}
     if topics:
         updates["topics"] = topics
-    facts, rejected = _facts(text, compiled)
+    facts, rejected = _facts(text, compiled, checkable=checkable)
     return MemoryCandidates(profile_updates=updates, facts=facts, rejected=rejected)
 
 

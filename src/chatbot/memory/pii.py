@@ -22,6 +22,11 @@ Decisions worth knowing:
   code or policy number that happens to pass the check is not refused.
 - "IR" followed by 24 digits is refused whatever its checksum; bare 24-digit numbers and
   other countries' IBANs are refused when mod 97 holds.
+- The guard reads at most MAX_CHECKED_CHARS characters, before and after normalisation.
+  NFKC turns some single characters into many (U+FDFA into 18), so a legal 8,000-character
+  message could otherwise become 144,000 characters for every pattern here, on the event
+  loop. Text longer than that is not checked and so is refused (UNCHECKED): nothing is
+  ever stored unchecked.
 - Health-insurance product words ("بیمه تکمیلی", "health plan") are not health information;
   conditions, medications, diagnoses, pregnancy and procedures are (see pii_terms.py).
 """
@@ -29,10 +34,11 @@ Decisions worth knowing:
 from __future__ import annotations
 
 import bisect
+import functools
 import itertools
 import re
 import unicodedata
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from enum import StrEnum
 
 from chatbot.memory.pii_terms import (
@@ -53,6 +59,8 @@ class PiiCategory(StrEnum):
     IBAN = "iban"
     PAYMENT_SECRET = "payment_secret"
     HEALTH = "health"
+    UNCHECKED = "unchecked"
+    """Longer than the guard reads once normalised: refused because it cannot be shown safe."""
 
 
 # Zero-width characters, bidi controls, the Arabic letter mark and the soft hyphen: invisible,
@@ -67,9 +75,21 @@ _SEP_CLASS = r"[\s\-\u2010-\u2015\u2212._/\\|\u066b\u00b7]"
 _RUN = re.compile(rf"(?<![0-9])[0-9]+(?:{_SEP_CLASS}{{1,3}}[0-9]+)*")
 _GROUP = re.compile("[0-9]+")
 _DASHES = str.maketrans({c: "-" for c in "\u2010\u2011\u2012\u2013\u2014\u2015\u2212"})
-_MAX_WINDOW_DIGITS = 24  # the longest number looked for: a Sheba without its "IR"
-# Labelled national IDs (8-10), cards (15-19), Sheba without "IR" (24): no other length matters.
-_LENGTHS_OF_INTEREST = frozenset({8, 9, 10, 15, 16, 17, 18, 19, 24})
+# The window lengths that can be a finding, by the label before the window (see `_is_national_id`,
+# `_is_card`, `_is_bare_sheba`): unlabelled, only a checksummed 10-digit ID, a 16-digit card
+# and a 24-digit Sheba (the longest number looked for); a label widens its own kind; after
+# another kind's label, nothing.
+# Windows of other lengths are never built: a digit-and-dot message has a window per group
+# and length, and building the ones no rule reads was most of the guard's cost.
+_UNLABELLED_LENGTHS = frozenset({10, 16, 24})
+_LENGTHS_BY_LABEL: dict[str | None, frozenset[int]] = {
+    None: _UNLABELLED_LENGTHS,
+    "nid": frozenset({8, 9, 10, 16, 24}),
+    "card": frozenset({10, 15, 16, 17, 18, 19, 24}),
+    "iban": _UNLABELLED_LENGTHS,
+    "other": frozenset(),
+}
+_SHEBA_LENGTH = frozenset({24})
 
 # Labels, one alternation so a longer label ("national ID card") is one match and its
 # "card" is not read as a bank-card label.
@@ -99,15 +119,37 @@ _SEPARATOR = re.compile(r"[ \-]")
 _IBAN_MIN_GROUPS, _IBAN_MAX_GROUPS, _IBAN_GROUP_CHARS = 3, 8, 4
 
 
-def normalize_for_pii(text: str) -> str:
-    """Return the casefolded, digit-folded, invisible-free form of `text` the guard matches on."""
-    text = unicodedata.normalize("NFKC", text)
-    text = fold_all_digits(text)
+# A quarter more than the longest message the API takes (8,000): ordinary text keeps about
+# its length under NFKC (an ellipsis or a ligature grows by a character or two), so only text
+# built from expanding characters comes near it. The guard's cost is linear in what it reads
+# (about 8 µs a character at worst, for digit-and-dot soup, where every digit starts number
+# windows), and this bounds it per text: eight such messages at once must not hold the event
+# loop for much over a second (tests/hardening/test_expanding_text.py; bench/worst_case_text.py).
+MAX_CHECKED_CHARS = 10_000
+
+
+def normalize_for_pii(text: str, *, limit: int | None = None) -> str:
+    """Return the casefolded, digit-folded, invisible-free form of `text` the guard matches on.
+
+    With `limit`, only the first `limit + 1` characters of the NFKC form are folded and at
+    most `limit + 1` come back: enough to tell that the text was longer, without paying
+    for the folding of an expansion nobody will read.
+    """
+    nfkc = unicodedata.normalize("NFKC", text)
+    if limit is not None:
+        return _fold_for_pii(nfkc[: limit + 1])[: limit + 1]
+    return _fold_for_pii(nfkc)
+
+
+def _fold_for_pii(nfkc: str) -> str:
+    """Return the guard's form of NFKC text: digits folded, invisibles dropped, Persian folded, casefolded."""
+    text = fold_all_digits(nfkc)
     text = _INVISIBLE_BETWEEN_DIGITS.sub("", text)
     text = _INVISIBLE_ANYWHERE.sub(" ", text)
     return normalize_persian(text).casefold()
 
 
+@functools.lru_cache(maxsize=1024)  # a few separators recur thousands of times in a long number run
 def _separator_kind(sep: str) -> str:
     """Reduce a separator to its kind, so " - " and "-" match and "/" and " " do not."""
     visible = sep.translate(_DASHES).replace(" ", "")
@@ -115,28 +157,35 @@ def _separator_kind(sep: str) -> str:
     return "".join(sorted(set(visible))) or " "
 
 
-def _windows(run: str, offset: int) -> Iterator[tuple[str, int]]:
-    """Yield (digits, start) for every run of whole digit groups joined by one separator kind.
+def _windows(run: str, offset: int, lengths: Callable[[int], frozenset[int]]) -> Iterator[tuple[str, int]]:
+    """Yield (digits, start) for the runs of whole digit groups joined by one separator kind.
 
-    At most 24 digits per window, so the cost is linear in the run (a bounded number of
-    windows per group); digits are sliced out of one joined string, not re-joined per window.
+    `lengths(start)` names the digit counts wanted for windows starting at `start` (an
+    offset in the text). At most 24 digits per window, so the cost is linear in the run (a
+    bounded number of windows per group); digits are sliced out of one joined string, not
+    re-joined per window.
     """
     matches = list(_GROUP.finditer(run))
     kinds = [_separator_kind(run[a.end() : b.start()]) for a, b in itertools.pairwise(matches)]
     digits = "".join(m.group() for m in matches)
     ends = list(itertools.accumulate(m.end() - m.start() for m in matches))
     count = len(matches)
+    # last[i]: the last group a window from group i may reach, all its separators of one kind.
+    last = list(range(count))
+    for i in range(count - 2, -1, -1):
+        last[i] = last[i + 1] if i + 1 < count - 1 and kinds[i + 1] == kinds[i] else i + 1
     for i, first in enumerate(matches):
+        start = offset + first.start()
+        wanted = lengths(start)
+        if not wanted:
+            continue
         begin = ends[i - 1] if i else 0
-        kind = kinds[i] if i < count - 1 else ""
-        for j in range(i, count):
-            if j > i + 1 and kinds[j - 1] != kind:
-                break
-            length = ends[j] - begin
-            if length > _MAX_WINDOW_DIGITS:
-                break
-            if length in _LENGTHS_OF_INTEREST:
-                yield digits[begin : ends[j]], offset + first.start()
+        # A window ends where the digit count so far is exactly a wanted length: found by
+        # bisection, so a start costs one step per wanted length, not one per group in reach.
+        for length in sorted(wanted):
+            j = bisect.bisect_left(ends, begin + length, i, last[i] + 1)
+            if j <= last[i] and ends[j] == begin + length:
+                yield digits[begin : ends[j]], start
 
 
 def _label_before(labels: list[tuple[int, str]], label_ends: list[int], start: int) -> str | None:
@@ -159,15 +208,14 @@ def _national_id_checksum_ok(digits: str) -> bool:
     return check == remainder if remainder < 2 else check == 11 - remainder
 
 
+# Luhn doubles every second digit from the right and adds the digits of the product.
+_LUHN_DOUBLED = str.maketrans("0123456789", "0246813579")
+
+
 def _luhn_ok(digits: str) -> bool:
     """Check a card number's Luhn digit."""
-    total = 0
-    for i, d in enumerate(reversed(digits)):
-        n = int(d)
-        if i % 2 == 1:
-            n = n * 2 - 9 if n > 4 else n * 2
-        total += n
-    return total % 10 == 0
+    kept, doubled = digits[::-2], digits[-2::-2].translate(_LUHN_DOUBLED)
+    return (sum(map(int, kept)) + sum(map(int, doubled))) % 10 == 0
 
 
 def _iban_ok(compact: str) -> bool:
@@ -206,26 +254,43 @@ def _number_categories(norm: str) -> set[PiiCategory]:
     found: set[PiiCategory] = set()
     labels = [(m.end(), m.lastgroup or "") for m in _LABELS.finditer(norm)]
     label_ends = [end for end, _ in labels]
+
+    def lengths(start: int) -> frozenset[int]:
+        return _LENGTHS_BY_LABEL.get(_label_before(labels, label_ends, start), _UNLABELLED_LENGTHS)
+
     for run in _RUN.finditer(norm):
         label_start, label = -1, None
-        for digits, start in _windows(run.group(), run.start()):
+        for digits, start in _windows(run.group(), run.start(), lengths):
             if start != label_start:
                 label_start, label = start, _label_before(labels, label_ends, start)
-            if _is_national_id(digits, label):
+            # Each rule is asked only about its own lengths, and a category already found
+            # needs no second proof: the answer is the same set.
+            size = len(digits)
+            if size <= 10 and PiiCategory.NATIONAL_ID not in found and _is_national_id(digits, label):
                 found.add(PiiCategory.NATIONAL_ID)
-            if _is_card(digits, label):
+            elif 15 <= size <= 19 and PiiCategory.CARD_NUMBER not in found and _is_card(digits, label):
                 found.add(PiiCategory.CARD_NUMBER)
-            if _is_bare_sheba(digits, label):
+            elif size == 24 and PiiCategory.IBAN not in found and _is_bare_sheba(digits, label):
                 found.add(PiiCategory.IBAN)
     for prefix in _IR_PREFIX.finditer(norm):
+        if PiiCategory.IBAN in found:
+            break
         digits_after = _RUN.match(norm, prefix.end())
-        if digits_after and any(
-            len(d) == 24 for d, s in _windows(digits_after.group(), digits_after.start()) if s == prefix.end()
-        ):
+        if digits_after and _opens_with_24_digits(digits_after):
             found.add(PiiCategory.IBAN)
     if any(_iban_ok(compact) for compact in _iban_candidates(norm)):
         found.add(PiiCategory.IBAN)
     return found
+
+
+def _opens_with_24_digits(run: re.Match[str]) -> bool:
+    """Return True when a digit run (the one after an "IR") starts with a window of exactly 24 digits."""
+    first = run.start()
+
+    def lengths(start: int) -> frozenset[int]:
+        return _SHEBA_LENGTH if start == first else frozenset()
+
+    return any(True for _ in _windows(run.group(), first, lengths))
 
 
 def _iban_candidates(norm: str) -> Iterator[str]:
@@ -291,16 +356,41 @@ def _has_health(norm: str, nfkc: str) -> bool:
     return bool(HEALTH_PATTERN.search(norm) or HEALTH_ACRONYMS_PATTERN.search(nfkc))
 
 
+def _checkable_forms(text: str) -> tuple[str, str] | None:
+    """Return the NFKC and guard forms of `text`, or None when either is longer than the guard reads."""
+    if len(text) > MAX_CHECKED_CHARS:
+        return None
+    nfkc = unicodedata.normalize("NFKC", text)
+    if len(nfkc) > MAX_CHECKED_CHARS:
+        return None
+    norm = _fold_for_pii(nfkc)
+    # Casefolding can lengthen too ("ΐ" becomes three characters).
+    return (nfkc, norm) if len(norm) <= MAX_CHECKED_CHARS else None
+
+
+def checkable_form(text: str) -> str | None:
+    """Return the form of `text` the guard matches on, or None when it is longer than the guard reads."""
+    forms = _checkable_forms(text)
+    return None if forms is None else forms[1]
+
+
 def find_pii(text: str) -> list[PiiCategory]:
-    """Return the PII categories present in `text`, in enum order, never the values."""
-    norm = normalize_for_pii(text)
+    """Return the PII categories present in `text`, in enum order, never the values.
+
+    Text longer than the guard reads (MAX_CHECKED_CHARS, before or after normalisation) is
+    [UNCHECKED] and nothing else: the caller refuses it like any other finding.
+    """
+    forms = _checkable_forms(text)
+    if forms is None:
+        return [PiiCategory.UNCHECKED]
+    nfkc, norm = forms
     found = _number_categories(norm)
     card_context = PiiCategory.CARD_NUMBER in found or any(
         m.lastgroup == "card" for m in _LABELS.finditer(norm)
     )
     if _has_payment_secret(norm, card_context):
         found.add(PiiCategory.PAYMENT_SECRET)
-    if _has_health(norm, unicodedata.normalize("NFKC", text)):
+    if _has_health(norm, nfkc):
         found.add(PiiCategory.HEALTH)
     return [category for category in PiiCategory if category in found]
 
