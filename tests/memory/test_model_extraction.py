@@ -41,7 +41,7 @@ async def test_pii_and_health_the_model_proposes_are_dropped() -> None:
             ]
         },
     )
-    found = await model_extractor(model, timeout=5)(_job("..."))
+    found = await model_extractor(model, timeout=5)(_job("I live in Shiraz, as I said."))
     assert [f.text for f in found.facts] == ["I live in Shiraz"]
     assert found.rejected
 
@@ -50,3 +50,29 @@ async def test_a_failing_or_garbage_model_falls_back_to_the_offline_rules() -> N
     for model in (_model("fail"), _model("garbage")):
         found = await model_extractor(model, timeout=5)(_job("remember that I prefer email"))
         assert [f.text for f in found.facts] == ["I prefer email"]
+
+
+class _Counting(ScriptedChatModel):
+    """A scripted extraction model that counts the calls it gets."""
+
+    calls: list[str] = []  # noqa: RUF012 - a pydantic field, copied per instance
+
+    async def _agenerate(self, messages, stop=None, run_manager=None, **kwargs):  # type: ignore[no-untyped-def]
+        self.calls.append("call")
+        return await super()._agenerate(messages, stop, run_manager, **kwargs)
+
+
+async def test_the_model_is_asked_only_when_the_writer_says_something_about_themselves() -> None:
+    model = _Counting(mode="answer", reply={}, tool_name="ExtractedMemory", calls=[])
+    extract = model_extractor(model, timeout=5)
+    for question in (
+        "What does my travel insurance cover?",
+        "Can I claim for a broken window?",
+        "How do I renew third-party insurance?",
+        "بیمه سفر من چه چیزی را پوشش می‌دهد؟",
+    ):
+        await extract(_job(question))
+    assert model.calls == []  # questions teach memory nothing: no provider call
+    for statement in ("I drive a Peugeot 206, what does body cover?", "من در اصفهان زندگی می‌کنم."):
+        await extract(_job(statement))
+    assert len(model.calls) == 2

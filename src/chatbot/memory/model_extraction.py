@@ -61,19 +61,30 @@ class ExtractedMemory(BaseModel):
     facts: list[ExtractedFact] = Field(default_factory=list, max_length=10)
 
 
-# First-person words that mark a statement about the writer (English and Persian).
-_FIRST_PERSON = re.compile(
-    r"(?i)\b(i|i'm|i've|i'd|my|mine|me|we|our|us)\b"
-    r"|(?<!\w)(من|ما|مال من|خودم|دارم|داریم|هستم|هستیم|می‌خواهم|میخوام)(?!\w)"
+# A clause that says something about its writer: a first-person subject (English), or a
+# first-person pronoun or verb ending (Persian), in a clause that does not open as a question.
+# "What does my policy cover?" and "Can I claim for a window?" ask; "I drive a Peugeot 206,
+# what does body cover?" tells, in its first clause.
+_CLAUSES = re.compile(r"([^.!?؟\n,،;؛]+)([.!?؟\n,،;؛]*)")
+# Persian "من" is also "my" (بیمه من): a first-person verb says who the subject is.
+_SUBJECT = re.compile(
+    r"(?i)\b(i|i'm|i've|i'd|we|we're|we've)\b"
+    r"|(?<!\w)(دارم|داریم|هستم|هستیم|می‌کنم|میکنم|می‌کنیم|کرده‌ام|شده‌ام|زندگی می‌کنم|ام)(?!\w)"
 )
-_QUESTION_END = re.compile(r"[?؟]\s*$")
+_ASKS = re.compile(
+    r"(?i)^\s*(can|could|do|does|did|should|shall|may|might|will|would|am|is|are|how|what|when|where|which|who|why|"
+    r"آیا|چطور|چگونه|چه|کی|کجا|چرا|چند)\b"
+)
 
 
 def worth_asking(text: str, baseline: MemoryCandidates) -> bool:
     """Tell whether a message may hold a durable fact the offline rules did not catch."""
     if baseline.facts or baseline.rejected:
         return True
-    return bool(_FIRST_PERSON.search(text)) and not _QUESTION_END.search(text)
+    return any(
+        _SUBJECT.search(clause) and not _ASKS.match(clause) and not any(mark in end for mark in "?؟")
+        for clause, end in _CLAUSES.findall(text)
+    )
 
 
 @dataclass(frozen=True, slots=True)
