@@ -169,7 +169,8 @@ async def test_a_refusal_is_an_escalation_not_an_outage(
 async def test_a_rate_limit_is_503_with_the_providers_retry_after(
     kb_database_url: str, double: ProviderDouble, path: str
 ) -> None:
-    double.default = Behaviour(http_status=429, retry_after=7)
+    # The client retries once after the provider's Retry-After; then the run names it.
+    double.default = Behaviour(http_status=429, retry_after=1)
     async with service(kb_database_url, double, path) as client:
         events = await run(client, f"limited-{path}")
         response = await client.post(
@@ -179,8 +180,8 @@ async def test_a_rate_limit_is_503_with_the_providers_retry_after(
         )
     name, problem = events[-1]
     assert name == "error" and (problem["status"], problem["reason"]) == (503, "model_rate_limited")
-    assert problem["retry_after"] == 7
-    assert response.status_code == 503 and response.headers["retry-after"] == "7"
+    assert problem["retry_after"] == 1
+    assert response.status_code == 503 and response.headers["retry-after"] == "1"
     assert response.json()["reason"] == "model_rate_limited"
 
 
@@ -199,7 +200,7 @@ async def test_a_healthy_stream_longer_than_the_first_token_and_idle_bounds_is_n
 async def test_a_stalled_stream_is_a_timeout_that_keeps_what_was_shown(
     kb_database_url: str, double: ProviderDouble, path: str
 ) -> None:
-    double.default = Behaviour(answer=english_answer(200), piece_chars=20, piece_delay=2.0)
+    double.default = Behaviour(answer=english_answer(200), piece_chars=20, piece_delay=1.2)
     async with service(kb_database_url, double, path, model_idle_timeout_seconds=0.4) as client:
         events = await run(client, f"stalled-{path}")
         rec = await record(client, f"stalled-{path}", events[0][1]["run_id"])
