@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from chatbot.client.api import Retries
+from chatbot.client.errors import retry_after_seconds
 from chatbot.client.events import RunFollower, SSEDecoder
 
 RUN = "6f1c0a52-0000-4000-8000-000000000001"
@@ -47,3 +48,10 @@ def test_retries_honour_retry_after_and_never_retry_a_conflict() -> None:
     assert retries.delay(0, 429, 7) == 7 and retries.delay(0, 429, 31) is None
     assert retries.delay(2, 503, 1) is None  # attempts used up
     assert 0.25 <= (retries.delay(1, 503, None) or 0) <= 1.0  # doubled backoff, with jitter
+
+
+def test_unicode_digits_in_ids_and_retry_after_are_not_numbers() -> None:
+    # "²" and "٣" pass str.isdigit(): int("²") raises, int("٣") reads 3 (a header byte a proxy may send).
+    for tail in ("²", "٣", "①"):
+        assert RunFollower.joining("t", RUN, f"{RUN}:{tail}").offset == 0
+    assert retry_after_seconds("²") is None and retry_after_seconds("7") == 7.0

@@ -50,7 +50,7 @@ def retry_after_seconds(value: str | None) -> float | None:
     if value is None or not value.strip():
         return None
     text = value.strip()
-    if text.isdigit():
+    if text.isascii() and text.isdigit():  # "²" passes isdigit() alone, and float() refuses it
         return float(text)
     try:
         when = parsedate_to_datetime(text)

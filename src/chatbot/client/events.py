@@ -94,7 +94,8 @@ class RunFollower:
         offset = 0
         if last_event_id:
             _, _, tail = last_event_id.rpartition(":")
-            offset = int(tail) if tail.isdigit() else 0
+            # ASCII digits only: str.isdigit() also takes "²" or "٣", which int() refuses or misreads.
+            offset = int(tail) if tail.isascii() and tail.isdigit() else 0
         return cls(thread_id=thread_id, run_id=run_id, offset=offset, last_id=last_event_id)
 
     def admit(self, event: Event) -> bool:
