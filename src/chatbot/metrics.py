@@ -58,6 +58,15 @@ MODEL_TOKENS = Counter(
     "Model tokens by tenant, model, kind of call and direction.",
     ["tenant_id", "model", "kind", "direction"],
 )
+
+
+def count_tokens(tenant_id: str, model: str, kind: str, input_tokens: int, output_tokens: int, cached: int) -> None:
+    """Add one model call's reported tokens to `chatbot_model_tokens_total` (zero counts add no series)."""
+    for direction, count in (("input", input_tokens), ("output", output_tokens), ("cached_input", cached)):
+        if count:
+            MODEL_TOKENS.labels(tenant_id, model, kind, direction).inc(count)
+
+
 # A chain entry that failed before its first answer token, so the next one answered.
 MODEL_FALLBACKS = Counter("chatbot_model_fallbacks_total", "Fallbacks to the next model of the chain.", ["reason"])
 RUN_TTFT_SECONDS = Histogram(

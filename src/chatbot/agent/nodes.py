@@ -199,13 +199,9 @@ class Nodes:
     def _usage_record(self, ctx: Context) -> list[dict[str, Any]]:
         calls = self._usage(ctx)
         for call in calls:
-            for direction, count in (
-                ("input", call.input_tokens),
-                ("output", call.output_tokens),
-                ("cached_input", call.cached_input_tokens),
-            ):
-                if count:
-                    metrics.MODEL_TOKENS.labels(ctx.tenant_id, call.model, call.kind, direction).inc(count)
+            metrics.count_tokens(
+                ctx.tenant_id, call.model, call.kind, call.input_tokens, call.output_tokens, call.cached_input_tokens
+            )
         return [call.as_dict() for call in calls]
 
     @staticmethod

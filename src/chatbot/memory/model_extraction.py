@@ -142,13 +142,7 @@ async def _count_usage(pool: Pool | None, job: MemoryJob, name: str, usage: Any)
         int(usage.get("output_tokens") or 0),
         int(details.get("cache_read") or 0) if isinstance(details, dict) else 0,
     )
-    for direction, count in (
-        ("input", call.input_tokens),
-        ("output", call.output_tokens),
-        ("cached_input", call.cached_input_tokens),
-    ):
-        if count:
-            metrics.MODEL_TOKENS.labels(job.tenant_id, name, "memory", direction).inc(count)
+    metrics.count_tokens(job.tenant_id, name, "memory", call.input_tokens, call.output_tokens, call.cached_input_tokens)
     if pool is None:
         return
     try:
