@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
-from typing import Any
+from collections.abc import AsyncIterator
 
 import httpx
 import psycopg
 import pytest
-from fastapi.routing import APIRoute
 
 from chatbot.json_body import StrictJsonRoute
+from tests.fixtures.app import api_routes
 from tests.fixtures.tokens import auth
 
 JSON = {"Content-Type": "application/json"}
@@ -211,17 +210,8 @@ async def test_feedback_with_a_repeated_score_is_refused_and_the_earlier_rating_
         assert await cur.fetchall() == [("down",)]
 
 
-def _api_routes(routes: list[Any]) -> Iterator[APIRoute]:
-    for route in routes:
-        included = getattr(route, "original_router", None)  # FastAPI wraps included routers
-        if included is not None:
-            yield from _api_routes(included.routes)
-        elif isinstance(route, APIRoute):
-            yield route
-
-
 async def test_every_route_with_a_json_body_reads_it_strictly(client: httpx.AsyncClient) -> None:
     # A new endpoint with a body on a router without the strict route class would be lenient again.
-    routes = _api_routes(client.app.routes)  # type: ignore[attr-defined]
+    routes = api_routes(client.app.routes)  # type: ignore[attr-defined]
     body_routes = [r for r in routes if r.body_field is not None]
     assert body_routes and all(isinstance(r, StrictJsonRoute) for r in body_routes), [r.path for r in body_routes]

@@ -8,30 +8,21 @@ path is tried, so an endpoint added later (cancel) is held to the same answer.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
-from fastapi.routing import APIRoute
 
+from tests.fixtures.app import api_routes
 from tests.fixtures.tokens import auth
 
 THREAD = "t-run-ids"
 
 
 def _run_routes(client: httpx.AsyncClient) -> list[tuple[str, str]]:
-    def walk(routes: list[Any]) -> Iterator[APIRoute]:
-        for route in routes:
-            included = getattr(route, "original_router", None)  # FastAPI wraps included routers
-            if included is not None:
-                yield from walk(included.routes)
-            elif isinstance(route, APIRoute):
-                yield route
-
     found = [
         (method, route.path)
-        for route in walk(client.app.routes)  # type: ignore[attr-defined]
+        for route in api_routes(client.app.routes)  # type: ignore[attr-defined]
         if "{run_id}" in route.path
         for method in sorted(route.methods)
     ]
