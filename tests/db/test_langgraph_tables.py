@@ -51,7 +51,7 @@ def test_no_other_module_names_langgraphs_tables() -> None:
 def test_the_installed_library_is_the_verified_one_and_another_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
     langgraph_tables.check_version()
     monkeypatch.setattr("chatbot.db.langgraph_tables.version", lambda _: "3.3.0")
-    with pytest.raises(RuntimeError, match="langgraph_tables was checked on"):
+    with pytest.raises(RuntimeError, match=r"and chatbot\.db\.saver were checked on"):
         langgraph_tables.check_version()
 
 

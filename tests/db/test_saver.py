@@ -22,9 +22,9 @@ from langgraph.checkpoint.postgres import aio
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from psycopg.rows import dict_row
 
-from chatbot.db.langgraph_tables import installed_version
+from chatbot.db.langgraph_tables import check_version, installed_version
 from chatbot.db.pool import Pool
-from chatbot.db.saver import PooledPostgresSaver, check_version
+from chatbot.db.saver import PooledPostgresSaver
 
 LockConn = psycopg.AsyncConnection[dict[str, object]]
 # A call stuck behind a lock never answers; one that runs answers in milliseconds.
@@ -109,10 +109,10 @@ async def test_pooled_saver_keeps_the_lock_on_a_single_connection(migrated_datab
     assert read is not None
 
 
-def test_pooled_saver_refuses_an_unverified_library(monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_pooled_saver_refuses_an_unverified_library(monkeypatch: pytest.MonkeyPatch, pool: Pool) -> None:
     monkeypatch.setattr("chatbot.db.langgraph_tables.version", lambda _: "3.3.0")
-    with pytest.raises(RuntimeError, match="verified on"):
-        check_version()
+    with pytest.raises(RuntimeError, match=r"chatbot\.db\.saver were checked on"):
+        PooledPostgresSaver(pool)
 
 
 def test_the_delta_walk_page_size_we_tune_is_still_the_one_the_library_reads() -> None:

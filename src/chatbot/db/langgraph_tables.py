@@ -37,7 +37,11 @@ Conn = AsyncConnection[Any]
 
 PACKAGE = "langgraph-checkpoint-postgres"
 VERIFIED_VERSIONS = ((3, 2, 0), (3, 3, 0))
-"""The langgraph-checkpoint-postgres versions (low inclusive, high exclusive) this module was checked against."""
+"""The langgraph-checkpoint-postgres versions (low inclusive, high exclusive) this module and
+`db/saver.py` were checked against: the statements' columns here, the saver's patches there.
+Patch releases of the line are accepted because tests/db/test_saver.py and
+tests/db/test_langgraph_tables.py re-check the source, the columns and the concurrency on
+whatever is installed; a new minor must be re-verified."""
 
 CHECKPOINT_TABLES = ("checkpoints", "checkpoint_blobs", "checkpoint_writes")
 """The saver's tables keyed by thread; `adelete_thread` of the verified versions empties all three."""
@@ -72,12 +76,13 @@ def refuse_unless_verified(verified: Bounds, *, who: str, advice: str) -> None:
 
 
 def check_version() -> None:
-    """Raise unless the installed langgraph-checkpoint-postgres is a version these statements were checked on."""
+    """Raise unless the installed langgraph-checkpoint-postgres is one this module and the saver were checked on."""
     refuse_unless_verified(
         VERIFIED_VERSIONS,
-        who="chatbot.db.langgraph_tables was checked",
-        advice="re-run tests/db/test_langgraph_tables.py and the erasure, transcript and record tests, "
-        "then widen VERIFIED_VERSIONS",
+        who="chatbot.db.langgraph_tables and chatbot.db.saver were checked",
+        advice="re-run tests/db/test_langgraph_tables.py, tests/db/test_saver.py, the erasure, transcript "
+        "and record tests and bench/runs.py, then widen VERIFIED_VERSIONS (or use AsyncPostgresSaver if "
+        "the library no longer locks pooled savers)",
     )
 
 

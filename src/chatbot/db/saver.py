@@ -35,14 +35,11 @@ from psycopg_pool import AsyncConnectionPool
 from chatbot.db import langgraph_tables
 from chatbot.db.locks import Fence, LeaseLost
 
-# Verified: 3.2.0 (the `_cursor` of this line takes `self.lock` and nothing else does).
-# Patch releases of the line are accepted because tests/db/test_saver.py re-checks the
-# source and the concurrency on whatever is installed; a new minor must be re-verified.
-VERIFIED_VERSIONS = ((3, 2, 0), (3, 3, 0))
-
 T = TypeVar("T")
 
 
+# Verified on the versions of `langgraph_tables.VERIFIED_VERSIONS` (the `_cursor` of that line
+# takes `self.lock` and nothing else does); `langgraph_tables.check_version` refuses others.
 class _PoolLock(asyncio.Lock):
     """Stand in for the instance lock: acquiring it never waits (each call has its own connection)."""
 
@@ -52,16 +49,6 @@ class _PoolLock(asyncio.Lock):
 
     def release(self) -> None:
         """Do nothing: nothing was held."""
-
-
-def check_version() -> None:
-    """Raise unless the installed langgraph-checkpoint-postgres is a version this module was verified on."""
-    langgraph_tables.refuse_unless_verified(
-        VERIFIED_VERSIONS,
-        who="chatbot.db.saver.PooledPostgresSaver was verified",
-        advice="re-run tests/db/test_saver.py and bench/runs.py, then widen VERIFIED_VERSIONS (or use "
-        "AsyncPostgresSaver if the library no longer locks pooled savers)",
-    )
 
 
 # Reading a `DeltaChannel` walks back from the checkpoint to the channel's last snapshot;
@@ -111,9 +98,8 @@ class PooledPostgresSaver(AsyncPostgresSaver):
 
     def __init__(self, conn: Conn, pipe: AsyncPipeline | None = None, serde: SerializerProtocol | None = None) -> None:
         """Build the saver; on a pool, replace the instance lock by one that never waits."""
-        check_version()
-        # The app builds its saver once, at start-up: the statements on the library's tables
-        # (db/langgraph_tables.py) are refused there too when the library is not theirs.
+        # One check for this module's patches and the statements on the library's tables
+        # (db/langgraph_tables.py): the app builds its saver once, at start-up.
         langgraph_tables.check_version()
         _tune_delta_walk_page()
         _serialise_on_the_loop()
