@@ -37,7 +37,7 @@ where name = %(name)s and holder = %(holder)s
 _GIVE_UP = "update maintenance_leases set lease_until = '-infinity' where name = %(name)s and holder = %(holder)s"
 
 
-class LeaseLost(Exception):
+class MaintenanceLeaseLost(Exception):
     """The lease ran out before it was renewed (another replica may hold it now)."""
 
 
@@ -46,7 +46,7 @@ def replica_name() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
-class Lease:
+class MaintenanceLease:
     """The lease of one named job, as one holder sees it."""
 
     def __init__(self, pool: Pool, name: str, *, holder: str, lease_seconds: float, every_seconds: float) -> None:
@@ -65,10 +65,10 @@ class Lease:
             return await (await conn.execute(_ACQUIRE, self._params())).fetchone() is not None
 
     async def renew(self) -> None:
-        """Extend the lease; raise LeaseLost when it already ran out."""
+        """Extend the lease; raise MaintenanceLeaseLost when it already ran out."""
         async with self.pool.connection() as conn:
             if await (await conn.execute(_RENEW, self._params())).fetchone() is None:
-                raise LeaseLost(self.name)
+                raise MaintenanceLeaseLost(self.name)
 
     async def finish(self) -> None:
         """Release the lease and record the job as done now (the next run is due an interval later)."""

@@ -21,7 +21,7 @@ from prometheus_client import Counter, Histogram
 
 from chatbot.db.locks import Locks
 from chatbot.db.pool import Pool
-from chatbot.ops.lease import Lease, LeaseLost, replica_name
+from chatbot.ops.lease import MaintenanceLease, MaintenanceLeaseLost, replica_name
 from chatbot.ops.retention import RetentionReport, purge_stale_threads
 
 log = logging.getLogger(__name__)
@@ -67,7 +67,7 @@ class RetentionSweeper:
         self.days = days
         self.interval = interval_minutes * 60
         self.batch_size = batch_size
-        self.lease = Lease(
+        self.lease = MaintenanceLease(
             pool,
             LEASE_NAME,
             holder=holder or replica_name(),
@@ -116,7 +116,7 @@ class RetentionSweeper:
                 max_locks=MAX_LOCKS,
                 before_batch=self.lease.renew,
             )
-        except LeaseLost:
+        except MaintenanceLeaseLost:
             SWEEPS.labels("lease_lost").inc()
             log.warning("retention sweep lost its lease", extra={"holder": self.lease.holder})
             return None
