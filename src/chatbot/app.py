@@ -34,7 +34,7 @@ from chatbot.ops.sweeper import RetentionSweeper
 from chatbot.retrieval.embeddings import load_embeddings
 from chatbot.retrieval.search import search_knowledge
 from chatbot.threads.ratelimit import RateLimiter
-from chatbot.threads.record import PromptRegistry
+from chatbot.threads.record import SystemPromptsTable
 from chatbot.threads.record_router import router as record_router
 from chatbot.threads.rejoin import RunRecords
 from chatbot.threads.router import router as threads_router
@@ -120,7 +120,7 @@ def create_app(
                 chain=tuple(models.answer),
                 summary_model=models.summary,
                 memory_sink=memory.submit,
-                prompt_registry=PromptRegistry(pool),
+                prompt_registry=SystemPromptsTable(pool),
             )
             if agent_overrides:
                 # Keys named like a setting change the graph's copy of the settings only (say a

@@ -43,7 +43,7 @@ async def run_in_flight(pool: Pool, locks: Locks, thread_id: str) -> bool:
     return bool(row and row["locked"])
 
 
-class PromptRegistry:
+class SystemPromptsTable:
     """Store each system prompt's text once, by its sha256, before a run record names it."""
 
     def __init__(self, pool: Pool) -> None:
@@ -67,7 +67,7 @@ async def prompt_text(pool: Pool, sha256: str) -> str | None:
 
 
 @dataclass(frozen=True, slots=True)
-class RunRecord:
+class ResolvedRun:
     """A resolved run record: the API body, plus what only the command-line replay shows."""
 
     body: dict[str, Any]
@@ -236,7 +236,7 @@ def _system_message(
 
 async def read_run_record(
     pool: Pool, serde: SerializerProtocol, locks: Locks, thread_id: str, run_id: str, tenant_id: str
-) -> RunRecord | None:
+) -> ResolvedRun | None:
     """Return the record of `run_id` on the tenant's thread, or None when there is no such run."""
     snap = await _snapshot(pool, thread_id, run_id, tenant_id)
     if snap is None:
@@ -282,7 +282,7 @@ async def read_run_record(
             "retrieved": [{k: v for k, v in c.items() if k != "title"} for c in chunks],
         },
     }
-    return RunRecord(
+    return ResolvedRun(
         body,
         dict(record.get("settings") or {}),
         list(record.get("shortened") or []),
