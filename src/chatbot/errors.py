@@ -21,6 +21,8 @@ log = logging.getLogger(__name__)
 PROBLEM_JSON = "application/problem+json"
 # Seconds a caller is asked to wait after a 503: the pool retries connections meanwhile.
 DATABASE_RETRY_AFTER_SECONDS = 2
+DATABASE_UNAVAILABLE = "the database is unavailable"
+"""The detail of every 503 that means Postgres could not be reached or lost a run's lock."""
 
 
 class Problem(Exception):
@@ -64,11 +66,20 @@ def unauthorized(reason: str) -> Problem:
     return Problem(401, reason, headers={"WWW-Authenticate": "Bearer"})
 
 
+def database_problem(*, retry_after: int | None = None) -> Problem:
+    """Return the 503 of code that maps a database error itself (the run path, the run record).
+
+    Without `retry_after` the handler adds `DATABASE_RETRY_AFTER_SECONDS`.
+    """
+    headers = {} if retry_after is None else {"Retry-After": str(retry_after)}
+    return Problem(503, DATABASE_UNAVAILABLE, headers=headers)
+
+
 def database_unavailable() -> JSONResponse:
     """Return the 503 every endpoint answers with while Postgres is unreachable."""
     return problem_response(
         503,
-        "the database is unavailable; retry shortly",
+        f"{DATABASE_UNAVAILABLE}; retry shortly",
         headers={"Retry-After": str(DATABASE_RETRY_AFTER_SECONDS)},
     )
 

@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from chatbot.errors import problem_body
+from chatbot.errors import DATABASE_UNAVAILABLE, problem_body
 
 FailureReason = Literal[
     "model_failed",
@@ -29,7 +29,7 @@ _TABLE: dict[str, tuple[int, str]] = {
     "model_incomplete": (502, "the model stopped before finishing its answer; send the message again"),
     "model_timeout": (504, "the model did not answer in time"),
     "model_rate_limited": (503, "the model provider is rate limiting this service; retry later"),
-    "database": (503, "the database is unavailable"),
+    "database": (503, DATABASE_UNAVAILABLE),
     "cancelled": (409, "the run was cancelled"),
     # A replica stopped (or lost its thread lock) before the run's end was written.
     "interrupted": (503, "the run was interrupted before it finished; send the message again"),

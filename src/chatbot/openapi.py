@@ -12,7 +12,7 @@ from __future__ import annotations
 from http import HTTPStatus
 from typing import Any
 
-from chatbot.errors import PROBLEM_JSON
+from chatbot.errors import DATABASE_UNAVAILABLE, PROBLEM_JSON
 from chatbot.responses import ProblemDetails
 
 DESCRIPTION = """\
@@ -125,7 +125,7 @@ _PROBLEMS: dict[int, tuple[str, str, dict[str, Any]]] = {
     502: ("JSON mode: the model failed to answer.", "the model failed to answer", {}),
     503: (
         "Postgres is unreachable, or the replica already runs as many runs as it may: retry after `Retry-After`.",
-        "the database is unavailable",
+        DATABASE_UNAVAILABLE,
         {"Retry-After": _RETRY_AFTER},
     ),
     504: ("JSON mode: the model did not answer in time.", "the model did not answer in time", {}),

@@ -11,7 +11,7 @@ from psycopg_pool import PoolTimeout
 from chatbot import openapi_examples as examples
 from chatbot.auth import CallerDep
 from chatbot.deps import AUTHENTICATED, LocksDep, PoolDep, SaverDep
-from chatbot.errors import Problem
+from chatbot.errors import database_problem
 from chatbot.openapi import v1_problems
 from chatbot.responses import RunRecord
 from chatbot.threads.ownership import check_thread_access
@@ -46,7 +46,7 @@ async def get_run_record(
             raise run_not_found()
         record = await read_run_record(pool, saver.serde, locks, thread_id, run_id, caller.tenant_id)
     except (psycopg.OperationalError, PoolTimeout):
-        raise Problem(503, "the database is unavailable", headers={"Retry-After": "1"}) from None
+        raise database_problem(retry_after=1) from None
     if record is None:
         raise run_not_found()
     return record.body

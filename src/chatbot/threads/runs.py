@@ -43,10 +43,10 @@ from chatbot.db import usage_totals
 from chatbot.db.locks import Lease, LeaseLost, Locks, UserErasing
 from chatbot.db.pool import Pool
 from chatbot.db.saver import fenced
-from chatbot.errors import Problem
+from chatbot.errors import Problem, database_problem
 from chatbot.failures import Failure
 from chatbot.threads.deletion import forget_unwritten_thread
-from chatbot.threads.ownership import check_thread_access, thread_not_found, thread_owner
+from chatbot.threads.ownership import check_thread_access
 from chatbot.threads.ratelimit import RateLimiter
 from chatbot.threads.stream import Listener, RunStream
 from chatbot.timestamps import now_rfc3339
@@ -143,7 +143,7 @@ class RunService:
             if lease is None:
                 retry = await self.limiter.retry_after(caller)
         except DATABASE_ERRORS:
-            raise Problem(503, "the database is unavailable") from None
+            raise database_problem() from None
         if lease is None:
             if retry is not None:
                 raise _rate_limited(retry)
@@ -156,10 +156,7 @@ class RunService:
         try:
             # Decided under the lock: another caller's first run on this thread id may have
             # created the thread a moment ago (the owner is the first checkpoint's caller).
-            owner = await thread_owner(self.pool, thread_id)
-            if owner is not None and not owner.is_caller(caller):
-                raise thread_not_found()
-            fresh = owner is None
+            fresh = not await check_thread_access(self.pool, thread_id, caller, must_exist=False)
             retry = await self.limiter.consume(caller)
             if retry is not None:
                 raise _rate_limited(retry)
@@ -180,7 +177,7 @@ class RunService:
                 await forget_unwritten_thread(self.pool, lease.fence)
             await lease.release()
             if isinstance(exc, (*DATABASE_ERRORS, LeaseLost)):
-                raise Problem(503, "the database is unavailable") from None
+                raise database_problem() from None
             raise
         self._runs[stream.run_id] = stream
         listener = stream.listen(from_start=True)
