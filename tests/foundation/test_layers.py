@@ -44,7 +44,7 @@ FOUNDATION = frozenset(
     }
 )
 FEATURES = frozenset({"agent", "models", "memory", "retrieval", "threads", "tracing", "client"})
-COMPOSITION = frozenset({"app", "cli", "ops"})
+COMPOSITION = frozenset({"app", "cli", "ops", "evaluation"})
 RANK = {**dict.fromkeys(FOUNDATION, 0), **dict.fromkeys(FEATURES, 1), **dict.fromkeys(COMPOSITION, 2)}
 
 # Which features a feature may import. Together they form one order (threads, tracing,

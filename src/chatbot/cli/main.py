@@ -12,6 +12,7 @@ from chatbot.cli import common
 from chatbot.cli.chat import chat
 from chatbot.cli.check_model import check_model
 from chatbot.cli.dev import dev
+from chatbot.cli.evaluate import evaluate_command
 from chatbot.cli.feedback import feedback_app
 from chatbot.cli.ingest import ingest
 from chatbot.cli.replay import replay
@@ -34,6 +35,7 @@ app.command("replay")(replay)
 app.command("chat")(chat)
 app.command("usage")(usage)
 app.command("check-model")(check_model)
+app.command("eval")(evaluate_command)
 
 
 @app.command()

@@ -1,0 +1,203 @@
+"""`chatbot eval`: compare models on labelled cases (`--dataset`) or on rated runs (`--from-feedback`).
+
+Writes DIR/report.json and DIR/report.md (docs/api.md describes both); `--fail-under
+METRIC=VALUE` makes the exit status a CI gate. Nothing is written to the service's tables:
+every case runs through a dry copy of the graph (chatbot/evaluation/dry_run.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from chatbot.caller import CallerContext
+from chatbot.cli import common
+from chatbot.config import Settings
+from chatbot.evaluation.scoring import NUMERIC_METRICS
+from chatbot.threads.export import parse_since
+
+if TYPE_CHECKING:
+    from chatbot.evaluation.candidates import Candidate
+    from chatbot.evaluation.cases import Case
+    from chatbot.evaluation.dry_run import CaseResult
+
+Threshold = tuple[str, float]
+
+
+def parse_threshold(raw: str) -> Threshold:
+    """Return (metric, value) of a `--fail-under METRIC=VALUE`; exit 2 naming what is wrong."""
+    metric, sep, value = raw.partition("=")
+    metric = metric.strip()
+    if not sep or metric not in NUMERIC_METRICS:
+        common.fail(f"--fail-under {raw!r}: the metric must be one of {', '.join(NUMERIC_METRICS)} (METRIC=VALUE)", 2)
+    try:
+        number = float(value)
+    except ValueError:
+        number = math.nan
+    if not math.isfinite(number):
+        common.fail(f"--fail-under {raw!r}: {value.strip()!r} is not a number", 2)
+    return metric, number
+
+
+def misses(models: Sequence[Mapping[str, Any]], thresholds: Sequence[Threshold]) -> list[str]:
+    """Return one line per (model, metric) under its threshold; a metric with no value (null) misses too."""
+    lines = []
+    for model in models:
+        for metric, bound in thresholds:
+            value = model.get(metric)
+            if value is None or value < bound:
+                shown = "null" if value is None else value
+                lines.append(f"{model['model']}: {metric} = {shown} is under {bound:g}")
+    return lines
+
+
+@contextmanager
+def progress_bar(total: int) -> Iterator[Callable[[CaseResult], None]]:
+    """Yield the per-result callback: a progress bar on a terminal (standard error), nothing otherwise."""
+    console = Console(stderr=True)
+    if not console.is_terminal:
+        yield lambda _: None
+        return
+    columns = (TextColumn("eval"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=console, transient=True) as bar:
+        task = bar.add_task("eval", total=total)
+        yield lambda _: bar.advance(task)
+
+
+def _search(pool: Any, settings: Settings) -> Any:
+    from chatbot.retrieval.embeddings import load_embeddings
+    from chatbot.retrieval.search import search_knowledge
+
+    embeddings = load_embeddings(settings.embeddings)
+
+    async def search(caller: CallerContext, query: str) -> list[dict[str, Any]]:
+        # Bounded like a replica's retrieval: an embeddings provider can hang too.
+        async with asyncio.timeout(settings.model_first_token_timeout_seconds):
+            found = await search_knowledge(pool, caller, query, embeddings=embeddings)
+        return [c.to_state() for c in found]
+
+    return search
+
+
+def _moment(value: str | None, option: str) -> datetime | None:
+    if value is None:
+        return None
+    try:
+        return parse_since(value)
+    except ValueError as exc:
+        common.fail(f"{option}: {exc}", 2)
+        raise  # unreachable: fail exits
+
+
+def evaluate_command(
+    model: list[str] = typer.Option(..., "--model", help="A model spec, as CHATBOT_MODEL takes it; repeat to compare."),
+    tenant: str = typer.Option(..., "--tenant", help="Tenant whose knowledge base answers.", callback=common.caller_id),
+    out: Path = typer.Option(..., "--out", help="Folder for report.json and report.md (created if missing)."),
+    dataset: Path | None = typer.Option(None, "--dataset", help="JSON Lines file of cases (docs/api.md)."),
+    from_feedback: bool = typer.Option(False, "--from-feedback", help="Build the cases from the tenant's rated runs."),
+    since: str | None = typer.Option(None, "--since", help="With --from-feedback: rated at or after this date."),
+    until: str | None = typer.Option(None, "--until", help="With --from-feedback: rated before this date."),
+    score: str | None = typer.Option(None, "--score", help="With --from-feedback: only runs rated up, or down."),
+    concurrency: int = typer.Option(4, "--concurrency", min=1, max=64, help="Cases run at once."),
+    fail_under: list[str] = typer.Option([], "--fail-under", help="METRIC=VALUE: exit 1 when a model is under it."),
+) -> None:
+    """Run every case through the whole graph once per model; write report.json and report.md.
+
+    Nothing is written to the service's tables: no thread, no memory, no usage totals.
+    """
+    # Imported here: the graph and the model packages are heavy, and every other command loads this module.
+    from chatbot.evaluation.candidates import load_candidate
+    from chatbot.evaluation.cases import DatasetError, load_dataset
+    from chatbot.evaluation.markdown import render_markdown
+    from chatbot.evaluation.replayed import Score, rated_cases
+    from chatbot.models.chain import ModelConfigError
+    from chatbot.models.prices import PricesError, parse_prices
+
+    thresholds = [parse_threshold(raw) for raw in fail_under]
+    if (dataset is None) == (not from_feedback):
+        common.fail("give either --dataset FILE or --from-feedback --since DATE", 2)
+    if from_feedback and since is None:
+        common.fail("--from-feedback needs --since DATE", 2)
+    if not from_feedback and (since or until or score):
+        common.fail("--since, --until and --score go with --from-feedback", 2)
+    if score not in (None, "up", "down"):
+        common.fail("--score must be up or down", 2)
+    first, last = _moment(since, "--since"), _moment(until, "--until")
+    settings = common.load_settings(environment="dev")  # needs no token key
+    try:
+        prices = parse_prices(settings.model_prices)
+        candidates = [load_candidate(spec, settings) for spec in model]
+    except (PricesError, ModelConfigError) as exc:
+        common.fail(str(exc), 2)
+        return
+    names = [c.name for c in candidates]
+    if len(set(names)) != len(names):
+        common.fail("each --model must be a different model", 2)
+    cases: list[Case] = []
+    if dataset is not None:
+        try:
+            cases = load_dataset(dataset)
+        except DatasetError as exc:
+            common.fail(str(exc), 2)
+
+    async def _go() -> dict[str, Any]:
+        from chatbot.db.saver import PooledPostgresSaver
+
+        async with common.open_pool_and_locks(settings) as (pool, locks):
+            found = cases
+            if from_feedback:
+                assert first is not None
+                serde = PooledPostgresSaver(pool).serde
+                rated: Score | None = "up" if score == "up" else "down" if score == "down" else None
+                found = await rated_cases(pool, serde, locks, tenant_id=tenant, since=first, until=last, score=rated)
+                if not found:
+                    common.fail(f"no rated runs of tenant {tenant} in that period", 2)
+            return await _run(found, candidates, tenant, settings, pool, concurrency, prices)
+
+    report = common.run(_go())
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "report.json").write_text(json.dumps(report, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
+    (out / "report.md").write_text(render_markdown(report), encoding="utf-8")
+    for entry in report["models"]:
+        figures = " ".join(f"{k}={'null' if entry[k] is None else entry[k]}" for k in NUMERIC_METRICS)
+        typer.echo(f"{entry['model']}: {figures}")
+    typer.echo(f"report: {out / 'report.json'}, {out / 'report.md'}")
+    missed = misses(report["models"], thresholds)
+    if missed:
+        for line in missed:
+            typer.echo(f"fail-under: {line}", err=True)
+        raise typer.Exit(1)
+
+
+async def _run(
+    cases: Sequence[Case],
+    candidates: Sequence[Candidate],
+    tenant: str,
+    settings: Settings,
+    pool: Any,
+    concurrency: int,
+    prices: Mapping[str, Any],
+) -> dict[str, Any]:
+    from chatbot.evaluation.runner import build_report, evaluate
+
+    with progress_bar(len(cases) * len(candidates)) as advance:
+        results = await evaluate(
+            cases,
+            candidates,
+            tenant_id=tenant,
+            settings=settings,
+            search=_search(pool, settings),
+            concurrency=concurrency,
+            on_result=advance,
+        )
+    return build_report(cases, candidates, results, prices)

@@ -1,0 +1,165 @@
+"""One case through a dry copy of the conversational graph: the same nodes, nothing kept.
+
+The graph is compiled per run with an in-memory checkpointer and an in-memory store, a
+memory sink that drops the answered turn's job and no system prompt registry; the usage
+totals are written by the run service, which is not involved. So the only database work
+is retrieval's reads of the tenant's knowledge base.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.store.memory import InMemoryStore
+
+from chatbot.agent.context import Context
+from chatbot.agent.deps import AgentDeps
+from chatbot.agent.graph import build_graph
+from chatbot.agent.modelcall import ModelFailure
+from chatbot.agent.state import ConversationState
+from chatbot.caller import CallerContext
+from chatbot.config import Settings
+from chatbot.evaluation.candidates import Candidate
+from chatbot.evaluation.cases import Case, RecordedWindow
+from chatbot.memory.jobs import drop_memory_job
+from chatbot.memory.namespaces import PROFILE_KEY, facts_namespace, profile_namespace
+from chatbot.models.usage import Usage
+from chatbot.threads.runs import failure_of
+
+Search = Callable[[CallerContext, str], Awaitable[Sequence[Mapping[str, Any]]]]
+EVAL_USER = "eval"
+"""The user every case runs as: its memory is the in-memory store of that one run."""
+
+
+@dataclass(frozen=True, slots=True)
+class CaseResult:
+    """What one candidate made of one case."""
+
+    case_id: str
+    model: str
+    status: str
+    """answered, clarifying or escalate; `error` when the run failed."""
+    citations: list[str]
+    answer: str | None
+    """The answer; for a failed run the part shown before it failed, or None."""
+    error: str | None
+    """The failure's reason (chatbot/failures.py: model_failed, model_incomplete, model_timeout, ...)."""
+    latency_ms: float
+    ttft_ms: float | None
+    usage: list[Usage] = field(default_factory=list)
+
+    def as_report(self) -> dict[str, Any]:
+        """Return the result as report.json shows it."""
+        return {
+            "model": self.model,
+            "status": self.status,
+            "citations": self.citations,
+            "answer": self.answer,
+            "error": self.error,
+        }
+
+
+def _history(case: Case) -> list[AnyMessage]:
+    messages: list[AnyMessage] = []
+    for turn in case.history:
+        kind = HumanMessage if turn.role == "user" else AIMessage
+        messages.append(kind(content=turn.content, id=turn.id or str(uuid.uuid4())))
+    return messages
+
+
+def _recorded_store(window: RecordedWindow | None, tenant_id: str) -> InMemoryStore:
+    """Return a store holding the recorded profile and facts (none for a dataset case)."""
+    store = InMemoryStore()
+    if window is None:
+        return store
+    if window.profile:
+        store.put(profile_namespace(tenant_id, EVAL_USER), PROFILE_KEY, dict(window.profile))
+    for index, fact in enumerate(window.facts):
+        # In the recorded order: the in-memory store lists items as they were put.
+        store.put(facts_namespace(tenant_id, EVAL_USER), f"fact-{index:04d}", {"text": fact})
+    return store
+
+
+def _retriever(case: Case, search: Search) -> Search:
+    """Return the case's retriever: the recorded chunks of a replayed run, else a search of the knowledge base."""
+    window = case.window
+    if window is None:
+        return search
+    chunks = [dict(c) for c in window.chunks]
+
+    async def recorded(_: CallerContext, __: str) -> Sequence[Mapping[str, Any]]:
+        return chunks
+
+    return recorded
+
+
+async def run_case(
+    case: Case, candidate: Candidate, *, tenant_id: str, settings: Settings, search: Search
+) -> CaseResult:
+    """Run `case` through a dry graph answering with `candidate`; a failure is a result, never raised."""
+    update: dict[str, Any] = {"model": candidate.name}
+    if case.window is not None and case.window.context_tokens:
+        update["context_tokens"] = case.window.context_tokens
+    deps = AgentDeps(
+        settings=settings.model_copy(update=update),
+        retriever=_retriever(case, search),
+        chain=candidate.chain,
+        memory_sink=drop_memory_job,
+        prompt_registry=None,
+    )
+    graph = build_graph(deps).compile(checkpointer=InMemorySaver(), store=_recorded_store(case.window, tenant_id))
+    question = HumanMessage(content=case.question, id=str(uuid.uuid4()))
+    state: ConversationState = {"messages": [*_history(case), question], "turn": [question], "record": ""}
+    if case.window is not None and case.window.summary:
+        state["summary"] = case.window.summary
+    thread_id = f"eval-{uuid.uuid4()}"
+    context = Context(
+        tenant_id=tenant_id, user_id=EVAL_USER, locale=case.locale, run_id=str(uuid.uuid4()), thread_id=thread_id
+    )
+    started = time.perf_counter()
+    first_token: float | None = None
+    outcome: dict[str, Any] = {}
+    answer: str | None = None
+    error: str | None = None
+    try:
+        config: RunnableConfig = {"configurable": {"thread_id": thread_id}}
+        events = graph.astream(state, config, context=context, stream_mode=["custom", "updates"])
+        async for mode, chunk in cast(AsyncIterator[tuple[str, dict[str, Any]]], events):
+            if mode == "custom":
+                if first_token is None and chunk.get("event") == "token":
+                    first_token = time.perf_counter()
+            elif "generate" in chunk:
+                outcome = chunk["generate"].get("outcome") or {}
+                messages = chunk["generate"].get("messages") or []
+                answer = str(messages[0].text) if messages else None
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:  # a failed case is reported; the evaluation goes on
+        error = failure_of(exc).reason
+        outcome = {"status": "error"}
+    elapsed = time.perf_counter() - started
+    status = str(outcome.get("status") or "error")
+    if status == "error" and error is None:
+        failure = context.scratch.get("failure")
+        error = str((outcome.get("failure") or {}).get("reason") or "internal")
+        if isinstance(failure, ModelFailure) and failure.shown:
+            answer = failure.shown
+    return CaseResult(
+        case_id=case.id,
+        model=candidate.name,
+        status=status,
+        citations=[str(c) for c in outcome.get("citations") or []],
+        answer=answer,
+        error=error,
+        latency_ms=round(elapsed * 1000, 1),
+        ttft_ms=None if first_token is None else round((first_token - started) * 1000, 1),
+        usage=list(context.scratch.get("usage") or []),
+    )

@@ -1,0 +1,114 @@
+"""Cases from rated runs: the question, the window its model saw, and the answer it gave.
+
+Read from the run records (threads/record.py), as `chatbot replay` shows them: the
+window's messages (the question last, cut where it was cut), the summary, the profile and
+facts as loaded, and the retrieved chunks at the versions the run read, which a later
+ingest does not change. The system prompt is today's: a changed prompt is one of the
+things an evaluation compares.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any, Literal
+
+from langgraph.checkpoint.serde.base import SerializerProtocol
+
+from chatbot.db.locks import Locks
+from chatbot.db.pool import Pool
+from chatbot.evaluation.cases import Case, RecordedWindow, Turn, default_locale
+from chatbot.retrieval.normalize import detect_language
+from chatbot.retrieval.versions import read_chunk_versions
+from chatbot.threads.record import ResolvedRun, read_run_record
+
+Score = Literal["up", "down"]
+
+# Read by tenant: an evaluation runs for one tenant's knowledge base.
+_RATED = """
+select thread_id, run_id::text as run_id, locale, score from run_feedback
+where tenant_id = %(tenant)s and updated_at >= %(since)s and (%(until)s::timestamptz is null or updated_at < %(until)s)
+  and (%(score)s::text is null or score = %(score)s)
+order by updated_at, thread_id, run_id
+"""
+
+
+async def rated_cases(
+    pool: Pool,
+    serde: SerializerProtocol,
+    locks: Locks,
+    *,
+    tenant_id: str,
+    since: datetime,
+    until: datetime | None = None,
+    score: Score | None = None,
+) -> list[Case]:
+    """Return one case per run of the tenant rated in [since, until), oldest rating first.
+
+    A run whose record is gone (its thread deleted since) or that has no question is skipped.
+    """
+    params = {"tenant": tenant_id, "since": since, "until": until, "score": score}
+    async with pool.connection() as conn:
+        rows = await (await conn.execute(_RATED, params)).fetchall()
+    cases = []
+    for row in rows:
+        record = await read_run_record(pool, serde, locks, row["thread_id"], row["run_id"], tenant_id)
+        if record is None or record.body["input"] is None:
+            continue
+        cases.append(await _case(pool, tenant_id, row, record))
+    return cases
+
+
+async def _case(pool: Pool, tenant_id: str, row: Mapping[str, Any], record: ResolvedRun) -> Case:
+    body = record.body
+    context = body["context"]
+    question = str(body["input"]["content"])
+    messages = list(context["messages"])
+    # The window ends on the run's question; what comes before it is the history it saw.
+    if messages and messages[-1]["id"] == body["input"]["id"]:
+        messages = messages[:-1]
+    history = tuple(Turn(m["role"], m["content"], m["id"]) for m in messages)
+    answer = body["answer"]
+    tokens = record.settings.get("context_tokens")
+    window = RecordedWindow(
+        summary=str(context["summary"] or ""),
+        profile=dict(context["profile"]),
+        facts=tuple(context["facts"]),
+        chunks=tuple(await _chunks(pool, tenant_id, context["retrieved"])),
+        context_tokens=tokens if isinstance(tokens, int) else None,
+    )
+    return Case(
+        id=f"{row['thread_id']}/{row['run_id']}",
+        question=question,
+        locale=row["locale"] or _locale(record, question),
+        history=history,
+        reference=None if answer is None else str(answer["content"]),
+        window=window,
+    )
+
+
+def _locale(record: ResolvedRun, question: str) -> str:
+    language = record.settings.get("language")
+    return "fa-IR" if language == "fa" else "en-US" if language == "en" else default_locale(question)
+
+
+async def _chunks(pool: Pool, tenant_id: str, retrieved: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Return the retrieved chunks as the graph takes them: with the title and language the record leaves out."""
+    rows = await read_chunk_versions(pool, tenant_id, [(str(c["chunk_id"]), int(c["version"])) for c in retrieved])
+    chunks = []
+    for c in retrieved:
+        if c["text"] is None:
+            continue  # pruned: no retained run cites it any more
+        row = rows.get((str(c["chunk_id"]), int(c["version"]))) or {}
+        chunks.append(
+            {
+                "chunk_id": str(c["chunk_id"]),
+                "document_id": str(c["document_id"]),
+                "version": int(c["version"]),
+                "title": str(row.get("title") or ""),
+                "text": str(c["text"]),
+                "language": str(row.get("language") or detect_language(str(c["text"]))),
+                "score": 1.0,
+            }
+        )
+    return chunks
