@@ -9,7 +9,6 @@ rebuilt from its parts. Panels on a terminal, plain text through a pipe.
 from __future__ import annotations
 
 import json
-import uuid
 from typing import Any
 
 import typer
@@ -88,11 +87,11 @@ def replay(
     """Print a run's record: window, summary, memory, prompt, retrieved chunks, answer."""
     from chatbot.db.saver import PooledPostgresSaver
     from chatbot.threads.record import read_run_record
+    from chatbot.threads.schemas import NOT_A_RUN, canonical_run_id
 
     settings = common.load_settings(environment="dev")  # needs no token key
-    try:
-        run = str(uuid.UUID(run_id))
-    except ValueError:
+    run = canonical_run_id(run_id)  # the API's one rule: any other text names no run
+    if run == NOT_A_RUN:
         common.fail(f"no run {run_id} on thread {thread_id} of tenant {tenant}")
         return
 

@@ -30,6 +30,7 @@ from chatbot.db.pool import Pool
 from chatbot.errors import Problem
 from chatbot.failures import Failure, FailureReason
 from chatbot.threads.runs import end_event
+from chatbot.threads.schemas import canonical_run_id
 from chatbot.threads.stream import Listener, StreamEvent
 
 FOLLOW_POLL_SECONDS = 0.2
@@ -57,13 +58,16 @@ class Replayed:
 
 
 def parse_last_event_id(value: str | None, run_id: str) -> int:
-    """Return the answer offset a `Last-Event-ID` names (0 without one); 422 if it is not this run's."""
+    """Return the answer offset a `Last-Event-ID` names (0 without one); 422 if it is not this run's.
+
+    `run_id` is canonical (a `RunId` parameter); the header's run id may be in any case.
+    """
     if value is None or not value.strip():
         return 0
     named_run, _, offset = value.strip().rpartition(":")
     # ASCII digits only: `str.isdigit()` also accepts "²" (a Latin-1 header byte), "①" and
     # "٣", which `int()` refuses or reads as another number.
-    if named_run.lower() != run_id.lower() or not _OFFSET.fullmatch(offset):
+    if canonical_run_id(named_run) != run_id or not _OFFSET.fullmatch(offset):
         raise Problem(422, "Last-Event-ID must be `<run_id>:<offset>` of this run")
     return int(offset)
 

@@ -13,7 +13,7 @@ from starlette.responses import Response
 from chatbot import openapi_examples as examples
 from chatbot.auth import CallerDep
 from chatbot.deps import AUTHENTICATED, SettingsDep
-from chatbot.errors import PROBLEM_JSON, Problem
+from chatbot.errors import PROBLEM_JSON
 from chatbot.failures import Failure
 from chatbot.json_body import StrictJsonRoute
 from chatbot.openapi import SSE_MEDIA, SSE_SCHEMA, STREAM_HEADERS, v1_problems
@@ -160,6 +160,6 @@ async def rejoin_run(
     if replayed is not None:
         return _sse_response(replay_listener(run_id, thread_id, delivered, replayed), timing)
     if not await records.exists(thread_id, run_id):
-        raise Problem(404, "run not found on this thread")
+        raise run_not_found()
     listener, feeder = follower_listener(records, run_id, thread_id, delivered)
     return _sse_response(listener, timing, feeder.cancel)
