@@ -1,6 +1,6 @@
 """Measure the worst-case legal messages: CPU per request, and another tenant's first token beside eight.
 
-Issue 24: U+FDFA is one character that NFKC makes 18, so an 8,000-character "remember
+U+FDFA is one character that NFKC makes 18, so an 8,000-character "remember
 that ..." became 144,000 characters inside the memory extraction and the PII guard, on the
 event loop. This bench prints, for the worst cases found:
 

@@ -74,7 +74,7 @@ class Settings(BaseSettings):
     model_base_url: str | None = None
     # Comma-separated, the chain's order, empty for the provider's default.
     model_base_urls: str | None = None
-    # The three bounds of an answer (CONTRACT.md "Real models"): the wait for the first answer
+    # The three bounds of an answer (docs/operations.md, "Real models"): the wait for the first answer
     # token, the gap between two pieces, the whole answer. A healthy long stream is never cut
     # by the first two.
     model_first_token_timeout_seconds: float = Field(default=20.0, gt=0)
@@ -93,13 +93,13 @@ class Settings(BaseSettings):
     context_tokens: int = Field(default=6000, ge=256)
     # Kept for the run record's settings and older deployments' environments: the fold no
     # longer waits for this many turns (turns that leave the window are folded in batches
-    # whatever the count, CONTRACT.md "The window keeps its beginning").
+    # whatever the count: docs/api.md, "Summaries keep the beginning").
     summary_after_turns: int = Field(default=20, ge=1, le=30)
     memory_max_facts: int = Field(default=50, ge=1)
     rate_limit_per_minute: int = Field(default=0, ge=0)
     shutdown_grace_seconds: float = Field(default=30.0, ge=0)
     log_level: str = "INFO"
-    # Lifecycle (CONTRACT.md "Retention and memory lifetime"); 0 days = keep forever.
+    # Lifecycle (docs/api.md, "Lifecycle"); 0 days = keep forever.
     retention_days: float = Field(default=0.0, ge=0)
     retention_sweep_minutes: float = Field(default=60.0, gt=0)
     memory_ttl_days: float = Field(default=0.0, ge=0)
@@ -108,7 +108,7 @@ class Settings(BaseSettings):
     memory_ttl_sweep_minutes: float = Field(default=1.0, gt=0, le=1)
     # Keys the pseudonymous user key of `chatbot feedback export` (HMAC-SHA256).
     export_key: SecretStr | None = None
-    # Hardening (issue 14). A token may live at most this long from `iat` to `exp`: a leaked
+    # Hardening. A token may live at most this long from `iat` to `exp`: a leaked
     # long-lived token would otherwise stay valid for as long as its signer wished.
     jwt_max_lifetime_seconds: int = Field(default=3600, ge=1)
     # How long a request waits for a pooled connection before asking whether Postgres answers

@@ -2,7 +2,7 @@
 
 Every place that turns a failed run into a problem (the live stream, a rejoin, a replay
 from the record, the JSON answer) asks this table, so a reason reads the same everywhere
-(CONTRACT.md, the `error` event's `reason`).
+(docs/api.md, the `error` event's `reason`).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Routers take their `responses=` from `problems(...)` and their examples from
 `chatbot.api_examples`; the app takes `DESCRIPTION` and `TAGS`. Which statuses each
-operation documents is decided here, from the contract (../shared/CONTRACT.md), and
+operation documents is decided here, from the contract (docs/api.md, the API as built), and
 tests/api/test_openapi.py holds the same table, so a route that gains a status must
 gain its documentation too.
 """

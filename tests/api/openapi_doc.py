@@ -19,7 +19,7 @@ V1 = frozenset({401, 408, 413, 422, 431, 503})
 
 @dataclass(frozen=True)
 class Expected:
-    """What the contract (../shared/CONTRACT.md) says an operation answers."""
+    """What the contract says an operation answers (docs/api.md, the API as built)."""
 
     success: int
     errors: frozenset[int]

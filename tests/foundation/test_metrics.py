@@ -58,7 +58,7 @@ async def test_model_failures_are_counted_by_provider_class_and_http_status(isol
         labels = {"error_class": "ProviderHTTPError", "status": "429"}
         before = await _sample(client, "chatbot_model_errors_total", **labels)
         event, problem = await _run(client, "m-429", "How do I renew third-party insurance?")
-        # A provider's 429 is a rate limit (503 model_rate_limited), not an outage (CONTRACT.md).
+        # A provider's 429 is a rate limit (503 model_rate_limited), not an outage (docs/api.md).
         assert (event, problem["status"], problem["reason"]) == ("error", 503, "model_rate_limited")
         assert await _sample(client, "chatbot_model_errors_total", **labels) == before + 1
         # A different status is a different series: a revoked key is not a rate limit.

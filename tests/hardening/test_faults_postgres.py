@@ -7,10 +7,10 @@ streaming: the run ends (answered, or `503`), never hangs. After each, once the 
 is ready again, every acknowledged message is in its thread once, no answer is
 half-written, no lock is left behind, and the next run answers.
 
-A third case restarts Postgres while a replica sits idle (issue 24, finding 3): the first
+A third case restarts Postgres while a replica sits idle (docs/reliability.md): the first
 request after it must be served at once, not answer `503` after walking the pool's dead
 connections. `make test` runs one restart; `make faults` (which sets `CHATBOT_FAULT_KILLS`)
-runs `CHATBOT_FAULT_RESTARTS` (default 5) with the issue's 15 s of idleness.
+runs `CHATBOT_FAULT_RESTARTS` (default 5) with 15 s of idleness each.
 """
 
 from __future__ import annotations
@@ -121,7 +121,7 @@ async def test_postgres_stopped_mid_run_fails_the_run_cleanly_and_the_threads_re
 _LONG = "CHATBOT_FAULT_KILLS" in os.environ
 RESTARTS = int(os.environ.get("CHATBOT_FAULT_RESTARTS", "5" if _LONG else "1"))
 # Idle past the pool's freshness window, so every pooled connection is checked before use;
-# the long suite waits as long as the issue's replica did.
+# the long suite waits as long as the replica of the reported outage did.
 IDLE_SECONDS = 15.0 if _LONG else FRESH_SECONDS + 1.0
 # Generous: a replica that reaches the live server answers in a fraction of this; the bug
 # answered 503 after 32 s.

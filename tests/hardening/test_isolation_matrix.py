@@ -230,7 +230,7 @@ async def _owners_talk_while_others_are_refused(world: World, threads: list[Thre
 
     Every one of theirs is refused (404). A refused run used to take the thread's lock before
     its owner check, so the owner's own runs met `409 a run is already in flight` with nothing
-    of theirs in flight (issue 24: 4 times out of 8).
+    of theirs in flight (4 times out of 8; docs/reliability.md).
     """
     ledger = world.ledger
     done = {t.id: asyncio.Event() for t in threads}
@@ -441,7 +441,7 @@ async def test_another_callers_refused_run_never_holds_the_owners_thread(migrate
             owned = asyncio.create_task(client.post(runs, json=message("second"), headers=owner.headers(**JSON)))
             await _blocked_owner_reads(watcher, 2)
             await blocker.rollback()
-            # Before issue 24 the refused run held the thread's lock while it waited: the owner got 409.
+            # Before the fix the refused run held the thread's lock while it waited: the owner got 409.
             assert (await refused).status_code == 404
             assert (await owned).status_code == 200, (await owned).text
             fences = await watcher.execute("select count(*) from thread_fences where thread_id = %s", (thread,))
@@ -488,7 +488,7 @@ async def test_delete_of_another_callers_thread_runs_what_a_missing_thread_runs(
         missing = await _statements_of(
             client.delete(f"/v1/threads/del-missing-{uuid.uuid4().hex[:8]}", headers=other.headers()), 204
         )
-        # Before issue 24 a missing thread took the lock, read the owner again and deleted (7.0 ms
+        # Before the fix a missing thread took the lock, read the owner again and deleted (7.0 ms
         # against 2.9 ms): one DELETE told another caller's thread from a missing one 91% of the time.
         assert others == missing and len(others) == 1, (others, missing)
         own = await _statements_of(client.delete(f"/v1/threads/{thread}", headers=owner.headers()), 204)

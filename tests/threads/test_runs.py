@@ -212,7 +212,7 @@ async def test_rate_limit_answers_429_with_retry_after(kb_database_url: str) -> 
 async def test_first_runs_refused_by_the_rate_limit_leave_no_row_behind(kb_database_url: str) -> None:
     # Each refused first run took the thread's lock, which writes the thread's fence row, and
     # left it: 32 first runs at 2 a minute made 2 threads and 32 rows that neither retention
-    # nor erasure (both find threads by their checkpoints) would ever delete (issue 24).
+    # nor erasure (both find threads by their checkpoints) would ever delete.
     ids = [f"fresh-{uuid.uuid4().hex[:8]}" for _ in range(12)]
     body = {"message": {"content": "qwzx plorf"}}
     async with running_app(kb_database_url, rate_limit_per_minute=2) as client:

@@ -147,7 +147,7 @@ async def test_a_failed_model_call_marks_the_model_node_and_run_spans_with_error
     model = NamedFailingModel(status_code=429, error_message=f"rate limited while answering: {question}")
     async with running_app(kb_database_url, agent_overrides={"chat_model": model}, tracer_provider=provider) as client:
         events = await run(client, "traced-fail", question)
-    # A provider's 429 is a rate limit: 503 model_rate_limited (CONTRACT.md).
+    # A provider's 429 is a rate limit: 503 model_rate_limited (docs/api.md).
     assert events[-1][0] == "error" and events[-1][1]["status"] == 503
     spans = exporter.get_finished_spans()
     root = run_span(spans, events[0][1]["run_id"])

@@ -286,7 +286,7 @@ class Nodes:
         start, end = self._fold_range(history, state.get("summarized_through"), window)
         # Folded a batch at a time, whatever the turn count: turns leave the window by its
         # token budget long before the recent list is full when answers are long, and a
-        # window must not lose the conversation's beginning (CONTRACT.md). One summariser
+        # window must not lose the conversation's beginning (docs/api.md). One summariser
         # call (and one window rebuild) per FOLD_BATCH messages, at most four turns behind.
         if end - start < FOLD_BATCH:
             return window, summary, {}

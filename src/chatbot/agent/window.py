@@ -1,6 +1,7 @@
 """Build the token-budgeted window of messages the chat model sees on one turn.
 
-Postgres keeps the full transcript; only this window is trimmed (DESIGN.md decision 4).
+Postgres keeps the full transcript; only this window is trimmed (the record is never cut
+to fit a model; docs/records.md).
 LangChain's `trim_messages` is not enough here: it has no tool-pair logic, keeps the
 orphans of an already-broken history, and silently drops the current question when the
 turn alone is over budget. The builder never writes state: it returns copies.

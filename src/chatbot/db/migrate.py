@@ -3,7 +3,7 @@
 Only `chatbot migrate` runs this; the server never issues DDL. Concurrent runs are
 serialised by a *polled* `pg_try_advisory_lock`: a blocking `pg_advisory_lock` waits inside
 a transaction, and `CREATE INDEX CONCURRENTLY` in the lock holder then waits for that
-transaction to end, a deadlock nobody reports (measured, see DESIGN.md).
+transaction to end, a deadlock nobody reports (it happened, hence the polling).
 """
 
 from __future__ import annotations

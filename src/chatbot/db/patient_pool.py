@@ -4,7 +4,7 @@ Two promises pull a pool's acquisition timeout apart. During an outage every req
 must answer `503` within about `CHATBOT_POOL_TIMEOUT_SECONDS` (the contract: within 3 s),
 so a short timeout. During a burst (hundreds of runs admitted at once on a pool of 16)
 requests queue for connections for seconds while Postgres is perfectly healthy, and a
-short timeout would refuse runs the replica can serve (issue 10: 500 in flight, nothing
+short timeout would refuse runs the replica can serve (measured: 500 in flight, nothing
 refused). So a request that has waited `outage_after` seconds asks whether Postgres
 answers at all (one shared probe: a fresh connection, bounded), and only then decides:
 no answer is an outage (`PoolTimeout`, mapped to `503`); an answer means a queue, and
@@ -14,7 +14,7 @@ A restart of Postgres (or anything that cuts every session) leaves the idle conn
 dead, unnoticed until one is checked out. psycopg_pool's own checkout loop discards a
 connection that fails its check and then sleeps a backoff (1, 2, 4, 8, 16 s) before the
 next: a replica idle with a dozen dead connections answered its first request `503`
-after 32 s, though Postgres had been back for seconds (issue 24, finding 3). So the check
+after 32 s, though Postgres had been back for seconds (docs/reliability.md). So the check
 runs here instead: a connection found dead (at checkout, or coming back broken) starts one
 sweep that checks every idle connection and replaces the dead ones (`check()`), and the
 request takes the next connection at once, without a backoff.

@@ -7,7 +7,7 @@ migration adds) loses the thread's rows, in the same transaction. Callers hold t
 locks, so no run writes meanwhile (threads/transcript_router.py, ops/).
 
 Unknown tables are cleaned rather than refused: in this database a `thread_id` can only
-name one of the backend's chat sessions (there is no mapping table; DESIGN.md), so its rows
+name one of the backend's chat sessions (there is no mapping table), so its rows
 are the thread's, and deletion, retention and erasure promise that nothing of the thread is
 left. Refusing instead would turn a library upgrade into failing erasures in production.
 """

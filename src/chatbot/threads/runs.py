@@ -130,7 +130,7 @@ class RunService:
     ) -> Listener:
         # The owner is decided before the lock: another caller's request is refused (404)
         # without touching the thread's lock, so requests that are refused anyway cannot
-        # make the owner's own runs meet a 409 (issue 24). A run that gets the lock checks
+        # make the owner's own runs meet a 409. A run that gets the lock checks
         # its owner again under it: another caller's first run on a new thread id may have
         # created the thread since.
         erasing = False
