@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any
 
@@ -11,6 +10,7 @@ from openapi_schema_validator import OAS31Validator
 from openapi_spec_validator import validate
 
 from tests.api.openapi_doc import OPERATIONS, examples_of, is_persian, openapi_document, operations
+from tests.fixtures.sse import parse_blocks
 
 DOC = openapi_document()
 OPERATION_IDS = [f"{method.upper()} {path}" for method, path, _ in operations(DOC)]
@@ -91,15 +91,6 @@ def test_json_examples_match_their_schemas(key: str) -> None:
             _validator(media["schema"]).validate(value)
 
 
-def _events(stream: str) -> list[tuple[str, str, dict[str, Any]]]:
-    events = []
-    for block in stream.split("\n\n"):
-        fields = dict(line.split(": ", 1) for line in block.splitlines() if not line.startswith(":"))
-        if fields:
-            events.append((fields["id"], fields["event"], json.loads(fields["data"])))
-    return events
-
-
 @pytest.mark.parametrize(
     "key", ["POST /v1/threads/{thread_id}/runs", "GET /v1/threads/{thread_id}/runs/{run_id}/stream"]
 )
@@ -111,18 +102,17 @@ def test_the_event_stream_is_documented_with_examples_that_follow_the_id_rule(ke
     streams = examples_of(media)
     assert any(is_persian(s) for s in streams) and any(not is_persian(s) for s in streams)
     for stream in streams:
-        events = _events(stream)
-        names = [name for _, name, _ in events]
+        events, _ = parse_blocks(stream)
+        names = [e.event for e in events]
         assert names[0] == "metadata" and names[-1] == "end"
-        end = events[-1][2]
+        end = events[-1].data
         run_id = end["run_id"]
-        first_offset = int(events[0][0].rpartition(":")[2])
-        delivered, text = first_offset, ""
-        for event_id, name, data in events:
-            if name == "token":
-                delivered += len(data["content"])
-                text += data["content"]
-            assert event_id == f"{run_id}:{delivered}"
+        delivered, text = events[0].offset, ""
+        for event in events:
+            if event.event == "token":
+                delivered += len(event.data["content"])
+                text += event.data["content"]
+            assert event.id == f"{run_id}:{delivered}"
         assert end["message"]["content"].endswith(text) and len(end["message"]["content"]) == delivered
 
 

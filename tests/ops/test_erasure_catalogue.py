@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import json
 
-import httpx
 import psycopg
 
 from tests.fixtures.app import running_app
 from tests.fixtures.catalogue import rows_containing, rows_of_threads, rows_under_namespace
+from tests.fixtures.messages import send_for_answer
 from tests.fixtures.tokens import auth
 
 # `_` is a LIKE wildcard: a prefix match written with LIKE would take `catXuser` with `cat_user`.
@@ -27,14 +27,6 @@ FUTURE_TABLES = """
 create table checkpoint_annotations (thread_id text not null, checkpoint_ns text not null default '', note text);
 create table store_annotations (prefix text not null, key text not null, note text, primary key (prefix, key));
 """
-
-
-async def run(client: httpx.AsyncClient, thread: str, content: str, token: dict[str, str]) -> str:
-    response = await client.post(
-        f"/v1/threads/{thread}/runs", json={"message": {"content": content}}, headers={**auth(**token), **JSON}
-    )
-    assert response.status_code == 200, response.text
-    return str(response.json()["run_id"])
 
 
 def add_future_rows(url: str) -> None:
@@ -56,9 +48,9 @@ async def test_erasure_empties_tables_keyed_by_thread_or_prefix_that_no_code_nam
 ) -> None:
     url = isolated_database_url
     async with running_app(url) as client:
-        run_id = await run(client, "cat-1", "remember that I live in Yazd", VICTIM)
-        await run(client, "cat-2", "How do I renew third-party insurance?", VICTIM)
-        await run(client, "by-1", "remember that I live in Tabriz", OTHER)
+        run_id = (await send_for_answer(client, "cat-1", "remember that I live in Yazd", **VICTIM))["run_id"]
+        await send_for_answer(client, "cat-2", "How do I renew third-party insurance?", **VICTIM)
+        await send_for_answer(client, "by-1", "remember that I live in Tabriz", **OTHER)
         feedback = await client.post(
             f"/v1/threads/cat-1/runs/{run_id}/feedback", json={"score": "up"}, headers=auth(**VICTIM)
         )
@@ -90,8 +82,8 @@ async def test_erasure_empties_tables_keyed_by_thread_or_prefix_that_no_code_nam
 async def test_thread_deletion_empties_tables_keyed_by_thread_that_no_code_names(isolated_database_url: str) -> None:
     url = isolated_database_url
     async with running_app(url) as client:
-        await run(client, "cat-1", "How do I renew third-party insurance?", VICTIM)
-        await run(client, "by-1", "How do I renew third-party insurance?", OTHER)
+        await send_for_answer(client, "cat-1", "How do I renew third-party insurance?", **VICTIM)
+        await send_for_answer(client, "by-1", "How do I renew third-party insurance?", **OTHER)
         add_future_rows(url)
         before = rows_of_threads(url, ["cat-1"])
         assert before["checkpoint_annotations"] == 1 and before["checkpoints"] > 0

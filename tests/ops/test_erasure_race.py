@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
+
+import pytest
 
 from tests.fixtures.app import running_app
 from tests.fixtures.catalogue import rows_containing, rows_of_threads
 from tests.fixtures.knowledge import load_demo_kb
 from tests.fixtures.sse import parse_blocks
 from tests.fixtures.tokens import auth
+from tests.fixtures.wait import wait_until
 
 USER = "u-erased"
 
@@ -48,13 +52,22 @@ async def test_a_run_sent_while_the_user_is_being_erased_is_refused_and_counted_
 
 
 async def test_a_run_started_on_a_new_thread_during_the_erasure_is_refused_or_erased(
-    isolated_database_url: str,
+    isolated_database_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     await load_demo_kb(isolated_database_url)
     # Minted here, not at import: a whole suite on a loaded machine outlives a 5-minute token.
     headers = auth(user=USER, locale="en-US")
     async with running_app(isolated_database_url, offline_token_delay_ms=40) as client:
         runs = client.app.state.runs  # type: ignore[attr-defined]
+        locks = client.app.state.locks  # type: ignore[attr-defined]
+        erasing = asyncio.Event()
+        wait_erasure = locks.wait_erasure
+
+        async def erasure_started(*args: Any, **kwargs: Any) -> Any:
+            erasing.set()  # the erasure is waiting for the user's runs in flight
+            return await wait_erasure(*args, **kwargs)
+
+        monkeypatch.setattr(locks, "wait_erasure", erasure_started)
         first = asyncio.create_task(
             client.post(
                 "/v1/threads/erase-a/runs",
@@ -62,11 +75,10 @@ async def test_a_run_started_on_a_new_thread_during_the_erasure_is_refused_or_er
                 headers=headers,
             )
         )
-        while runs.in_flight == 0 and not first.done():  # noqa: ASYNC110 - waiting for the run to be admitted
-            await asyncio.sleep(0.01)
+        await wait_until(lambda: runs.in_flight or first.done(), what="the first run admitted")
         assert not first.done(), (await first).text  # the first run must still be in flight
         erasure = asyncio.create_task(client.delete(f"/v1/users/{USER}", headers=headers))
-        await asyncio.sleep(0.3)  # the erasure is under way, waiting for the first run
+        await asyncio.wait_for(erasing.wait(), 30)  # the erasure is under way, waiting for the first run
         second = await client.post(
             "/v1/threads/erase-b/runs",
             json={"message": {"content": "Remember that I drive a blue Peugeot 206 to work."}},
@@ -78,7 +90,7 @@ async def test_a_run_started_on_a_new_thread_during_the_erasure_is_refused_or_er
         erased = await erasure
         assert (await first).status_code == 200
         assert erased.status_code == 200, erased.text
-        await asyncio.sleep(2.5)  # memory work is written within about two seconds of an answer
+        await client.app.state.memory.drain(30)  # type: ignore[attr-defined]  # memory work of both runs
         for thread in ("erase-a", "erase-b"):
             page = await client.get(f"/v1/threads/{thread}/messages", headers=headers)
             assert page.status_code == 404, (thread, page.text)

@@ -15,8 +15,10 @@ from chatbot.db.locks import Locks
 from chatbot.db.pool import connection_kwargs
 from chatbot.ops.retention import purge_stale_threads
 from tests.fixtures.app import running_app
+from tests.fixtures.messages import send_for_events
 from tests.fixtures.postgres import settings_for
 from tests.fixtures.tokens import auth
+from tests.fixtures.wait import wait_until
 
 
 def _threads(url: str) -> set[str]:
@@ -24,22 +26,13 @@ def _threads(url: str) -> set[str]:
         return {r[0] for r in conn.execute("select distinct thread_id from checkpoints").fetchall()}
 
 
-async def _turn(client: object, thread: str) -> None:
-    response = await client.post(
-        f"/v1/threads/{thread}/runs",
-        json={"message": {"content": "hello there"}},  # type: ignore[attr-defined]
-        headers=auth(),
-    )
-    assert response.status_code == 200
-
-
 async def test_retention_deletes_idle_threads_and_skips_busy_ones(isolated_database_url: str) -> None:
     async with running_app(isolated_database_url) as client:
         for thread in ("old-1", "old-2", "busy"):
-            await _turn(client, thread)
+            await send_for_events(client, thread, "hello there")
         cutoff = datetime.now(UTC) + timedelta(seconds=1)  # everything so far counts as old
-        await asyncio.sleep(1.2)
-        await _turn(client, "fresh")
+        await wait_until(lambda: datetime.now(UTC) > cutoff, what="the clock to pass the cut-off")
+        await send_for_events(client, "fresh", "hello there")
         locks = Locks(isolated_database_url, connection_kwargs(settings_for(isolated_database_url)))
         busy = await locks.try_thread("busy")  # a run in flight, from retention's point of view
         assert busy is not None
@@ -71,7 +64,7 @@ def _retention_command(url: str, *args: str, **env: str) -> subprocess.Completed
 async def _make_threads(url: str, *threads: str) -> None:
     async with running_app(url) as client:
         for thread in threads:
-            await _turn(client, thread)
+            await send_for_events(client, thread, "hello there")
 
 
 def test_retention_command_dry_run_counts_and_changes_nothing(isolated_database_url: str) -> None:

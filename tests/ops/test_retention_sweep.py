@@ -17,9 +17,11 @@ import pytest
 from chatbot.db.locks import Lease, Locks
 from chatbot.db.pool import connection_kwargs
 from chatbot.ops.sweeper import RetentionSweeper
-from tests.fixtures.app import Replica, parse_sse, running_app
+from tests.fixtures.app import Replica, running_app
+from tests.fixtures.messages import send_for_events
 from tests.fixtures.postgres import settings_for
 from tests.fixtures.tokens import auth
+from tests.fixtures.wait import wait_until
 
 SECONDS_PER_DAY = 86400
 
@@ -36,9 +38,7 @@ def feedback_threads(url: str) -> set[str]:
 
 async def turn(client: httpx.AsyncClient, thread: str) -> str:
     """Run one turn; return its run id."""
-    response = await client.post(f"/v1/threads/{thread}/runs", json={"message": {"content": "hello"}}, headers=auth())
-    assert response.status_code == 200
-    return str(parse_sse(response.text)[0][1]["run_id"])
+    return str((await send_for_events(client, thread, "hello"))[0][1]["run_id"])
 
 
 @asynccontextmanager
@@ -56,22 +56,13 @@ async def thread_held(url: str, thread: str) -> AsyncIterator[Lease]:
         await locks.close()
 
 
-async def until(condition: Any, *, within: float = 60.0) -> None:
-    """Wait for a condition (a callable returning a truth value), polling."""
-    for _ in range(int(within / 0.2)):
-        if condition():
-            return
-        await asyncio.sleep(0.2)
-    raise AssertionError("condition not met in time")
-
-
 async def test_two_replicas_sweep_old_threads_one_at_a_time_skipping_busy_ones(
     isolated_database_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     url = isolated_database_url
     caplog.set_level(logging.INFO, logger="chatbot.ops.sweeper")
     # Threads idle for 2 s are old; each replica wakes every 0.15 s or so.
-    lifecycle = {"retention_days": 2 / SECONDS_PER_DAY, "retention_sweep_minutes": 0.01}
+    lifecycle: dict[str, Any] = {"retention_days": 2 / SECONDS_PER_DAY, "retention_sweep_minutes": 0.01}
     async with running_app(url, **lifecycle) as replica_a, running_app(url, **lifecycle) as replica_b:
         run_id = await turn(replica_a, "old-1")
         rated = await replica_a.post(f"/v1/threads/old-1/runs/{run_id}/feedback", json={"score": "up"}, headers=auth())
@@ -79,11 +70,19 @@ async def test_two_replicas_sweep_old_threads_one_at_a_time_skipping_busy_ones(
         await turn(replica_b, "old-2")
         await turn(replica_a, "busy")
         async with thread_held(url, "busy"):
-            await until(lambda: "old-1" not in threads(url) and "old-2" not in threads(url))
+            await wait_until(
+                lambda: "old-1" not in threads(url) and "old-2" not in threads(url),
+                what="the old threads swept",
+                timeout=60,
+            )
             assert "busy" in threads(url)  # a run is in flight on it: skipped, however old
             assert "old-1" not in feedback_threads(url)  # feedback went with its thread
-            await until(lambda: any(r.threads_skipped_in_flight for r in sweeps(caplog)))  # type: ignore[attr-defined]
-        await until(lambda: "busy" not in threads(url))  # free again: swept
+            await wait_until(
+                lambda: any(r.threads_skipped_in_flight for r in sweeps(caplog)),  # type: ignore[attr-defined]
+                what="a sweep that skipped the busy thread",
+                timeout=60,
+            )
+        await wait_until(lambda: "busy" not in threads(url), what="the freed thread swept", timeout=60)
         metrics = (await replica_b.get("/metrics")).text
     lines = sweeps(caplog)
     holders = {r.holder for r in lines}  # type: ignore[attr-defined]
@@ -155,9 +154,13 @@ async def test_real_replicas_sweep_threads_and_expire_memory_from_their_settings
         body = {"message": {"content": "remember that I live in Yazd"}}
         assert (await client.post("/v1/threads/replica-old/runs", json=body, headers=headers)).status_code == 200
     assert "replica-old" in threads(url)
-    await until(lambda: bool(store_items(url, "replica-user")), within=10)
+    await wait_until(lambda: store_items(url, "replica-user"), what="the user's memory written", timeout=10)
     # Nobody touches either again: a replica's sweep deletes the thread, a store sweeper the memory.
-    await until(lambda: "replica-old" not in threads(url) and not store_items(url, "replica-user"))
+    await wait_until(
+        lambda: "replica-old" not in threads(url) and not store_items(url, "replica-user"),
+        what="the thread and the memory swept",
+        timeout=60,
+    )
     async with httpx.AsyncClient(base_url=b.base_url, timeout=30) as client:
         memory = (await client.get("/v1/users/replica-user/memory", headers=headers)).json()
     assert memory["facts"] == [] and memory["profile"] == {}
