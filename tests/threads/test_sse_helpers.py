@@ -1,0 +1,137 @@
+"""The stream's pure helpers, without a database: `Accept` negotiation, coalescing, and a listener's offsets.
+
+The API tests send `Accept: application/json` or nothing; these hold the rest of the
+negotiation (q-values, wildcards, malformed parameters), which a substring test for
+"application/json" would get wrong, and the offset arithmetic a rejoin depends on.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from chatbot.threads.sse import SSE_MEDIA_TYPE, _quality, coalesce, encode_events, wants_json
+from chatbot.threads.stream import Listener, StreamEvent
+
+
+@pytest.mark.parametrize(
+    ("accept", "json_mode"),
+    [
+        (None, False),
+        ("", False),
+        ("   ", False),
+        ("application/json", True),
+        ("Application/JSON", True),
+        ("text/event-stream", False),
+        # Both equally wanted: the stream, the default.
+        ("application/json, text/event-stream", False),
+        ("*/*", False),
+        # q-values decide, whatever the order.
+        ("text/event-stream;q=0.5, application/json", True),
+        ("application/json;q=0.5, text/event-stream", False),
+        ("application/json; q = 0.7", True),
+        # q=0 means "not acceptable": a substring test would answer JSON here.
+        ("application/json;q=0", False),
+        ("application/json;q=0, */*", False),
+        # Wildcards: the most specific range names a type's quality.
+        ("application/*", True),
+        ("text/*", False),
+        ("application/*;q=0.2, text/*;q=0.1", True),
+        ("application/json;q=0.9, */*", False),
+        ("application/json;q=0.1, application/*", True),
+        ("application/*, application/json;q=0", False),
+        # A malformed q counts as 0, never as a preference.
+        ("application/json;q=abc", False),
+        ("application/json;q=", False),
+        ("text/event-stream;q=oops, application/json;q=0.1", True),
+    ],
+)
+def test_accept_negotiation(accept: str | None, json_mode: bool) -> None:
+    assert wants_json(accept) is json_mode
+
+
+def test_quality_reads_the_q_of_the_most_specific_range() -> None:
+    assert _quality("text/event-stream;q=0.5, application/json", SSE_MEDIA_TYPE) == 0.5
+    assert _quality("text/*;q=0.3, */*;q=0.8", SSE_MEDIA_TYPE) == 0.3
+    assert _quality("*/*;q=0.8", SSE_MEDIA_TYPE) == 0.8
+    assert _quality("application/json", SSE_MEDIA_TYPE) == 0.0
+
+
+def _token(text: str, offset: int) -> StreamEvent:
+    return StreamEvent("token", {"content": text}, offset)
+
+
+def test_coalesce_merges_consecutive_tokens_and_keeps_the_last_offset() -> None:
+    events = [
+        StreamEvent("metadata", {"run_id": "r"}, 0),
+        _token("Sal", 3),
+        _token("am ", 6),
+        StreamEvent("progress", {"stage": "x"}, 6),
+        _token("دنیا", 10),
+        _token("!", 11),
+        StreamEvent("end", {"status": "answered"}, 11),
+    ]
+    merged = coalesce(events)
+    assert [(e.event, e.offset) for e in merged] == [
+        ("metadata", 0),
+        ("token", 6),
+        ("progress", 6),
+        ("token", 11),
+        ("end", 11),
+    ]
+    assert [e.data["content"] for e in merged if e.event == "token"] == ["Salam ", "دنیا!"]
+    # The text and the final offset are what the separate events carried.
+    assert "".join(e.data["content"] for e in merged if e.event == "token") == "Salam دنیا!"
+    assert events[1] == _token("Sal", 3)  # the input is not changed
+
+
+def test_coalesce_leaves_lone_events_alone() -> None:
+    assert coalesce([]) == []
+    lone = [_token("a", 1), StreamEvent("progress", {}, 1), _token("b", 2)]
+    assert coalesce(lone) == lone
+
+
+def test_encoded_events_are_one_line_each_and_carry_the_offset_id() -> None:
+    body = encode_events("run-1", [_token("a\u2028b", 3), _token("\x85c", 5), StreamEvent("end", {}, 5)]).decode()
+    blocks = body.split("\n\n")
+    assert blocks[0].splitlines()[:2] == ["id: run-1:5", "event: token"]
+    data = blocks[0].splitlines()[2]
+    assert "\u2028" not in data and "\x85" not in data and len(data.splitlines()) == 1
+    assert json.loads(data.removeprefix("data: ")) == {"content": "a\u2028b\x85c"}
+    assert blocks[1] == 'id: run-1:5\nevent: end\ndata: {}'
+
+
+def _queued(listener: Listener) -> list[StreamEvent]:
+    found = []
+    while not listener.queue.empty():
+        found.append(listener.queue.get_nowait())
+    return found
+
+
+def test_a_listener_gets_only_the_answer_past_what_it_has() -> None:
+    listener = Listener("r", "t", delivered=3, progress=False)
+    listener.offer(_token("abc", 3))  # all of it already delivered
+    listener.offer(_token("defg", 7))  # wholly new
+    listener.offer(_token("ghij", 10))  # "g" already delivered: only "hij"
+    assert _queued(listener) == [_token("defg", 7), _token("hij", 10)]
+    assert listener.delivered == 10
+
+
+def test_a_rejoining_listener_starts_mid_token() -> None:
+    # Offsets count code points: two of the four Persian letters were delivered.
+    listener = Listener("r", "t", delivered=2, progress=False)
+    listener.offer(_token("سلام", 4))
+    assert _queued(listener) == [_token("ام", 4)]
+
+
+def test_progress_reaches_only_the_listener_that_asked_and_other_events_always_do() -> None:
+    quiet = Listener("r", "t", delivered=0, progress=False)
+    starter = Listener("r", "t", delivered=0, progress=True)
+    events = [StreamEvent("metadata", {}, 0), StreamEvent("progress", {}, 0), StreamEvent("end", {}, 0)]
+    for event in events:
+        quiet.offer(event)
+        starter.offer(event)
+    assert [e.event for e in _queued(quiet)] == ["metadata", "end"]
+    assert [e.event for e in _queued(starter)] == ["metadata", "progress", "end"]
+    assert quiet.delivered == starter.delivered == 0
