@@ -33,6 +33,7 @@ from chatbot.ops.router import router as users_router
 from chatbot.ops.sweeper import RetentionSweeper
 from chatbot.retrieval.embeddings import load_embeddings
 from chatbot.retrieval.search import search_knowledge
+from chatbot.threads.cancel import CancelListener
 from chatbot.threads.ratelimit import RateLimiter
 from chatbot.threads.record import SystemPromptsTable
 from chatbot.threads.record_router import router as record_router
@@ -140,7 +141,14 @@ def create_app(
                 limiter=RateLimiter(pool, settings.rate_limit_per_minute),
                 max_in_flight=settings.max_runs_in_flight,
                 tracing=tracing,
+                model=settings.model,
             )
+            # Cancels decided on any replica reach the run's own: one LISTEN session, on the
+            # lock URL (a session feature), counted in the connection budget (config.py).
+            app.state.cancels = CancelListener(
+                settings.lock_database_url or conninfo, connection_kwargs(settings), app.state.runs.cancel_local
+            )
+            app.state.cancels.start()
             app.state.run_records = RunRecords(pool, saver.serde)
             # Lifecycle: the retention sweep (when CHATBOT_RETENTION_DAYS is set) and the
             # store's TTL sweeper (when CHATBOT_MEMORY_TTL_DAYS is), both in the background.
@@ -159,6 +167,7 @@ def create_app(
                 await app.state.retention.stop()
             await store.stop_ttl_sweeper(timeout=5)
             await app.state.runs.drain(settings.shutdown_grace_seconds)
+            await app.state.cancels.stop()
             await memory.drain(settings.shutdown_grace_seconds)
         finally:
             await locks.close()

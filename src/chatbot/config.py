@@ -55,8 +55,9 @@ class Settings(BaseSettings):
     # be PgBouncer in transaction mode (with prepare_threshold None). Unset: the main URI.
     lock_database_url: str | None = None
     # Dedicated sessions that hold every thread and user lock of the replica (db/locks.py).
-    # A replica opens at most pool_max_size + lock_connections (<= 4) connections.
-    lock_connections: int = Field(default=2, ge=1, le=4)
+    # A replica opens at most pool_max_size + lock_connections (<= 3) + 1 (the cancel
+    # listener, threads/cancel.py) connections: pool_max_size + 4.
+    lock_connections: int = Field(default=2, ge=1, le=3)
     # Past this many runs in flight on one replica, new runs get 503 with Retry-After at once.
     max_runs_in_flight: int = Field(default=1000, ge=1)
     # A `: keep-alive` comment goes out when no event was due for this long.

@@ -29,6 +29,7 @@ from chatbot.db import langgraph_tables
 from chatbot.db.pool import Pool
 from chatbot.errors import Problem
 from chatbot.failures import Failure, FailureReason
+from chatbot.threads import cancel
 from chatbot.threads.runs import end_event
 from chatbot.threads.schemas import canonical_run_id
 from chatbot.threads.stream import Listener, StreamEvent
@@ -88,7 +89,11 @@ class RunRecords:
         """Return the run's answer and terminal event, or None while it has no final checkpoint."""
         async with self.pool.connection() as conn:
             rows = await langgraph_tables.run_checkpoints(conn, thread_id, run_id)
+            # The run's end: the graph's final checkpoint, or the update a cancel wrote after
+            # its first one, the user's message (threads/cancel.py).
             final = next((r for r in reversed(rows) if r["source"] == "loop"), None)
+            if final is None and cancel.ended(rows):
+                final = rows[-1]
             if final is None:
                 return None
             versions = final["versions"] or {}

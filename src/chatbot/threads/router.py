@@ -13,7 +13,7 @@ from starlette.responses import Response
 from chatbot import openapi_examples as examples
 from chatbot.auth import CallerDep
 from chatbot.deps import AUTHENTICATED, SettingsDep
-from chatbot.errors import PROBLEM_JSON
+from chatbot.errors import PROBLEM_JSON, Problem, database_problem
 from chatbot.failures import Failure
 from chatbot.json_body import StrictJsonRoute
 from chatbot.openapi import SSE_MEDIA, SSE_SCHEMA, STREAM_HEADERS, v1_problems
@@ -21,6 +21,7 @@ from chatbot.responses import RunEnd
 from chatbot.threads.deps import RecordsDep, RunsDep
 from chatbot.threads.ownership import check_thread_access
 from chatbot.threads.rejoin import follower_listener, parse_last_event_id, replay_listener
+from chatbot.threads.runs import DATABASE_ERRORS
 from chatbot.threads.schemas import NOT_A_RUN, RunId, RunRequest, ThreadId, run_not_found
 from chatbot.threads.sse import SSE_MEDIA_TYPE, sse_body, wants_json
 from chatbot.threads.stream import Listener
@@ -163,3 +164,32 @@ async def rejoin_run(
         raise run_not_found()
     listener, feeder = follower_listener(records, run_id, thread_id, delivered)
     return _sse_response(listener, timing, feeder.cancel)
+
+
+@router.post(
+    "/{thread_id}/runs/{run_id}/cancel",
+    status_code=202,
+    response_model=None,
+    summary="Stop a run in flight (\"stop generating\")",
+    responses={
+        202: {
+            "description": "The run was in flight and is stopped: its stream (and every rejoin) ends with the "
+            "`cancelled` error (409) and the thread is free again. Answered once the thread is free (within a "
+            "second)."
+        },
+        **v1_problems(404, 409),
+    },
+)
+async def cancel_run(
+    thread_id: ThreadId, run_id: RunId, caller: CallerDep, runs: RunsDep, records: RecordsDep
+) -> Response:
+    """Stop the run's model call and end the run as `cancelled`, from any replica; 409 when it had already ended."""
+    try:
+        await check_thread_access(records.pool, thread_id, caller, must_exist=True)
+        if run_id == NOT_A_RUN or not await records.exists(thread_id, run_id):
+            raise run_not_found()
+    except DATABASE_ERRORS:
+        raise database_problem() from None
+    if not await runs.cancel(thread_id, run_id):
+        raise Problem(409, "the run has already ended")
+    return Response(status_code=202)

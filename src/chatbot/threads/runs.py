@@ -21,6 +21,7 @@ durability "exit" and writes one checkpoint at the end (4 rows instead of ~20 wi
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 import uuid
@@ -37,14 +38,16 @@ from psycopg_pool import PoolTimeout
 from chatbot import metrics
 from chatbot.agent.context import Context
 from chatbot.agent.modelcall import ModelFailure
+from chatbot.agent.record import chunk_refs, encode_record
 from chatbot.agent.state import META_KEY, user_turn
 from chatbot.caller import CallerContext
 from chatbot.db import usage_totals
-from chatbot.db.locks import Lease, LeaseLost, Locks, UserErasing
+from chatbot.db.locks import Fence, Lease, LeaseLost, Locks, UserErasing
 from chatbot.db.pool import Pool
 from chatbot.db.saver import fenced
 from chatbot.errors import Problem, database_problem
 from chatbot.failures import Failure
+from chatbot.threads import cancel
 from chatbot.threads.deletion import forget_unwritten_thread
 from chatbot.threads.ownership import check_thread_access
 from chatbot.threads.ratelimit import RateLimiter
@@ -83,6 +86,7 @@ class RunService:
         limiter: RateLimiter,
         max_in_flight: int = 1000,
         tracing: Tracing = NO_TRACING,
+        model: str | None = None,
     ) -> None:
         self.pool = pool
         self.locks = locks
@@ -90,9 +94,14 @@ class RunService:
         self.limiter = limiter
         self.max_in_flight = max_in_flight
         self.tracing = tracing
+        self.model = model
+        """The configured model, named in a cancelled run's record."""
         self._starting = 0
         self._runs: dict[str, RunStream] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        # Runs whose graph is still executing, by run id: a cancel may still cancel their task.
+        self._graphs: dict[str, asyncio.Task[None]] = {}
+        self._cancelled: set[str] = set()
 
     @property
     def in_flight(self) -> int:
@@ -103,6 +112,44 @@ class RunService:
         """Return the stream of a run executing on this replica, if it is one."""
         stream = self._runs.get(run_id)
         return stream if stream is not None and stream.thread_id == thread_id else None
+
+    async def cancel(self, thread_id: str, run_id: str, *, wait: float = 1.0) -> bool:
+        """Cancel a run in flight on any replica; return False when it had already ended.
+
+        The decision is Postgres's (threads/cancel.py). A run of this replica is stopped at
+        once; for one elsewhere its replica is notified. Either way this waits (up to `wait`
+        seconds) until the thread is free, so a new run sent after the answer is accepted.
+        """
+        try:
+            if not await cancel.request_cancel(self.pool, self.locks, thread_id, run_id):
+                return False
+            self.cancel_local(thread_id, run_id)
+            task = self._tasks_of(run_id)
+            if task is not None:
+                await asyncio.wait({task}, timeout=wait)
+                return True
+            deadline = asyncio.get_running_loop().time() + wait
+            while asyncio.get_running_loop().time() < deadline:
+                if await cancel.thread_free(self.pool, self.locks, thread_id):
+                    break
+                await asyncio.sleep(0.02)
+        except DATABASE_ERRORS:
+            raise database_problem() from None
+        return True
+
+    def cancel_local(self, thread_id: str, run_id: str) -> None:
+        """Stop the graph of a run executing here (a cancel was decided); ignore other runs."""
+        stream = self._runs.get(run_id)
+        if stream is None or stream.thread_id != thread_id:
+            return
+        self._cancelled.add(run_id)
+        task = self._graphs.get(run_id)
+        if task is not None:
+            # Cancels the provider's stream too: its HTTP response is closed on the way out.
+            task.cancel()
+
+    def _tasks_of(self, run_id: str) -> asyncio.Task[None] | None:
+        return next((t for t in self._tasks if t.get_name() == f"run-{run_id}"), None)
 
     async def start(
         self, thread_id: str, caller: CallerContext, content: str, trace_parent: Mapping[str, str] | None = None
@@ -182,8 +229,9 @@ class RunService:
         self._runs[stream.run_id] = stream
         listener = stream.listen(from_start=True)
         task = asyncio.create_task(
-            self._execute(stream, caller, lease, config, trace_parent), name=f"run-{stream.run_id}"
+            self._execute(stream, caller, lease, config, str(message.id), trace_parent), name=f"run-{stream.run_id}"
         )
+        self._graphs[stream.run_id] = task
         self._tasks.add(task)
         metrics.RUNS_IN_FLIGHT.inc()
         task.add_done_callback(self._run_done)
@@ -202,6 +250,7 @@ class RunService:
         caller: CallerContext,
         lease: Lease,
         config: RunnableConfig,
+        input_id: str,
         trace_parent: Mapping[str, str] | None = None,
     ) -> None:
         started = time.perf_counter()
@@ -219,12 +268,13 @@ class RunService:
         trace = self.tracing.start_run(
             thread_id=stream.thread_id, run_id=stream.run_id, tenant_id=caller.tenant_id, parent=trace_parent
         )
-        config = trace.configure(config)
+        traced = trace.configure(config)
+        user_cancelled = False
         try:
             outcome: dict[str, Any] = {}
             content = ""
             events = self.graph.astream(
-                None, config, context=context, stream_mode=["custom", "updates"], durability="exit"
+                None, traced, context=context, stream_mode=["custom", "updates"], durability="exit"
             )
             async for mode, chunk in cast(AsyncIterator[tuple[str, dict[str, Any]]], events):
                 if mode == "custom":
@@ -236,6 +286,7 @@ class RunService:
                     outcome = chunk["generate"]["outcome"]
                     messages = chunk["generate"].get("messages") or []
                     content = str(messages[0].text) if messages else ""
+            self._graphs.pop(stream.run_id, None)  # over: a cancel can no longer cancel it
             if outcome["status"] == "error":
                 # The model failed and the graph recorded it (agent/nodes.py): a typed outcome.
                 failure = context.scratch.get("failure")
@@ -244,11 +295,31 @@ class RunService:
                 status = outcome["status"]
                 terminal = ("end", end_event(stream.run_id, stream.thread_id, outcome, content))
         except BaseException as exc:
-            terminal = ("error", failure_of(exc).problem())
-            failure = exc
-            if not isinstance(exc, Exception):  # cancelled: shutdown went past its grace period
-                raise
+            self._graphs.pop(stream.run_id, None)
+            if stream.run_id in self._cancelled:
+                # Stopped by a cancel (threads/cancel.py): the CancelledError it threw in the
+                # graph has been delivered; forget it so the awaits below run normally.
+                user_cancelled = True
+                if isinstance(exc, asyncio.CancelledError):
+                    cast(asyncio.Task[None], asyncio.current_task()).uncancel()
+            elif isinstance(exc, LeaseLost) and lease.fence is not None:
+                # The final write was refused: by a cancel whose notice has not come yet?
+                with contextlib.suppress(*DATABASE_ERRORS):
+                    user_cancelled = await cancel.was_cancelled(self.pool, stream.thread_id, lease.fence.token)
+            if user_cancelled:
+                status = "cancelled"
+                terminal = ("error", Failure("cancelled").problem())
+            else:
+                terminal = ("error", failure_of(exc).problem())
+                failure = exc
+                if not isinstance(exc, Exception):  # cancelled: shutdown went past its grace period
+                    raise
         finally:
+            self._graphs.pop(stream.run_id, None)
+            self._cancelled.discard(stream.run_id)
+            if user_cancelled:
+                # Under the lock still: a rejoin that sees the thread free finds the record.
+                await self._record_cancelled(stream, context, config, lease, input_id)
             # Release before `end` goes out: a follow-up sent right after `end` must be accepted.
             await lease.release()
             self._runs.pop(stream.run_id, None)
@@ -278,6 +349,43 @@ class RunService:
                     "duration_ms": round(elapsed * 1000, 1),
                     "ttft_ms": None if first_token is None else round((first_token - started) * 1000, 1),
                 },
+            )
+
+    async def _record_cancelled(
+        self, stream: RunStream, context: Context, config: RunnableConfig, lease: Lease, input_id: str
+    ) -> None:
+        """Write the cancelled run's end: what the user was shown (not in the transcript), no answer.
+
+        Written as the `generate` node's update, under the cancel token the cancel gave the
+        thread's fence: only this run's holder can write it, and only after that cancel.
+        """
+        assert lease.fence is not None
+        usage = context.scratch.get("usage") or []
+        record = encode_record(
+            {
+                "run_id": stream.run_id,
+                "status": "cancelled",
+                "reason": "cancelled",
+                "model": self.model,
+                "answer_id": str(uuid.uuid4()),
+                "shown": stream.shown,
+                "input_id": input_id,
+                "retrieved": chunk_refs(context.scratch.get("chunks") or []),
+                "usage": [call.as_dict() for call in usage],
+            }
+        )
+        outcome = {"status": "error", "failure": {"reason": "cancelled", "retry_after": None}}
+        fence = Fence(stream.thread_id, cancel.cancel_token(lease.fence.token))
+        try:
+            await asyncio.shield(
+                self.graph.aupdate_state(
+                    fenced(config, fence), {"outcome": outcome, "record": record}, as_node="generate"
+                )
+            )
+        except (*DATABASE_ERRORS, LeaseLost) as exc:
+            log.warning(
+                "cancelled run's record not written",
+                extra={"thread_id": stream.thread_id, "run_id": stream.run_id, "error": type(exc).__name__},
             )
 
     def _run_done(self, task: asyncio.Task[None]) -> None:

@@ -80,6 +80,11 @@ class RunStream:
         self._listeners: set[Listener] = set()
 
     @property
+    def shown(self) -> str:
+        """Return the answer text published so far (what the user was shown)."""
+        return "".join(self._pieces)
+
+    @property
     def metadata(self) -> StreamEvent:
         """Return the stream's first event."""
         return StreamEvent("metadata", {"run_id": self.run_id, "thread_id": self.thread_id}, 0)

@@ -1,0 +1,166 @@
+"""Stopping a run ("stop generating"), from any replica.
+
+The decision is taken in Postgres, on the thread's fence row (db/locks.py, db/saver.py),
+so a cancel racing the run's own end has exactly one outcome:
+
+- The cancel locks the fence row (`for update`): a final checkpoint write under way holds
+  the row in share mode, so the cancel waits for it to commit. It then reads, with a fresh
+  snapshot, whether the run already ended (its final checkpoint exists, or its replica no
+  longer holds the thread). If so: `409`, nothing changes.
+- Otherwise it replaces the fence token with the run's *cancel token* (derived from the
+  run's own token, so only the holder can compute it) and notifies every replica, in the
+  same transaction. From that commit on, the run's final write is refused by the fence: it
+  can no longer end as answered. Its replica cancels the asyncio task that runs the graph
+  (closing the provider's HTTP stream), records the run as cancelled under the cancel
+  token, releases the thread and sends the `cancelled` error.
+
+Replicas learn of a cancel by LISTEN on one dedicated session each (`CancelListener`): a
+push, no statement per run, no polling. Should a notification be lost (the session was
+reconnecting), the fence still refuses the run's final write and the run ends cancelled
+then, only later.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+from psycopg import AsyncConnection
+
+from chatbot.db import langgraph_tables
+from chatbot.db.locks import THREAD_LOCKED, Locks
+from chatbot.db.pool import Pool
+
+log = logging.getLogger(__name__)
+
+CHANNEL = "chatbot_cancel"
+_CANCEL_NAMESPACE = uuid.UUID("6f1c2a9e-3b7d-4c55-9a1e-0c7e4f2d8b13")
+
+_LOCK_FENCE = "select token from thread_fences where thread_id = %(thread)s for update"
+_REVOKE = "update thread_fences set token = %(token)s where thread_id = %(thread)s"
+_NOTIFY = "select pg_notify(%(channel)s, %(payload)s)"
+_FENCE_TOKEN = "select token from thread_fences where thread_id = %(thread)s"
+
+
+def cancel_token(token: str) -> str:
+    """Return the fence token a cancel gives a run whose lease token is `token`."""
+    return str(uuid.uuid5(_CANCEL_NAMESPACE, str(token)))
+
+
+def payload(thread_id: str, run_id: str) -> str:
+    """Return the notification payload naming a run (thread ids hold no spaces)."""
+    return f"{run_id} {thread_id}"
+
+
+def parse_payload(text: str) -> tuple[str, str] | None:
+    """Return (thread_id, run_id) of a notification payload, None when it is not one."""
+    run_id, _, thread_id = text.partition(" ")
+    return (thread_id, run_id) if run_id and thread_id else None
+
+
+def ended(checkpoints: list[dict[str, Any]]) -> bool:
+    """Tell whether a run's checkpoints (oldest first) hold its end: the final one, or a cancel."""
+    return any(row["source"] == "loop" for row in checkpoints) or len(checkpoints) > 1
+
+
+async def request_cancel(pool: Pool, locks: Locks, thread_id: str, run_id: str) -> bool:
+    """Cancel the run if it is in flight (True), or leave everything as it is (False).
+
+    One transaction on the thread's rows (every statement names the thread): lock the
+    fence, check the run is the thread's newest, not ended and held, revoke and notify.
+    """
+    async with pool.connection() as conn, conn.transaction():
+        fence = await (await conn.execute(_LOCK_FENCE, {"thread": thread_id})).fetchone()
+        if fence is None:
+            return False
+        checkpoints = await langgraph_tables.run_checkpoints(conn, thread_id, run_id)
+        if not checkpoints or ended(checkpoints):
+            return False
+        if await langgraph_tables.newest_run(conn, thread_id) != run_id:
+            return False
+        if not locks.holds_thread(thread_id):
+            held = await (await conn.execute(THREAD_LOCKED, {"thread": thread_id})).fetchone()
+            if not (held and held["locked"]):
+                return False  # its replica stopped: the run was interrupted, it is over
+        await conn.execute(_REVOKE, {"thread": thread_id, "token": cancel_token(str(fence["token"]))})
+        await conn.execute(_NOTIFY, {"channel": CHANNEL, "payload": payload(thread_id, run_id)})
+    return True
+
+
+async def was_cancelled(pool: Pool, thread_id: str, token: str) -> bool:
+    """Tell whether the thread's fence holds the cancel token of the lease `token`."""
+    async with pool.connection() as conn:
+        row = await (await conn.execute(_FENCE_TOKEN, {"thread": thread_id})).fetchone()
+    return row is not None and str(row["token"]) == cancel_token(token)
+
+
+async def thread_free(pool: Pool, locks: Locks, thread_id: str) -> bool:
+    """Tell whether no session of any replica holds the thread's lock."""
+    if locks.holds_thread(thread_id):
+        return False
+    async with pool.connection() as conn:
+        row = await (await conn.execute(THREAD_LOCKED, {"thread": thread_id})).fetchone()
+    return not (row and row["locked"])
+
+
+OnCancel = Callable[[str, str], None]
+
+
+class CancelListener:
+    """One session per replica that LISTENs for cancels and hands each to `on_cancel`.
+
+    On the lock URL (a direct or session-pooled connection: LISTEN belongs to a session).
+    It connects in the background and reconnects after a drop, so a database that is down
+    at start-up stops nothing.
+    """
+
+    RECONNECT_SECONDS = (0.2, 0.5, 1.0, 2.0, 5.0)
+
+    def __init__(self, conninfo: str, kwargs: dict[str, Any], on_cancel: OnCancel) -> None:
+        self._conninfo = conninfo
+        self._kwargs = {k: v for k, v in kwargs.items() if k != "row_factory"}
+        self._on_cancel = on_cancel
+        self._task: asyncio.Task[None] | None = None
+        self.listening = asyncio.Event()
+        """Set while the session is listening (tests wait for it)."""
+
+    def start(self) -> None:
+        """Start listening in the background."""
+        self._task = asyncio.create_task(self._run(), name="cancel-listener")
+
+    async def stop(self) -> None:
+        """Stop listening and close the session."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def _run(self) -> None:
+        attempt = 0
+        while True:
+            try:
+                await self._listen()
+                attempt = 0
+            except (psycopg.Error, OSError) as exc:
+                log.warning("cancel listener lost its session", extra={"error": type(exc).__name__})
+            self.listening.clear()
+            await asyncio.sleep(self.RECONNECT_SECONDS[min(attempt, len(self.RECONNECT_SECONDS) - 1)])
+            attempt += 1
+
+    async def _listen(self) -> None:
+        conn = await AsyncConnection.connect(
+            self._conninfo, **self._kwargs, application_name=f"chatbot-cancels-{os.getpid()}"
+        )
+        async with conn:
+            await conn.execute(f"listen {CHANNEL}")
+            self.listening.set()
+            async for notify in conn.notifies():
+                named = parse_payload(notify.payload)
+                if named is not None:
+                    self._on_cancel(*named)
