@@ -32,6 +32,7 @@ OPERATIONS: dict[tuple[str, str], Expected] = {
     ("post", "/v1/threads/{thread_id}/runs"): Expected(200, V1 | {404, 409, 429, 502, 504}, True),
     ("get", "/v1/threads/{thread_id}/runs/{run_id}/stream"): Expected(200, V1 | {404}, True),
     ("get", "/v1/threads/{thread_id}/runs/{run_id}"): Expected(200, V1 | {404}, True),
+    ("post", "/v1/threads/{thread_id}/runs/{run_id}/cancel"): Expected(202, V1 | {404, 409}, False),
     ("get", "/v1/threads/{thread_id}/messages"): Expected(200, V1 | {404}, True),
     ("delete", "/v1/threads/{thread_id}"): Expected(204, V1 | {409}, False),
     ("post", "/v1/threads/{thread_id}/runs/{run_id}/feedback"): Expected(204, V1 | {404}, True),

@@ -170,6 +170,7 @@ async def rejoin_run(
     "/{thread_id}/runs/{run_id}/cancel",
     status_code=202,
     response_model=None,
+    response_class=Response,
     summary="Stop a run in flight (\"stop generating\")",
     responses={
         202: {
