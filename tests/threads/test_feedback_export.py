@@ -21,9 +21,11 @@ from chatbot.db.pool import Pool, make_pool
 from chatbot.threads.export import export_feedback
 from tests.fixtures.app import running_app
 from tests.fixtures.knowledge import load_demo_kb
+from tests.fixtures.messages import send_for_answer, send_message
 from tests.fixtures.models import ScriptedChatModel
 from tests.fixtures.postgres import settings_for
 from tests.fixtures.tokens import auth
+from tests.fixtures.wait import wait_until
 
 EN = {"locale": "en-US"}
 EXPORT_KEY = "export-key-" + "q7" * 20
@@ -43,15 +45,6 @@ KEYS = {
     "status",
 }
 
-
-async def ask(client: httpx.AsyncClient, thread: str, content: str, **token: Any) -> dict[str, Any]:
-    """Run one turn in JSON mode and return its `end` object (or problem details)."""
-    response = await client.post(
-        f"/v1/threads/{thread}/runs",
-        json={"message": {"content": content}},
-        headers={**auth(**token), "Accept": "application/json"},
-    )
-    return dict(response.json())
 
 
 async def rate(
@@ -124,16 +117,17 @@ async def test_export_lines_match_what_was_rated(isolated_database_url: str) -> 
     )
     fa = "بیمه شخص ثالث را تا چند روز بعد از پایان می‌توانم تمدید کنم؟"
     async with running_app(url) as client:
-        a1, a2, a3 = [await ask(client, "exp-a", q, **EN) for q in (q1, q2, q3)]
-        b1 = await ask(client, "exp-b", fa)  # Persian, answered in Persian
-        g1 = await ask(client, "exp-g", "qwzx plorf", tenant="globex", **EN)  # no knowledge base: clarifying
+        a1, a2, a3 = [await send_for_answer(client, "exp-a", q, **EN) for q in (q1, q2, q3)]
+        b1 = await send_for_answer(client, "exp-b", fa)  # Persian, answered in Persian
+        # No knowledge base: clarifying.
+        g1 = await send_for_answer(client, "exp-g", "qwzx plorf", tenant="globex", **EN)
         await rate(client, "exp-a", a1["run_id"], "up", "Clear, with the 30-day window.", **EN)
         await rate(client, "exp-a", a3["run_id"], "down", None, **EN)
         await rate(client, "exp-a", a3["run_id"], "up", "On second thought, fine.", **EN)  # replaces the first
         await rate(client, "exp-b", b1["run_id"], "up", "عالی بود")
         await rate(client, "exp-g", g1["run_id"], "down", "Did not understand me.", tenant="globex", **EN)
     async with running_app(url, agent_overrides={"chat_model": ScriptedChatModel(mode="fail")}) as client:
-        failed = await ask(client, "exp-f", "Is anyone there?", **EN)
+        failed = (await send_message(client, "exp-f", "Is anyone there?", json_answer=True, locale="en-US")).json()
         assert failed["status"] == 502
         page = (await client.get("/v1/threads/exp-f/messages", headers=auth(**EN))).json()
         failed_run = page["messages"][0]["run_id"]
@@ -172,7 +166,7 @@ async def test_export_lines_match_what_was_rated(isolated_database_url: str) -> 
 
         assert await exported(pool, datetime.now(UTC) + timedelta(minutes=1)) == []
         cut = max(datetime.fromisoformat(r["rated_at"]) for r in records) + timedelta(milliseconds=5)
-        await asyncio.sleep(0.02)
+        await wait_until(lambda: datetime.now(UTC) > cut, what="the clock past the cut")
         async with running_app(url) as client:
             await rate(client, "exp-a", a1["run_id"], "down", "Changed my mind.", **EN)
         [changed] = without_rated_at(await exported(pool, cut))  # only what was rated since the cut
@@ -185,7 +179,7 @@ async def test_a_run_older_than_the_models_recent_list_exports_in_full(isolated_
     url = isolated_database_url
     turns = RECENT_MESSAGES // 2 + 3  # the first turn is no longer in the graph state's recent messages
     async with running_app(url) as client:
-        ends = [await ask(client, "long", f"qwzx plorf {i}", tenant="globex", **EN) for i in range(turns)]
+        ends = [await send_for_answer(client, "long", f"qwzx plorf {i}", tenant="globex", **EN) for i in range(turns)]
         await rate(client, "long", ends[0]["run_id"], "down", "First answer.", tenant="globex", **EN)
         await rate(client, "long", ends[-1]["run_id"], "up", None, tenant="globex", **EN)
     pool = await open_test_pool(url)
@@ -207,7 +201,7 @@ async def prepare_cli_thread(url: str) -> tuple[str, dict[str, Any]]:
     await load_demo_kb(url)
     question = "How do I file a car body claim and which documents do I need?"
     async with running_app(url) as client:
-        end = await ask(client, "cli-thread", question, **EN)
+        end = await send_for_answer(client, "cli-thread", question, **EN)
         await rate(client, "cli-thread", end["run_id"], "up", "Helpful list of documents.", **EN)
     return question, end
 
@@ -265,7 +259,7 @@ async def test_export_cohorts_pseudonymise_users_under_the_key(isolated_database
     ]
     async with running_app(url) as client:
         for tenant, user, locale, thread in raters:
-            end = await ask(client, thread, "qwzx plorf", tenant=tenant, user=user, locale=locale)
+            end = await send_for_answer(client, thread, "qwzx plorf", tenant=tenant, user=user, locale=locale)
             await rate(client, thread, end["run_id"], "up", None, tenant=tenant, user=user, locale=locale)
     pool = await open_test_pool(url)
     try:

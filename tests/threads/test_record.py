@@ -20,6 +20,7 @@ from chatbot.retrieval.versions import prune_superseded_chunks, read_chunk_versi
 from chatbot.threads.record import prompt_text, read_run_record
 from tests.fixtures.app import running_app
 from tests.fixtures.knowledge import load_demo_kb
+from tests.fixtures.messages import send_for_answer
 from tests.fixtures.models import ScriptedChatModel
 from tests.fixtures.postgres import settings_for
 from tests.fixtures.retrieval_kb import write_docs
@@ -44,15 +45,6 @@ def kb_database_url(migrated_database_url: str) -> str:
     return migrated_database_url
 
 
-async def run_json(client: httpx.AsyncClient, thread: str, content: str, **token: Any) -> dict[str, Any]:
-    response = await client.post(
-        f"/v1/threads/{thread}/runs",
-        json={"message": {"content": content}},
-        headers={"Accept": "application/json", **auth(**token)},
-    )
-    assert response.status_code == 200, response.text
-    return dict(response.json())
-
 
 async def record_of(client: httpx.AsyncClient, thread: str, run_id: str, **token: Any) -> dict[str, Any]:
     response = await client.get(f"/v1/threads/{thread}/runs/{run_id}", headers=auth(**token))
@@ -76,8 +68,9 @@ async def test_the_record_shows_the_window_the_model_was_given_before_and_after_
     async with running_app(kb_database_url, agent_overrides=overrides) as client:
         ends = []
         for turn in range(16):
-            ends.append(await run_json(client, "record-folds", QUESTIONS[turn % len(QUESTIONS)], **EN))
-            await asyncio.sleep(0.05 if turn == 1 else 0)  # let the remembered fact land
+            ends.append(await send_for_answer(client, "record-folds", QUESTIONS[turn % len(QUESTIONS)], **EN))
+            if turn == 1:
+                await client.app.state.memory.drain(30)  # type: ignore[attr-defined]  # the remembered fact lands
         records = [await record_of(client, "record-folds", end["run_id"], **EN) for end in ends]
         state = client.app.state  # type: ignore[attr-defined]
         prompt = await prompt_text(state.pool, records[0]["context"]["system_prompt_sha256"])
@@ -120,18 +113,18 @@ async def test_the_record_keeps_the_text_as_retrieved_after_its_document_changes
     try:
         await ingest_paths(pool, "acme", [root])
         async with running_app(isolated_database_url) as client:
-            first = await run_json(client, "kb-changes", "What are medical costs abroad covered up to?", **EN)
+            first = await send_for_answer(client, "kb-changes", "What are medical costs abroad covered up to?", **EN)
             assert first["status"] == "answered" and "50,000" in first["message"]["content"]
             (root / "travel.md").write_text(
                 "# Travel\n\nMedical costs abroad are covered up to 80,000 euros.", encoding="utf-8"
             )
             await ingest_paths(pool, "acme", [root])
-            second = await run_json(client, "kb-changes", "What are medical costs abroad covered up to?", **EN)
+            second = await send_for_answer(client, "kb-changes", "What are medical costs abroad covered up to?", **EN)
             assert "80,000" in second["message"]["content"] and "50,000" not in second["message"]["content"]
             (root / "travel.md").unlink()
             (root / "other.md").write_text("# Home\n\nFire is covered.", encoding="utf-8")
             await ingest_paths(pool, "acme", [root])
-            third = await run_json(client, "kb-changes", "What are medical costs abroad covered up to?", **EN)
+            third = await send_for_answer(client, "kb-changes", "What are medical costs abroad covered up to?", **EN)
             assert third["status"] == "clarifying" and third["citations"] == []
             old = await record_of(client, "kb-changes", first["run_id"], **EN)
             changed = await record_of(client, "kb-changes", second["run_id"], **EN)
@@ -154,8 +147,8 @@ async def test_the_record_keeps_the_text_as_retrieved_after_its_document_changes
 
 async def test_a_run_is_only_visible_on_its_own_thread_to_its_own_tenant(kb_database_url: str) -> None:
     async with running_app(kb_database_url) as client:
-        end = await run_json(client, "record-tenancy", QUESTIONS[0], **EN)
-        await run_json(client, "record-other-thread", QUESTIONS[0], **EN)
+        end = await send_for_answer(client, "record-tenancy", QUESTIONS[0], **EN)
+        await send_for_answer(client, "record-other-thread", QUESTIONS[0], **EN)
         run_id = end["run_id"]
         assert (await client.get(f"/v1/threads/record-tenancy/runs/{run_id}", headers=auth(**EN))).status_code == 200
         cases = [

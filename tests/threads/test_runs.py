@@ -10,11 +10,13 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.fixtures.app import parse_sse, running_app
+from tests.fixtures.app import running_app
 from tests.fixtures.catalogue import rows_of_threads
 from tests.fixtures.knowledge import load_demo_kb
+from tests.fixtures.messages import send_for_events
 from tests.fixtures.models import ScriptedChatModel, StreamingChatModel
 from tests.fixtures.tokens import auth
+from tests.fixtures.wait import wait_until
 
 EN = {"locale": "en-US"}
 
@@ -31,17 +33,6 @@ async def kb_client(kb_database_url: str) -> AsyncIterator[httpx.AsyncClient]:
         yield c
 
 
-async def run_sse(
-    client: httpx.AsyncClient, thread: str, content: str, **token: Any
-) -> list[tuple[str, dict[str, Any]]]:
-    response = await client.post(
-        f"/v1/threads/{thread}/runs", json={"message": {"content": content}}, headers=auth(**token)
-    )
-    assert response.status_code == 200, response.text
-    assert response.headers["content-type"].startswith("text/event-stream")
-    return parse_sse(response.text)
-
-
 def check_order(events: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
     names = [name for name, _ in events]
     assert names[0] == "metadata" and names[-1] == "end"
@@ -55,7 +46,7 @@ def check_order(events: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
 
 
 async def test_english_question_is_answered_from_the_knowledge_base(kb_client: httpx.AsyncClient) -> None:
-    events = await run_sse(
+    events = await send_for_events(
         kb_client, "en-answer", "How do I file a car body claim and which documents do I need?", **EN
     )
     end = check_order(events)
@@ -65,7 +56,8 @@ async def test_english_question_is_answered_from_the_knowledge_base(kb_client: h
 
 
 async def test_persian_question_is_answered_in_persian(kb_client: httpx.AsyncClient) -> None:
-    events = await run_sse(kb_client, "fa-answer", "بیمه شخص ثالث را تا چند روز بعد از پایان می‌توانم تمدید کنم؟")
+    question = "بیمه شخص ثالث را تا چند روز بعد از پایان می‌توانم تمدید کنم؟"
+    events = await send_for_events(kb_client, "fa-answer", question)
     end = check_order(events)
     assert end["status"] == "answered" and end["citations"]
     assert any("\u0600" <= ch <= "\u06ff" for ch in end["message"]["content"])
@@ -75,7 +67,7 @@ async def test_persian_question_is_answered_in_persian(kb_client: httpx.AsyncCli
 async def test_unanswerable_question_gets_a_clarifying_question(
     kb_client: httpx.AsyncClient, content: str, token: dict[str, str]
 ) -> None:
-    end = check_order(await run_sse(kb_client, f"clarify-{token.get('locale', 'fa')}", content, **token))
+    end = check_order(await send_for_events(kb_client, f"clarify-{token.get('locale', 'fa')}", content, **token))
     assert end["status"] == "clarifying"
     assert end["citations"] == [] and end["handoff_context"] is None
 
@@ -87,8 +79,8 @@ async def test_asking_for_a_person_escalates_with_handoff_context(
     kb_client: httpx.AsyncClient, content: str, token: dict[str, str]
 ) -> None:
     thread = f"escalate-{token.get('locale', 'fa')}"
-    await run_sse(kb_client, thread, "What does travel insurance cover for medical costs abroad?", **token)
-    end = check_order(await run_sse(kb_client, thread, content, **token))
+    await send_for_events(kb_client, thread, "What does travel insurance cover for medical costs abroad?", **token)
+    end = check_order(await send_for_events(kb_client, thread, content, **token))
     assert end["status"] == "escalate"
     handoff = end["handoff_context"]
     assert set(handoff) == {"reason", "conversation_summary", "user_profile", "recent_messages"}
@@ -100,13 +92,13 @@ async def test_asking_for_a_person_escalates_with_handoff_context(
 async def test_repeatedly_unanswerable_questions_escalate(kb_client: httpx.AsyncClient) -> None:
     statuses = []
     for _ in range(3):
-        statuses.append(check_order(await run_sse(kb_client, "stuck", "qwzx plorf", **EN))["status"])
+        statuses.append(check_order(await send_for_events(kb_client, "stuck", "qwzx plorf", **EN))["status"])
     assert statuses == ["clarifying", "clarifying", "escalate"]
 
 
 async def test_json_mode_returns_the_end_object(kb_client: httpx.AsyncClient) -> None:
     question = "What does travel insurance cover for medical costs abroad?"
-    sse_end = check_order(await run_sse(kb_client, "json-a", question, **EN))
+    sse_end = check_order(await send_for_events(kb_client, "json-a", question, **EN))
     response = await kb_client.post(
         "/v1/threads/json-b/runs",
         json={"message": {"content": question}},
@@ -121,7 +113,7 @@ async def test_json_mode_returns_the_end_object(kb_client: httpx.AsyncClient) ->
 
 
 async def test_answer_and_question_are_in_the_transcript_when_end_is_sent(kb_client: httpx.AsyncClient) -> None:
-    end = check_order(await run_sse(kb_client, "durable", "How do I cancel my car body policy?", **EN))
+    end = check_order(await send_for_events(kb_client, "durable", "How do I cancel my car body policy?", **EN))
     page = (await kb_client.get("/v1/threads/durable/messages", headers=auth(**EN))).json()
     assert [m["role"] for m in page["messages"]] == ["user", "assistant"]
     assert page["messages"][1]["id"] == end["message"]["id"]
@@ -130,7 +122,7 @@ async def test_answer_and_question_are_in_the_transcript_when_end_is_sent(kb_cli
 
 
 async def test_another_tenant_gets_404_for_the_thread(kb_client: httpx.AsyncClient) -> None:
-    await run_sse(kb_client, "tenant-bound", "How do I renew third-party insurance?", **EN)
+    await send_for_events(kb_client, "tenant-bound", "How do I renew third-party insurance?", **EN)
     for method, path, body in [("POST", "/runs", {"message": {"content": "hello there"}}), ("GET", "/messages", None)]:
         response = await kb_client.request(
             method, f"/v1/threads/tenant-bound{path}", json=body, headers=auth(tenant="globex")
@@ -144,7 +136,8 @@ async def test_a_second_run_on_a_busy_thread_gets_409_and_the_thread_is_free_aft
     async with running_app(kb_database_url, offline_token_delay_ms=20) as client:
         body = {"message": {"content": "What does travel insurance cover for medical costs abroad?"}}
         first = asyncio.create_task(client.post("/v1/threads/busy/runs", json=body, headers=auth(**EN)))
-        await asyncio.sleep(0.3)
+        locks = client.app.state.locks  # type: ignore[attr-defined]
+        await wait_until(lambda: locks.holds_thread("busy") or first.done(), what="the first run holding the thread")
         second = await client.post("/v1/threads/busy/runs", json=body, headers=auth(**EN))
         assert second.status_code == 409
         assert second.headers["content-type"].startswith("application/problem+json")
@@ -156,12 +149,12 @@ async def test_a_second_run_on_a_busy_thread_gets_409_and_the_thread_is_free_aft
 async def test_a_failing_model_sends_error_and_the_next_run_succeeds(kb_database_url: str) -> None:
     failing = ScriptedChatModel(mode="fail")
     async with running_app(kb_database_url, agent_overrides={"chat_model": failing}) as client:
-        events = await run_sse(client, "model-fails", "How do I renew third-party insurance?", **EN)
+        events = await send_for_events(client, "model-fails", "How do I renew third-party insurance?", **EN)
         assert next(n for n, _ in events) == "metadata" and events[-1][0] == "error"
         assert events[-1][1]["status"] == 502
         failing.mode = "answer"
         failing.reply = {"status": "answered", "answer": "Renew within 30 days.", "citations": []}
-        end = check_order(await run_sse(client, "model-fails", "How do I renew it?", **EN))
+        end = check_order(await send_for_events(client, "model-fails", "How do I renew it?", **EN))
         assert end["status"] == "answered" and end["message"]["content"] == "Renew within 30 days."
         page = (await client.get("/v1/threads/model-fails/messages", headers=auth(**EN))).json()
         roles = [m["role"] for m in page["messages"]]
@@ -191,7 +184,7 @@ async def test_a_hanging_model_times_out_with_504_in_json_mode(kb_database_url: 
 
 async def test_garbage_from_the_model_falls_back_to_a_clarifying_question(kb_database_url: str) -> None:
     async with running_app(kb_database_url, agent_overrides={"chat_model": ScriptedChatModel(mode="garbage")}) as c:
-        end = check_order(await run_sse(c, "garbage", "How do I renew third-party insurance?", **EN))
+        end = check_order(await send_for_events(c, "garbage", "How do I renew third-party insurance?", **EN))
     assert end["status"] == "clarifying" and end["citations"] == []
 
 
@@ -233,7 +226,7 @@ async def test_a_streaming_model_streams_its_answer_and_cites_only_retrieved_chu
                                                      "citations": ["made-up#1"]})
     # Flushing every token as it comes: this is about how the model's output reaches the stream.
     async with running_app(kb_database_url, agent_overrides={"chat_model": model}, sse_flush_ms=0) as client:
-        events = await run_sse(client, "streams", "How do I renew third-party insurance?", **EN)
+        events = await send_for_events(client, "streams", "How do I renew third-party insurance?", **EN)
     end = check_order(events)
     tokens = [d["content"] for n, d in events if n == "token"]
     assert len(tokens) > 5  # arrived in pieces, as the model produced them

@@ -16,8 +16,10 @@ from psycopg.rows import dict_row
 from tests.fixtures.app import running_app
 from tests.fixtures.catalogue import rows_of_threads
 from tests.fixtures.knowledge import load_demo_kb
+from tests.fixtures.messages import send_for_answer
 from tests.fixtures.models import ScriptedChatModel
 from tests.fixtures.tokens import auth
+from tests.fixtures.wait import wait_until
 
 EN = {"locale": "en-US"}
 JSON = {"Accept": "application/json"}
@@ -34,15 +36,6 @@ QUESTIONS = (
 RFC3339_UTC = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?(Z|\+00:00)$")
 CHECKPOINT_TABLES = ("checkpoints", "checkpoint_blobs", "checkpoint_writes")
 MESSAGE_KEYS = {"id", "role", "content", "created_at", "run_id", "citations"}
-
-
-async def ask(client: httpx.AsyncClient, thread: str, content: str, **token: Any) -> dict[str, Any]:
-    """Run one turn in JSON mode and return its `end` object."""
-    response = await client.post(
-        f"/v1/threads/{thread}/runs", json={"message": {"content": content}}, headers={**auth(**token), **JSON}
-    )
-    assert response.status_code == 200, response.text
-    return dict(response.json())
 
 
 def turn_of(content: str, end: dict[str, Any]) -> list[dict[str, Any]]:
@@ -72,7 +65,8 @@ async def build_paging_threads(url: str) -> dict[int, list[dict[str, Any]]]:
         transcript: list[dict[str, Any]] = []
         for i in range(turns):
             content = QUESTIONS[i % len(QUESTIONS)] if turns < 250 else f"qwzx plorf number {i}?"
-            transcript += turn_of(content, await ask(client, f"paging-{turns}", content, **thread_token(turns)))
+            end = await send_for_answer(client, f"paging-{turns}", content, **thread_token(turns))
+            transcript += turn_of(content, end)
         return transcript
 
     async with running_app(url) as client:  # threads side by side: runs wait on Postgres a good part
@@ -245,10 +239,10 @@ async def test_delete_purges_every_row_of_the_thread_and_its_feedback(
     migrated_database_url: str, client: httpx.AsyncClient
 ) -> None:
     url = migrated_database_url
-    first = await ask(client, "to-delete", "How do I renew third-party insurance?", **EN)
-    await ask(client, "to-delete", "And how do I cancel my car body policy?", **EN)
+    first = await send_for_answer(client, "to-delete", "How do I renew third-party insurance?", **EN)
+    await send_for_answer(client, "to-delete", "And how do I cancel my car body policy?", **EN)
     assert (await rate(client, "to-delete", first["run_id"], "up", "clear", **EN)).status_code == 204
-    await ask(client, "bystander", "How do I renew third-party insurance?", **EN)
+    await send_for_answer(client, "bystander", "How do I renew third-party insurance?", **EN)
     before = await rows_mentioning(url, "to-delete")
     assert all(before.values()), before
     bystander = await rows_mentioning(url, "bystander")
@@ -267,9 +261,9 @@ async def test_delete_purges_every_row_of_the_thread_and_its_feedback(
 
 async def test_a_new_run_on_a_deleted_thread_starts_a_fresh_thread(client: httpx.AsyncClient) -> None:
     for content in ("How do I renew third-party insurance?", "qwzx plorf", "What about travel insurance?"):
-        await ask(client, "reborn", content, **EN)
+        await send_for_answer(client, "reborn", content, **EN)
     assert (await client.delete("/v1/threads/reborn", headers=auth(**EN))).status_code == 204
-    end = await ask(client, "reborn", "How do I cancel my car body policy?", **EN)
+    end = await send_for_answer(client, "reborn", "How do I cancel my car body policy?", **EN)
     body = (await client.get("/v1/threads/reborn/messages", headers=auth(**EN))).json()
     assert [(m["role"], m["content"]) for m in body["messages"]] == [
         ("user", "How do I cancel my car body policy?"),
@@ -288,7 +282,7 @@ async def test_delete_of_a_thread_that_never_existed_gets_204(client: httpx.Asyn
 async def test_delete_by_another_tenant_gets_204_and_deletes_nothing(
     migrated_database_url: str, client: httpx.AsyncClient
 ) -> None:
-    end = await ask(client, "kept", "How do I renew third-party insurance?", **EN)
+    end = await send_for_answer(client, "kept", "How do I renew third-party insurance?", **EN)
     assert (await rate(client, "kept", end["run_id"], "down", **EN)).status_code == 204
     before = await rows_mentioning(migrated_database_url, "kept")
     response = await client.delete("/v1/threads/kept", headers=auth(tenant="globex", **EN))
@@ -300,12 +294,15 @@ async def test_delete_by_another_tenant_gets_204_and_deletes_nothing(
 
 async def test_delete_while_a_run_is_in_flight_gets_409(migrated_database_url: str) -> None:
     async with running_app(migrated_database_url, offline_token_delay_ms=30) as client:
-        run = asyncio.create_task(ask(client, "in-flight", "qwzx plorf", **EN))  # a 28-token answer
-        for _ in range(200):  # the user's message is durable (and the lock held) before the answer streams
+        run = asyncio.create_task(send_for_answer(client, "in-flight", "qwzx plorf", **EN))  # a 28-token answer
+
+        async def transcript_page() -> httpx.Response | None:
             page = await client.get("/v1/threads/in-flight/messages", headers=auth(**EN))
-            if page.status_code == 200:
-                break
-            await asyncio.sleep(0.01)
+            return page if page.status_code == 200 else None
+
+        # The user's message is durable (and the lock held) before the answer streams.
+        page = await wait_until(transcript_page, what="the user's message in the transcript")
+        assert page is not None
         assert [m["role"] for m in page.json()["messages"]] == ["user"]
         response = await client.delete("/v1/threads/in-flight", headers=auth(**EN))
         assert response.status_code == 409
@@ -335,7 +332,7 @@ async def feedback_rows(url: str, thread: str) -> list[dict[str, Any]]:
 async def test_feedback_is_recorded_and_replaced_on_resend(
     migrated_database_url: str, client: httpx.AsyncClient
 ) -> None:
-    end = await ask(client, "rated", "How do I renew third-party insurance?", user="u7", **EN)
+    end = await send_for_answer(client, "rated", "How do I renew third-party insurance?", user="u7", **EN)
     first = await rate(client, "rated", end["run_id"], "up", "Clear and quick.", user="u7", **EN)
     assert first.status_code == 204 and first.content == b""
     [row] = await feedback_rows(migrated_database_url, "rated")
@@ -364,8 +361,8 @@ async def test_feedback_is_recorded_and_replaced_on_resend(
 async def test_feedback_on_a_run_that_is_not_of_this_thread_gets_404(
     migrated_database_url: str, client: httpx.AsyncClient
 ) -> None:
-    await ask(client, "fb-one", "How do I renew third-party insurance?", **EN)
-    other = await ask(client, "fb-other", "How do I renew third-party insurance?", **EN)
+    await send_for_answer(client, "fb-one", "How do I renew third-party insurance?", **EN)
+    other = await send_for_answer(client, "fb-other", "How do I renew third-party insurance?", **EN)
     for run_id in (str(uuid.uuid4()), other["run_id"]):
         response = await rate(client, "fb-one", run_id, **EN)
         assert response.status_code == 404
@@ -377,7 +374,7 @@ async def test_feedback_on_a_run_that_is_not_of_this_thread_gets_404(
 async def test_feedback_on_a_thread_of_another_tenant_gets_404(
     migrated_database_url: str, client: httpx.AsyncClient
 ) -> None:
-    end = await ask(client, "fb-foreign", "How do I renew third-party insurance?", **EN)
+    end = await send_for_answer(client, "fb-foreign", "How do I renew third-party insurance?", **EN)
     response = await rate(client, "fb-foreign", end["run_id"], "down", "spam", tenant="globex", **EN)
     assert response.status_code == 404
     unknown = await rate(client, "no-such-thread", end["run_id"], tenant="globex", **EN)
@@ -402,7 +399,7 @@ async def test_bad_feedback_bodies_get_422(
     migrated_database_url: str, client: httpx.AsyncClient, body: dict[str, Any]
 ) -> None:
     thread = f"fb-bad-{uuid.uuid4().hex[:8]}"
-    end = await ask(client, thread, "How do I renew third-party insurance?", **EN)
+    end = await send_for_answer(client, thread, "How do I renew third-party insurance?", **EN)
     response = await client.post(f"/v1/threads/{thread}/runs/{end['run_id']}/feedback", json=body, headers=auth(**EN))
     assert response.status_code == 422
     assert response.headers["content-type"].startswith("application/problem+json")
@@ -412,7 +409,7 @@ async def test_bad_feedback_bodies_get_422(
 async def test_a_comment_of_exactly_2000_characters_is_kept(
     migrated_database_url: str, client: httpx.AsyncClient
 ) -> None:
-    end = await ask(client, "fb-2000", "How do I renew third-party insurance?", **EN)
+    end = await send_for_answer(client, "fb-2000", "How do I renew third-party insurance?", **EN)
     comment = "خوب " * 500  # 2000 characters, more than 2000 bytes
     assert (await rate(client, "fb-2000", end["run_id"], "up", comment, **EN)).status_code == 204
     [row] = await feedback_rows(migrated_database_url, "fb-2000")
@@ -421,6 +418,6 @@ async def test_a_comment_of_exactly_2000_characters_is_kept(
 
 @pytest.mark.parametrize("run_id", ["not-a-uuid", "1234", "g" * 32])
 async def test_a_run_id_that_is_no_uuid_is_no_run_of_the_thread(client: httpx.AsyncClient, run_id: str) -> None:
-    await ask(client, "fb-malformed", "How do I renew third-party insurance?", **EN)
+    await send_for_answer(client, "fb-malformed", "How do I renew third-party insurance?", **EN)
     response = await rate(client, "fb-malformed", run_id, **EN)
     assert response.status_code == 404  # the contract: 404 when run_id is not a run of this thread

@@ -5,9 +5,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections.abc import Sequence
-from typing import Any
 
-import httpx
 import pytest
 from langchain_core.messages import BaseMessage
 from opentelemetry.trace import StatusCode
@@ -15,9 +13,11 @@ from opentelemetry.trace import StatusCode
 from chatbot.memory.extraction import MemoryCandidates
 from chatbot.memory.jobs import MemoryJob
 from chatbot.memory.writer import offline_extractor
-from tests.fixtures.app import parse_sse, running_app
+from tests.fixtures.app import running_app
 from tests.fixtures.knowledge import load_demo_kb
+from tests.fixtures.messages import send_for_events
 from tests.fixtures.models import ProviderErrorChatModel, ScriptedChatModel, StreamingChatModel
+from tests.fixtures.sse import parse_sse
 from tests.fixtures.tokens import auth
 from tests.tracing.spans import NODES, children, everything_said, leaks, memory_provider, run_span
 
@@ -43,22 +43,16 @@ def kb_database_url(migrated_database_url: str) -> str:
     return migrated_database_url
 
 
-async def run(client: httpx.AsyncClient, thread: str, content: str) -> list[tuple[str, dict[str, Any]]]:
-    response = await client.post(
-        f"/v1/threads/{thread}/runs", json={"message": {"content": content}}, headers=auth(**EN)
-    )
-    assert response.status_code == 200, response.text
-    return parse_sse(response.text)
-
-
 async def test_a_run_is_a_span_with_a_child_per_node_and_a_model_span_under_generate(kb_database_url: str) -> None:
     provider, exporter = memory_provider()
     model = NamedStreamingModel(mode="answer", reply={"status": "answered", "answer": ANSWER, "citations": []})
     windows: list[Sequence[BaseMessage]] = []
     overrides = {"chat_model": model, "window_observer": windows.append}
     async with running_app(kb_database_url, agent_overrides=overrides, tracer_provider=provider) as client:
-        first = await run(client, "traced-1", "remember that my car is a Peugeot 206, and what covers windscreens?")
-        second = await run(client, "traced-1", "What does travel insurance cover for medical costs abroad?")
+        remember = "remember that my car is a Peugeot 206, and what covers windscreens?"
+        first = await send_for_events(client, "traced-1", remember, **EN)
+        abroad = "What does travel insurance cover for medical costs abroad?"
+        second = await send_for_events(client, "traced-1", abroad, **EN)
         memory = (await client.get("/v1/users/u1/memory", headers=auth(**EN))).json()
     spans = exporter.get_finished_spans()
 
@@ -146,7 +140,7 @@ async def test_a_failed_model_call_marks_the_model_node_and_run_spans_with_error
     question = "Please check whether claim number 55512 for my Peugeot 206 was accepted"
     model = NamedFailingModel(status_code=429, error_message=f"rate limited while answering: {question}")
     async with running_app(kb_database_url, agent_overrides={"chat_model": model}, tracer_provider=provider) as client:
-        events = await run(client, "traced-fail", question)
+        events = await send_for_events(client, "traced-fail", question, **EN)
     # A provider's 429 is a rate limit: 503 model_rate_limited (docs/api.md).
     assert events[-1][0] == "error" and events[-1][1]["status"] == 503
     spans = exporter.get_finished_spans()
@@ -178,7 +172,10 @@ async def test_concurrent_runs_get_separate_traces(kb_database_url: str) -> None
     model = NamedStreamingModel(mode="answer", reply={"status": "answered", "answer": ANSWER, "citations": []})
     async with running_app(kb_database_url, agent_overrides={"chat_model": model}, tracer_provider=provider) as client:
         results = await asyncio.gather(
-            *(run(client, f"traced-many-{i}", "What does travel insurance cover abroad?") for i in range(4))
+            *(
+                send_for_events(client, f"traced-many-{i}", "What does travel insurance cover abroad?", **EN)
+                for i in range(4)
+            )
         )
     spans = exporter.get_finished_spans()
     roots = [run_span(spans, events[-1][1]["run_id"]) for events in results]
@@ -195,7 +192,7 @@ async def test_a_model_that_times_out_ends_its_spans_as_failed(kb_database_url: 
     provider, exporter = memory_provider()
     overrides = {"chat_model": ScriptedChatModel(mode="hang"), "model_timeout_seconds": 0.3}
     async with running_app(kb_database_url, agent_overrides=overrides, tracer_provider=provider) as client:
-        events = await run(client, "traced-timeout", "What does travel insurance cover abroad?")
+        events = await send_for_events(client, "traced-timeout", "What does travel insurance cover abroad?", **EN)
     assert events[-1][0] == "error" and events[-1][1]["status"] == 504
     spans = exporter.get_finished_spans()
     root = run_span(spans, events[0][1]["run_id"])
@@ -227,7 +224,7 @@ async def test_the_memory_writers_model_call_after_the_answer_is_not_in_the_runs
     async with running_app(
         kb_database_url, agent_overrides={"chat_model": model}, memory_extractor=extractor, tracer_provider=provider
     ) as client:
-        events = await run(client, f"traced-memory-{delay}", "remember that my car is a Peugeot 206")
+        events = await send_for_events(client, f"traced-memory-{delay}", "remember that my car is a Peugeot 206", **EN)
         await asyncio.wait_for(extracted.wait(), 10)
     spans = exporter.get_finished_spans()
     root = run_span(spans, events[-1][1]["run_id"])
