@@ -69,8 +69,8 @@ def _print(report: dict[str, Any]) -> None:
             wrong.append(f"  {case['id']}: expected {expect.get('status')}, got {result['status']}{cited}")
     print("by kind (status right / cases, citations hit / cases with expected citations):")
     for kind, marks in sorted(groups.items()):
-        cited = [h for _, h in marks if h is not None]
-        print(f"  {kind:<13} {sum(r for r, _ in marks)}/{len(marks)}   {sum(cited)}/{len(cited)}")
+        hits = [h for _, h in marks if h is not None]
+        print(f"  {kind:<13} {sum(r for r, _ in marks)}/{len(marks)}   {sum(hits)}/{len(hits)}")
     print(f"missed ({len(wrong)}):", *wrong, sep="\n")
 
 
