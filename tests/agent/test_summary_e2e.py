@@ -7,7 +7,8 @@ from collections.abc import Sequence
 
 from langchain_core.messages import BaseMessage
 
-from tests.fixtures.app import parse_sse, running_app
+from tests.fixtures.app import running_app
+from tests.fixtures.sse import parse_sse
 from tests.fixtures.tokens import auth
 
 TOPICS = ["car body", "third-party", "travel", "home", "life", "supplementary health"]

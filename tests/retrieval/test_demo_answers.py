@@ -7,8 +7,9 @@ import asyncio
 import psycopg
 import pytest
 
-from tests.fixtures.app import parse_sse, running_app
+from tests.fixtures.app import running_app
 from tests.fixtures.knowledge import load_demo_kb
+from tests.fixtures.sse import parse_sse
 from tests.fixtures.tokens import auth
 
 CASES = [

@@ -21,7 +21,7 @@ from chatbot.db.pool import Pool, make_pool
 from chatbot.threads.export import export_feedback
 from tests.fixtures.app import running_app
 from tests.fixtures.knowledge import load_demo_kb
-from tests.fixtures.messages import send_for_answer, send_message
+from tests.fixtures.messages import JSON_ACCEPT, send_for_answer, send_message
 from tests.fixtures.models import ScriptedChatModel
 from tests.fixtures.postgres import settings_for
 from tests.fixtures.tokens import auth
@@ -127,7 +127,7 @@ async def test_export_lines_match_what_was_rated(isolated_database_url: str) -> 
         await rate(client, "exp-b", b1["run_id"], "up", "عالی بود")
         await rate(client, "exp-g", g1["run_id"], "down", "Did not understand me.", tenant="globex", **EN)
     async with running_app(url, agent_overrides={"chat_model": ScriptedChatModel(mode="fail")}) as client:
-        failed = (await send_message(client, "exp-f", "Is anyone there?", json_answer=True, locale="en-US")).json()
+        failed = (await send_message(client, "exp-f", "Is anyone there?", accept=JSON_ACCEPT, **EN)).json()
         assert failed["status"] == 502
         page = (await client.get("/v1/threads/exp-f/messages", headers=auth(**EN))).json()
         failed_run = page["messages"][0]["run_id"]

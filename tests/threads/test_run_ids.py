@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 from tests.fixtures.app import api_routes
+from tests.fixtures.messages import send_for_answer
 from tests.fixtures.tokens import auth
 
 THREAD = "t-run-ids"
@@ -41,13 +42,7 @@ async def _call(client: httpx.AsyncClient, method: str, path: str, thread: str, 
 
 @pytest.fixture
 async def run_id(client: httpx.AsyncClient) -> str:
-    response = await client.post(
-        f"/v1/threads/{THREAD}/runs",
-        json={"message": {"content": "hello"}},
-        headers={"Accept": "application/json", **auth()},
-    )
-    assert response.status_code == 200
-    return str(response.json()["run_id"])
+    return str((await send_for_answer(client, THREAD, "hello"))["run_id"])
 
 
 def _not_run_ids(run_id: str) -> dict[str, str]:

@@ -13,6 +13,7 @@ from chatbot.errors import Problem
 from chatbot.threads.rejoin import parse_last_event_id
 from tests.fixtures.app import running_app
 from tests.fixtures.knowledge import load_demo_kb
+from tests.fixtures.messages import send_message
 from tests.fixtures.sse import Event, answer_of, parse_blocks
 from tests.fixtures.tokens import auth
 
@@ -33,7 +34,7 @@ async def client(kb_database_url: str) -> AsyncIterator[httpx.AsyncClient]:
 
 
 async def _run(client: httpx.AsyncClient, thread: str) -> tuple[httpx.Response, list[Event]]:
-    response = await client.post(f"/v1/threads/{thread}/runs", json=QUESTION, headers=auth(**EN))
+    response = await send_message(client, thread, QUESTION["message"]["content"], **EN)
     assert response.status_code == 200, response.text
     return response, parse_blocks(response.text)[0]
 

@@ -39,7 +39,8 @@ async def main(mode: str, database_url: str) -> dict[str, Any]:
         provider, exporter = memory_provider()
         trace.set_tracer_provider(provider)
 
-    from tests.fixtures.app import parse_sse, running_app
+    from tests.fixtures.app import running_app
+    from tests.fixtures.sse import parse_sse
     from tests.fixtures.tokens import auth
 
     async with running_app(database_url) as client:
