@@ -46,7 +46,7 @@ async def until_token(listener: Listener) -> list[StreamEvent]:
 
 
 async def rest(listener: Listener) -> list[StreamEvent]:
-    seen = []
+    seen: list[StreamEvent] = []
     while not seen or seen[-1].event not in ("end", "error"):
         seen.append(await asyncio.wait_for(listener.queue.get(), 10))
     return seen
@@ -183,8 +183,9 @@ async def test_a_cancel_closes_the_providers_stream(
     monkeypatch.setenv("OPENAI_API_KEY", "test-key")
     with ProviderDouble() as double:
         double.default = Behaviour(answer="x" * 2000, piece_delay=0.02)
-        settings = {"model": "openai:gpt-4o-mini", "model_base_url": double.openai_base_url}
-        async with running_app(migrated_database_url, **settings) as client:
+        async with running_app(
+            migrated_database_url, model="openai:gpt-4o-mini", model_base_url=double.openai_base_url
+        ) as client:
             listener = await runs_of(client).start("stop-5", CALLER, "What does travel insurance cover?")
             await until_token(listener)
             assert (await client.post(cancel_url("stop-5", listener.run_id), headers=auth(**EN))).status_code == 202

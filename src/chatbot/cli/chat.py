@@ -10,7 +10,14 @@ import typer
 
 from chatbot.cli import common
 from chatbot.cli.chat_view import PlainView, RichView, View
-from chatbot.client import ChatbotClient, ChatbotError, RateLimitedError, Retries, StreamInterrupted
+from chatbot.client import (
+    ChatbotClient,
+    ChatbotError,
+    ConflictError,
+    RateLimitedError,
+    Retries,
+    StreamInterrupted,
+)
 from chatbot.client.errors import error_from_event
 from chatbot.client.events import Event
 from chatbot.responses import TranscriptMessage
@@ -54,15 +61,37 @@ def _transcript(client: ChatbotClient, thread: str) -> list[TranscriptMessage]:
 
 def _ask(client: ChatbotClient, view: View, thread: str, text: str) -> None:
     event: Event
-    for event in client.stream(thread, text):
-        if event.event == "progress":
-            view.progress(event.data)
-        elif event.event == "token":
-            view.token(str(event.data.get("content", "")))
-        elif event.event == "end":
-            view.end(event.end())
-        elif event.event == "error":
-            view.error(error_from_event(event.data))
+    run_id: str | None = None
+    try:
+        for event in client.stream(thread, text):
+            if event.event == "metadata":
+                run_id = str(event.data.get("run_id") or "") or None
+            _show(view, event)
+    except KeyboardInterrupt:
+        if run_id is None:
+            raise  # no run yet to stop
+        _stop(client, view, thread, run_id)
+
+
+def _stop(client: ChatbotClient, view: View, thread: str, run_id: str) -> None:
+    """Ctrl-C during an answer: stop the run in the service too (no more tokens are spent on it)."""
+    try:
+        client.cancel(thread, run_id)
+    except ConflictError:
+        view.error(RuntimeError("the answer had already ended"))
+        return
+    view.error(RuntimeError("stopped: the answer was cancelled"))
+
+
+def _show(view: View, event: Event) -> None:
+    if event.event == "progress":
+        view.progress(event.data)
+    elif event.event == "token":
+        view.token(str(event.data.get("content", "")))
+    elif event.event == "end":
+        view.end(event.end())
+    elif event.event == "error":
+        view.error(error_from_event(event.data))
 
 
 def converse(client: ChatbotClient, view: View, thread: str) -> None:
@@ -91,7 +120,7 @@ def converse(client: ChatbotClient, view: View, thread: str) -> None:
         except (ChatbotError, StreamInterrupted) as exc:
             view.error(exc)
         except KeyboardInterrupt:
-            view.error(RuntimeError("interrupted (the run goes on in the service)"))
+            view.error(RuntimeError("interrupted"))
 
 
 def chat(

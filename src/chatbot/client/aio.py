@@ -101,6 +101,14 @@ class AsyncChatbotClient:
         """Rate a run's answer (sending again replaces the earlier rating)."""
         await self._send("POST", api.feedback_path(thread_id, run_id), json=api.feedback_body(score, comment))
 
+    async def cancel(self, thread_id: str, run_id: str) -> None:
+        """Stop a run in flight ("stop generating"); its stream ends with the `cancelled` error.
+
+        Returns once the thread takes a new message. Raises `ConflictError` (409) when the run
+        had already ended.
+        """
+        await self._send("POST", api.cancel_path(thread_id, run_id))
+
     # Threads ----------------------------------------------------------------------------
 
     async def messages(self, thread_id: str, limit: int = 20, before: str | None = None) -> MessagesPage:

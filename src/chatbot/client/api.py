@@ -37,6 +37,11 @@ def feedback_path(thread_id: str, run_id: str) -> str:
     return f"{run_path(thread_id, run_id)}/feedback"
 
 
+def cancel_path(thread_id: str, run_id: str) -> str:
+    """Return the path that stops a run in flight."""
+    return f"{run_path(thread_id, run_id)}/cancel"
+
+
 def messages_path(thread_id: str) -> str:
     """Return the path of a thread's transcript."""
     return f"/v1/threads/{_segment(thread_id)}/messages"

@@ -104,6 +104,14 @@ class ChatbotClient:
         """Rate a run's answer (sending again replaces the earlier rating)."""
         self._send("POST", api.feedback_path(thread_id, run_id), json=api.feedback_body(score, comment))
 
+    def cancel(self, thread_id: str, run_id: str) -> None:
+        """Stop a run in flight ("stop generating"); its stream ends with the `cancelled` error.
+
+        Returns once the thread takes a new message. Raises `ConflictError` (409) when the run
+        had already ended.
+        """
+        self._send("POST", api.cancel_path(thread_id, run_id))
+
     # Threads ----------------------------------------------------------------------------
 
     def messages(self, thread_id: str, limit: int = 20, before: str | None = None) -> MessagesPage:
