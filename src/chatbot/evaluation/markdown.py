@@ -32,7 +32,7 @@ def cell(value: Any, limit: int = CELL_CHARS) -> str:
     return bidi(text.replace("|", "\\|"))
 
 
-def _figure(value: float | None, digits: int = 3) -> str:
+def _figure(value: float | None, digits: int = 4) -> str:
     if value is None:
         return "–"
     return f"{value:.{digits}f}".rstrip("0").rstrip(".")
