@@ -271,3 +271,15 @@ def test_history_reaches_the_model_as_prior_turns(kb_url: str, double: ProviderD
     assert done.exit_code == 0, done.output
     (request,) = double.requests
     assert [m["content"] for m in request.body["messages"][1:]] == [TRAVEL, history[1]["content"], case["question"]]
+
+
+def test_a_progress_bar_is_drawn_on_a_terminal_only(
+    kb_url: str, double: ProviderDouble, dataset: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    args = ["--dataset", str(dataset), "--model", "offline", "--out", str(tmp_path)]
+    piped = chatbot_eval(kb_url, double, *args)
+    assert piped.exit_code == 0 and piped.stderr == ""
+    monkeypatch.setenv("FORCE_COLOR", "1")  # rich then treats standard error as a terminal
+    terminal = chatbot_eval(kb_url, double, *args)
+    assert terminal.exit_code == 0, terminal.output
+    assert "eval" in terminal.stderr and "4/4" in terminal.stderr
