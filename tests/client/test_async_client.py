@@ -12,6 +12,7 @@ from chatbot.client import AsyncChatbotClient, ChatbotError, ConflictError, Retr
 from tests.fixtures.app import Replica, start_replica
 from tests.fixtures.client import EN_QUESTION, AsyncRecordingTransport, Recorder
 from tests.fixtures.postgres import TEST_SECRET
+from tests.fixtures.wait import wait_until
 
 
 def client_for(replica: Replica, user: str = "u-async", **kwargs: Any) -> AsyncChatbotClient:
@@ -44,11 +45,11 @@ async def test_feedback_memory_delete_and_erasure(kb_replica: Replica) -> None:
     async with client_for(kb_replica, user="u-async-all") as client:
         end = await client.run("a-all", "remember that I live in Shiraz")
         await client.feedback("a-all", end.run_id, "up", comment="thanks")
-        for _ in range(100):
-            if (await client.memory()).facts:
-                break
-            await asyncio.sleep(0.1)
-        assert any("Shiraz" in f.text for f in (await client.memory()).facts)
+
+        async def remembered() -> bool:
+            return any("Shiraz" in f.text for f in (await client.memory()).facts)
+
+        await wait_until(remembered, what="the fact remembered", timeout=10)
         await client.reset_memory()
         assert (await client.memory()).facts == []
         await client.run("a-other", EN_QUESTION)

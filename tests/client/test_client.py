@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -22,6 +21,7 @@ from tests.fixtures.app import Replica, start_replica
 from tests.fixtures.client import EN_QUESTION, Recorder, RecordingTransport
 from tests.fixtures.postgres import TEST_SECRET
 from tests.fixtures.tokens import make_token
+from tests.fixtures.wait import wait_until_sync
 
 
 def client_for(replica: Replica, user: str = "u1", **kwargs: Any) -> ChatbotClient:
@@ -118,10 +118,9 @@ def test_delete_thread_removes_it(client: ChatbotClient) -> None:
 def test_memory_is_read_and_reset(kb_replica: Replica) -> None:
     with client_for(kb_replica, user="u-memory") as client:
         assert client.run("c-memory", "remember that my car is a Peugeot 206").status == "answered"
-        deadline = time.monotonic() + 10
-        while not any("Peugeot 206" in f.text for f in client.memory().facts):
-            assert time.monotonic() < deadline, "the fact was not remembered"
-            time.sleep(0.1)
+        wait_until_sync(
+            lambda: any("Peugeot 206" in f.text for f in client.memory().facts), what="the fact remembered", timeout=10
+        )
         memory = client.memory()
         assert memory.user_id == "u-memory" and memory.facts[0].category
         client.reset_memory()

@@ -28,6 +28,7 @@ from tests.fixtures.app import Replica, start_replica
 from tests.fixtures.knowledge import load_demo_kb
 from tests.fixtures.stoppable_postgres import StoppablePostgres
 from tests.fixtures.tokens import auth
+from tests.fixtures.wait import wait_until
 from tests.hardening.faults_ledger import Attempt, Findings, Ledger
 from tests.hardening.faults_runs import json_run, next_run_answers, seconds_until_unlocked, stream_run
 
@@ -52,15 +53,13 @@ def replica(stoppable_postgres: StoppablePostgres) -> Iterator[Replica]:
 
 
 async def _ready(client: httpx.AsyncClient) -> None:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
+    async def ready() -> bool:
         try:
-            if (await client.get("/readyz")).status_code == 200:
-                return
+            return (await client.get("/readyz")).status_code == 200
         except httpx.HTTPError:
-            pass
-        await asyncio.sleep(0.2)
-    raise AssertionError("the replica did not become ready after Postgres came back")
+            return False
+
+    await wait_until(ready, what="the replica ready after Postgres came back", timeout=60, interval=0.2)
 
 
 async def _streaming(client: httpx.AsyncClient, attempt: Attempt) -> asyncio.Task[Attempt]:

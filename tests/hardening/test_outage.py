@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
@@ -12,6 +11,7 @@ import pytest
 from tests.fixtures.app import Replica, start_replica
 from tests.fixtures.stoppable_postgres import StoppablePostgres
 from tests.fixtures.tokens import auth
+from tests.fixtures.wait import wait_until_sync
 
 THREAD = "t-outage"
 # The contract's bound: an answer within 3 seconds. The client gives up after it, so a
@@ -49,15 +49,13 @@ def _call(
 
 
 def _wait_ready(base_url: str, seconds: float = 30.0) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
+    def ready() -> bool:
         try:
-            if httpx.get(base_url + "/readyz", timeout=CONTRACT_SECONDS).status_code == 200:
-                return
+            return httpx.get(base_url + "/readyz", timeout=CONTRACT_SECONDS).status_code == 200
         except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    raise AssertionError("the replica did not become ready again after Postgres came back")
+            return False
+
+    wait_until_sync(ready, what="the replica ready again after Postgres came back", timeout=seconds, interval=0.2)
 
 
 def test_every_endpoint_answers_503_within_3s_during_an_outage_and_recovers(
