@@ -31,7 +31,6 @@ from langgraph.store.postgres.aio import AsyncPostgresStore
 from psycopg import AsyncConnection, sql
 
 from chatbot.db.catalogue import tables_with_column
-from chatbot.db.locks import THREAD_LOCKED
 
 Conn = AsyncConnection[Any]
 
@@ -275,12 +274,6 @@ _NEWEST_RUN = (
     "select metadata ->> 'run_id' as run_id from checkpoints "
     "where thread_id = %s and checkpoint_ns = '' order by checkpoint_id desc limit 1"
 )
-# With the lock probe in the same round trip: a follower polls both several times a second.
-_NEWEST_RUN_AND_LOCK = f"""
-select (select metadata ->> 'run_id' from checkpoints
-        where thread_id = %(thread)s and checkpoint_ns = '' order by checkpoint_id desc limit 1) as newest_run,
-       ({THREAD_LOCKED}) as locked
-"""
 
 
 async def run_record_checkpoints(conn: Conn, thread_id: str, run_id: str, tenant_id: str) -> list[dict[str, Any]]:
@@ -297,13 +290,6 @@ async def newest_run(conn: Conn, thread_id: str) -> str | None:
     """Return the run id of the thread's newest checkpoint, None without one."""
     row = await (await conn.execute(_NEWEST_RUN, (thread_id,))).fetchone()
     return None if row is None else row["run_id"]
-
-
-async def newest_run_and_lock(conn: Conn, thread_id: str) -> tuple[str | None, bool]:
-    """Return the thread's newest run id and whether any session holds the thread lock, in one round trip."""
-    row = await (await conn.execute(_NEWEST_RUN_AND_LOCK, {"thread": thread_id})).fetchone()
-    assert row is not None  # a select without from: always one row
-    return row["newest_run"], bool(row["locked"])
 
 
 # Raw, and a fragment rather than a function: pruning chunk versions (retrieval/versions.py)

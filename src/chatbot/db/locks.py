@@ -43,17 +43,17 @@ _USER_KEY = "hashtextextended('chatbot/user/' || %(tenant)s || '/' || %(user)s, 
 
 _ERASE_KEY = "hashtextextended('chatbot/erase/' || %(tenant)s || '/' || %(user)s, 0)"
 
-# Taking a thread lock also sets the thread's fence token, in the same round trip; the
-# upsert runs only when the lock was granted (the CTE is volatile, so evaluated once).
-_TRY_THREAD = f"""
-with lock as (select pg_try_advisory_lock({_THREAD_KEY}) as ok),
-fence as (
-    insert into thread_fences (thread_id, token) select %(thread)s, %(token)s from lock where ok
-    on conflict (thread_id) do update set token = excluded.token
-    returning 1
+# Taking a thread lock, then (only when it was granted) setting the thread's fence token:
+# two statements on the lock session. The lock is the coordinator's (every lock session
+# connects there); the fence row lives beside the thread's checkpoints, on the worker
+# holding that thread on Citus. One statement for both would make Citus plan the insert
+# through the coordinator, so the upsert is its own statement naming one thread_id (a
+# router statement), sent only after a granted lock (docs/scaling.md).
+_TRY_THREAD = f"select pg_try_advisory_lock({_THREAD_KEY}) as ok, true as user_ok"
+_SET_FENCE = (
+    "insert into thread_fences (thread_id, token) values (%(thread)s, %(token)s)"
+    " on conflict (thread_id) do update set token = excluded.token"
 )
-select ok, true as user_ok, (select count(*) from fence) as fenced from lock
-"""
 _UNLOCK_THREAD = f"select pg_advisory_unlock({_THREAD_KEY})"
 
 # A run's thread lock comes with a shared hold on its user's erasure key, in the same
@@ -63,13 +63,8 @@ _UNLOCK_THREAD = f"select pg_advisory_unlock({_THREAD_KEY})"
 _TRY_RUN = f"""
 with run as (select pg_try_advisory_lock_shared({_ERASE_KEY}) as ok),
 lock as (select case when (select ok from run) then pg_try_advisory_lock({_THREAD_KEY}) else false end as ok),
-undo as (select pg_advisory_unlock_shared({_ERASE_KEY}) from run, lock where run.ok and not lock.ok),
-fence as (
-    insert into thread_fences (thread_id, token) select %(thread)s, %(token)s from lock where ok
-    on conflict (thread_id) do update set token = excluded.token
-    returning 1
-)
-select lock.ok, run.ok as user_ok, (select count(*) from fence) + (select count(*) from undo) as done
+undo as (select pg_advisory_unlock_shared({_ERASE_KEY}) from run, lock where run.ok and not lock.ok)
+select lock.ok, run.ok as user_ok, (select count(*) from undo) as undone
 from run, lock
 """
 _UNLOCK_RUN = f"select pg_advisory_unlock({_THREAD_KEY}), pg_advisory_unlock_shared({_ERASE_KEY})"
@@ -88,6 +83,19 @@ select exists (
       and objid = ({_THREAD_KEY} & 4294967295)::oid
 ) as locked
 """
+
+
+
+async def thread_locked(conn: AsyncConnection[Any], thread_id: str) -> bool:
+    """Return whether any session (of any replica) holds the thread's lock.
+
+    A statement of its own, never joined with a table read: on Citus the lock table read is
+    the coordinator's, where every lock session is, while a statement that also read a
+    distributed table would be sent to a worker and read that worker's lock table instead.
+    """
+    row = await (await conn.execute(THREAD_LOCKED, {"thread": thread_id})).fetchone()
+    return bool(row and row["locked"])
+
 
 PING_SECONDS = 1.0
 
@@ -358,9 +366,33 @@ class Locks:
             if not row.get("user_ok", True):
                 raise UserErasing()
             return None
+        if fence is not None:
+            await self._set_fence(name, session, conn, unlock_sql, params, shared)
         lease = Lease(self, name, session, conn, unlock_sql, params, fence, shared)
         self._held[name] = lease
         return lease
+
+    async def _set_fence(
+        self,
+        name: str,
+        session: LockSession,
+        conn: AsyncConnection[Any],
+        unlock_sql: str,
+        params: dict[str, Any],
+        shared: str | None,
+    ) -> None:
+        """Give the thread a fresh fence token under the lock just granted; unlock if that fails."""
+        try:
+            await conn.execute(_SET_FENCE, params)
+        except BaseException:
+            # A lock without its token would let the previous holder keep writing: give it back.
+            with contextlib.suppress(Exception):
+                await conn.execute(unlock_sql, params)
+            if conn.broken:
+                await session.drop(conn)
+            del self._held[name]
+            self._unshare(shared)
+            raise
 
     async def _watch(self) -> None:
         while True:

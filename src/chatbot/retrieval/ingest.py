@@ -13,6 +13,7 @@ import logging
 import unicodedata
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -118,12 +119,14 @@ VALUES (%(tenant)s, %(chunk_id)s, %(version)s, %(document_id)s, %(ordinal)s, %(t
         %(embedding)s::vector, %(metadata)s)
 """
 
+# The time is a parameter: Citus refuses now() in `DO UPDATE SET` on a distributed table.
 _UPSERT_DOCUMENT = """
-INSERT INTO kb_documents (tenant_id, document_id, title, source, content_sha, language, chunk_count)
-VALUES (%s, %s, %s, %s, %s, %s, %s)
+INSERT INTO kb_documents (tenant_id, document_id, title, source, content_sha, language, chunk_count, updated_at)
+VALUES (%s, %s, %s, %s, %s, %s, %s, %s)
 ON CONFLICT (tenant_id, document_id) DO UPDATE
 SET title = EXCLUDED.title, source = EXCLUDED.source, content_sha = EXCLUDED.content_sha,
-    language = EXCLUDED.language, chunk_count = EXCLUDED.chunk_count, updated_at = now(), removed_at = NULL
+    language = EXCLUDED.language, chunk_count = EXCLUDED.chunk_count, updated_at = EXCLUDED.updated_at,
+    removed_at = NULL
 """
 
 _CURRENT_CHUNKS = """
@@ -182,7 +185,7 @@ async def _write_document(conn: AsyncConnection[Any], tenant_id: str, doc: _Sour
     async with conn.transaction():
         # The document row's lock (taken by the upsert) serialises two ingests of it.
         await conn.execute(_UPSERT_DOCUMENT, (tenant_id, doc.document_id, title, doc.source, sha,
-                                              language, len(chunks)))
+                                              language, len(chunks), datetime.now(UTC)))
         current = await _current_chunks(conn, tenant_id, doc.document_id)
         kept = {c.chunk_id: c.ordinal for c in chunks if _unchanged(c, current)}
         await conn.execute(_SUPERSEDE, (tenant_id, doc.document_id, [cid for cid in current if cid not in kept]))

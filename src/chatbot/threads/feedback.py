@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 from psycopg import AsyncConnection
@@ -11,11 +12,13 @@ from chatbot.caller import CallerContext
 from chatbot.db import langgraph_tables
 from chatbot.db.pool import Pool
 
+# The time is a parameter (the replica's clock): Citus refuses a non-IMMUTABLE function such
+# as now() in `DO UPDATE SET` on a distributed table (docs/scaling.md).
 _UPSERT = """
-insert into run_feedback (thread_id, run_id, tenant_id, user_id, score, comment, locale)
-values (%s, %s, %s, %s, %s, %s, %s)
+insert into run_feedback (thread_id, run_id, tenant_id, user_id, score, comment, locale, created_at, updated_at)
+values (%s, %s, %s, %s, %s, %s, %s, %s, %s)
 on conflict (thread_id, run_id) do update
-set score = excluded.score, comment = excluded.comment, user_id = excluded.user_id, updated_at = now(),
+set score = excluded.score, comment = excluded.comment, user_id = excluded.user_id, updated_at = excluded.updated_at,
     locale = excluded.locale
 """
 
@@ -31,7 +34,8 @@ async def save_feedback(
 ) -> None:
     """Insert or replace the feedback of one run."""
     async with pool.connection() as conn:
-        params = (thread_id, run_id, caller.tenant_id, caller.user_id, score, comment, caller.locale)
+        now = datetime.now(UTC)
+        params = (thread_id, run_id, caller.tenant_id, caller.user_id, score, comment, caller.locale, now, now)
         await conn.execute(_UPSERT, params)
 
 

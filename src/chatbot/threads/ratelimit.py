@@ -14,16 +14,20 @@ select runs, ceil(extract(epoch from (date_trunc('minute', now()) + interval '1 
 from run_rate_windows
 where tenant_id = %s and user_id = %s and window_start = date_trunc('minute', now())
 """
-# Count the run only if the window still has room; old windows of this user go at the same time.
+# Count the run only if the window still has room. One statement naming (tenant, user): on
+# Citus a router statement on the shard of the tenant.
 _CONSUME = """
-with _gc as (
-    delete from run_rate_windows
-    where tenant_id = %(t)s and user_id = %(u)s and window_start < date_trunc('minute', now())
-)
 insert into run_rate_windows as w (tenant_id, user_id, window_start, runs)
 values (%(t)s, %(u)s, date_trunc('minute', now()), 1)
 on conflict (tenant_id, user_id, window_start) do update set runs = w.runs + 1 where w.runs < %(limit)s
 returning runs
+"""
+# The user's older windows go when a new one is opened (its first run): a statement of its
+# own, once per user and minute, since a delete and an insert in one statement (a writing
+# CTE) is planned by Citus through the coordinator rather than routed to one shard.
+_FORGET_OLD = """
+delete from run_rate_windows
+where tenant_id = %(t)s and user_id = %(u)s and window_start < date_trunc('minute', now())
 """
 _RETRY = (
     "select greatest(1, ceil(extract(epoch from "
@@ -54,7 +58,10 @@ class RateLimiter:
             return None
         params = {"t": caller.tenant_id, "u": caller.user_id, "limit": self.per_minute}
         async with self.pool.connection() as conn:
-            if await (await conn.execute(_CONSUME, params)).fetchone():
+            counted = await (await conn.execute(_CONSUME, params)).fetchone()
+            if counted:
+                if counted["runs"] == 1:
+                    await conn.execute(_FORGET_OLD, params)
                 return None
             row = await (await conn.execute(_RETRY)).fetchone()
         return int(row["retry"]) if row else 60

@@ -26,6 +26,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from chatbot.agent.state import message_meta
 from chatbot.db import langgraph_tables
+from chatbot.db.locks import thread_locked
 from chatbot.db.pool import Pool
 from chatbot.errors import Problem
 from chatbot.failures import Failure, FailureReason
@@ -127,7 +128,9 @@ class RunRecords:
             if replayed is not None:
                 return replayed
             async with self.pool.connection() as conn:
-                newest, locked = await langgraph_tables.newest_run_and_lock(conn, thread_id)
+                # Two statements: the lock table read must stay on the coordinator (locks.py).
+                newest = await langgraph_tables.newest_run(conn, thread_id)
+                locked = await thread_locked(conn, thread_id)
             if newest != run_id or not locked:
                 # Over without a final checkpoint? Read once more: the end is written before
                 # the lock is released, possibly between the two reads above.

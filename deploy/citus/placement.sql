@@ -1,0 +1,60 @@
+-- Generated from src/chatbot/db/placement.py (chatbot migrate --citus applies the same).
+
+-- checkpoints: every saver statement names one thread_id
+select create_distributed_table('checkpoints', 'thread_id', colocate_with => 'none')
+where not exists (select 1 from pg_dist_partition where logicalrelid = 'checkpoints'::regclass);
+
+-- checkpoint_blobs: written and read with the thread's checkpoints
+select create_distributed_table('checkpoint_blobs', 'thread_id', colocate_with => 'checkpoints')
+where not exists (select 1 from pg_dist_partition where logicalrelid = 'checkpoint_blobs'::regclass);
+
+-- checkpoint_writes: written and read with the thread's checkpoints
+select create_distributed_table('checkpoint_writes', 'thread_id', colocate_with => 'checkpoints')
+where not exists (select 1 from pg_dist_partition where logicalrelid = 'checkpoint_writes'::regclass);
+
+-- thread_fences: the fence check shares the checkpoint write's transaction
+select create_distributed_table('thread_fences', 'thread_id', colocate_with => 'checkpoints')
+where not exists (select 1 from pg_dist_partition where logicalrelid = 'thread_fences'::regclass);
+
+-- run_feedback: feedback checks its run in the thread's checkpoints
+select create_distributed_table('run_feedback', 'thread_id', colocate_with => 'checkpoints')
+where not exists (select 1 from pg_dist_partition where logicalrelid = 'run_feedback'::regclass);
+
+-- memory_jobs: inserted by the run's last node, deleted with the memory write, per thread
+select create_distributed_table('memory_jobs', 'thread_id', colocate_with => 'checkpoints')
+where not exists (select 1 from pg_dist_partition where logicalrelid = 'memory_jobs'::regclass);
+
+-- kb_documents: an ingest writes one tenant's documents
+select create_distributed_table('kb_documents', 'tenant_id', colocate_with => 'none')
+where not exists (select 1 from pg_dist_partition where logicalrelid = 'kb_documents'::regclass);
+
+-- kb_chunks: search reads one tenant's chunks; its foreign key to kb_documents includes tenant_id
+select create_distributed_table('kb_chunks', 'tenant_id', colocate_with => 'kb_documents')
+where not exists (select 1 from pg_dist_partition where logicalrelid = 'kb_chunks'::regclass);
+
+-- kb_terms: search reads one tenant's vocabulary
+select create_distributed_table('kb_terms', 'tenant_id', colocate_with => 'kb_documents')
+where not exists (select 1 from pg_dist_partition where logicalrelid = 'kb_terms'::regclass);
+
+-- run_rate_windows: one user's window is one row, counted on every run
+select create_distributed_table('run_rate_windows', 'tenant_id', colocate_with => 'kb_documents')
+where not exists (select 1 from pg_dist_partition where logicalrelid = 'run_rate_windows'::regclass);
+
+-- model_usage_daily: one upsert per model call, naming the tenant
+select create_distributed_table('model_usage_daily', 'tenant_id', colocate_with => 'kb_documents')
+where not exists (select 1 from pg_dist_partition where logicalrelid = 'model_usage_daily'::regclass);
+
+-- memory_resets: read by the user's memory writes, keyed by (tenant, user)
+select create_distributed_table('memory_resets', 'tenant_id', colocate_with => 'kb_documents')
+where not exists (select 1 from pg_dist_partition where logicalrelid = 'memory_resets'::regclass);
+
+-- store: one namespace (tenant, user, kind) is one shard
+select create_distributed_table('store', 'prefix', colocate_with => 'none')
+where not exists (select 1 from pg_dist_partition where logicalrelid = 'store'::regclass);
+
+-- system_prompts: a handful of rows, written once per prompt text
+select create_reference_table('system_prompts')
+where not exists (select 1 from pg_dist_partition where logicalrelid = 'system_prompts'::regclass);
+
+-- chatbot_hold_fence(text, uuid): co-located with thread_fences by p_thread
+select create_distributed_function('chatbot_hold_fence(text, uuid)', 'p_thread', colocate_with => 'thread_fences');
