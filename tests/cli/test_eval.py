@@ -283,3 +283,39 @@ def test_a_progress_bar_is_drawn_on_a_terminal_only(
     terminal = chatbot_eval(kb_url, double, *args)
     assert terminal.exit_code == 0, terminal.output
     assert "eval" in terminal.stderr and "4/4" in terminal.stderr
+
+
+async def test_a_recorded_window_reaches_the_model_whole(double: ProviderDouble) -> None:
+    from chatbot.agent.prompts import system_prompt
+    from chatbot.agent.system_message import format_system_prompt
+    from chatbot.config import Settings
+    from chatbot.evaluation.candidates import load_candidate
+    from chatbot.evaluation.cases import Case, RecordedWindow, Turn
+    from chatbot.evaluation.dry_run import run_case
+
+    chunk = {"chunk_id": "en/travel.md#abc", "document_id": "en/travel.md", "version": 3, "title": "Travel",
+             "text": "Lost baggage: up to €1,000 (as read then).", "language": "en", "score": 1.0}  # fmt: skip
+    window = RecordedWindow(
+        summary="The user asked about travel cover before.",
+        profile={"products": ["travel"]},
+        facts=("I travel to Spain every summer.", "I have two children."),
+        chunks=(chunk,),
+        context_tokens=6000,
+    )
+    history = (Turn("user", "Hi, I am going abroad.", "m1"), Turn("assistant", "How can I help?", "m2"))
+    case = Case("r", "How much for lost baggage?", "en-US", history=history, reference="old", window=window)
+    settings = Settings(environment="dev", model=MODEL, model_base_url=double.openai_base_url)
+
+    async def no_search(*_: Any) -> list[dict[str, Any]]:
+        raise AssertionError("a recorded window is not searched again")
+
+    double.default = Behaviour(answer="Up to €1,000.", citations=[chunk["chunk_id"]])
+    result = await run_case(case, load_candidate(MODEL, settings), tenant_id="acme", settings=settings,
+                            search=no_search)  # fmt: skip
+    assert (result.status, result.citations, result.error) == ("answered", [chunk["chunk_id"]], None)
+    (request,) = double.requests
+    system, *messages = request.body["messages"]
+    expected = format_system_prompt(system_prompt("en"), profile=window.profile, facts=window.facts,
+                                    summary=window.summary, chunks=[chunk], language="en")  # fmt: skip
+    assert system["content"] == expected
+    assert [m["content"] for m in messages] == ["Hi, I am going abroad.", "How can I help?", case.question]
