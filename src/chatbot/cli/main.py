@@ -19,6 +19,7 @@ from chatbot.cli.replay import replay
 from chatbot.cli.retention import retention
 from chatbot.cli.usage import usage
 from chatbot.db.migrate import migrate as run_migrations
+from chatbot.db.placement import CitusMissing, apply_placement
 from chatbot.db.pool import resolve_database_url
 from chatbot.limits import HeadDeadlineH11Protocol
 from chatbot.logs import configure_logging
@@ -39,7 +40,11 @@ app.command("eval")(evaluate_command)
 
 
 @app.command()
-def migrate() -> None:
+def migrate(
+    citus: bool = typer.Option(
+        False, "--citus", help="Then distribute the tables on a Citus coordinator (deploy/citus/placement.sql)."
+    ),
+) -> None:
     """Create or upgrade every table (checkpointer, store, the service's own). Safe to run concurrently."""
     settings = common.load_settings(environment="dev")  # needs no token key
 
@@ -48,6 +53,12 @@ def migrate() -> None:
         report = await run_migrations(url)
         applied = ", ".join(report.applied) or "nothing (already up to date)"
         typer.echo(f"migrated: {applied}")
+        if citus:
+            try:
+                await apply_placement(url)
+            except CitusMissing as exc:
+                common.fail(str(exc), 1)
+            typer.echo("placed: every table as src/chatbot/db/placement.py says")
 
     common.run(_go())
 

@@ -115,3 +115,18 @@ def citus_sql() -> str:
             f"select create_distributed_function('{signature}', '{argument}', colocate_with => '{table}');"
         )
     return "\n".join(lines) + "\n"
+
+
+class CitusMissing(RuntimeError):
+    """The database has no citus extension: there is nothing to place the tables on."""
+
+
+async def apply_placement(conninfo: str) -> None:
+    """Distribute the tables as `PLACEMENTS` says, on a migrated Citus coordinator (idempotent)."""
+    from psycopg import AsyncConnection
+
+    async with await AsyncConnection.connect(conninfo, autocommit=True, prepare_threshold=None) as conn:
+        found = await (await conn.execute("select 1 from pg_extension where extname = 'citus'")).fetchone()
+        if found is None:
+            raise CitusMissing("the database has no citus extension: run `create extension citus` on the coordinator")
+        await conn.execute(citus_sql().encode())
