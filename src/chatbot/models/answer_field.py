@@ -27,8 +27,8 @@ class AnswerField:
 
     def __init__(self, key: str = "answer") -> None:
         self._key = key
-        self._text = ""
-        self._pos = 0
+        self._parts: list[str] = []  # every piece fed, joined only when `text` is read
+        self._pending = ""  # the start of an escape whose end is in a later piece
         self._depth = 0
         self._in_string = False
         self._in_answer = False
@@ -40,13 +40,20 @@ class AnswerField:
     @property
     def text(self) -> str:
         """Return all the JSON text fed so far."""
-        return self._text
+        if len(self._parts) > 1:
+            self._parts[:] = ["".join(self._parts)]
+        return self._parts[0] if self._parts else ""
 
     def feed(self, piece: str) -> str:
-        """Take the next piece of JSON text; return the answer characters it completed."""
-        self._text += piece
+        """Take the next piece of JSON text; return the answer characters it completed.
+
+        Only the piece (and at most five characters of an escape left from the one before)
+        is read: the work is the piece's, however long the answer has grown.
+        """
+        self._parts.append(piece)
         out: list[str] = []
-        text, pos, end = self._text, self._pos, len(self._text)
+        text = self._pending + piece if self._pending else piece
+        pos, end = 0, len(text)
         while pos < end:
             char = text[pos]
             if self._in_string:
@@ -66,7 +73,7 @@ class AnswerField:
                 continue
             self._structure(char)
             pos += 1
-        self._pos = pos
+        self._pending = text[pos:]
         result = self._held + "".join(out)
         self._held = ""
         if result and "\ud800" <= result[-1] <= "\udbff":

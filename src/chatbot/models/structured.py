@@ -6,7 +6,8 @@ and it re-parses the accumulated arguments at every piece. Here the model is bou
 schema the way `with_structured_output` would bind it (OpenAI json_schema for the models
 that take it, a forced tool call otherwise), each chunk is read once (its JSON piece, its
 finish reason, its refusal, its usage), and the answer field is decoded as it streams
-(models/answer_field.py).
+(models/answer_field.py). OpenAI and Anthropic models are read straight off their event
+stream (models/wire.py); any other chat model through its `astream`.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from dataclasses import field as dataclass_field
 from typing import Any, Literal
 
 from langchain_core.messages import BaseMessage
@@ -22,6 +24,7 @@ from langchain_core.messages.ai import UsageMetadata, add_usage
 
 from chatbot.models.answer_field import AnswerField
 from chatbot.models.chain import ChainEntry
+from chatbot.models.wire import Progress, open_stream
 
 Method = Literal["json_schema", "tools"]
 Phase = Literal["first_token", "idle", "total"]
@@ -58,15 +61,29 @@ class Limits:
 class Streamed:
     """What a structured stream gave so far: also readable when the call failed part-way."""
 
-    field: AnswerField = field(default_factory=AnswerField)
-    answer: str = ""
-    """The answer characters handed out (what the user was shown)."""
+    field: AnswerField = dataclass_field(default_factory=AnswerField)
+    shown: list[str] = dataclass_field(default_factory=list)
+    """The answer pieces handed out, in order (kept as pieces: joining at every piece costs the square)."""
     finish: str | None = None
     """The provider's finish or stop reason, as it sent it; None if it sent none."""
     refused: bool = False
     text_only: bool = False
     """The model wrote plain text instead of the forced tool call."""
     usage: UsageMetadata | None = None
+
+    @property
+    def answer(self) -> str:
+        """Return the answer characters handed out (what the user was shown)."""
+        if len(self.shown) > 1:
+            self.shown[:] = ["".join(self.shown)]
+        return self.shown[0] if self.shown else ""
+
+    def hand_out(self, piece: str, on_delta: Callable[[str], None]) -> None:
+        """Feed one piece of JSON; hand the answer characters it completed to `on_delta`."""
+        delta = self.field.feed(piece)
+        if delta:
+            self.shown.append(delta)
+            on_delta(delta)
 
     def stop(self, *, reports_finish: bool) -> Stop:
         """Return how the stream ended: normally, short of its end, or with a refusal."""
@@ -119,25 +136,37 @@ async def stream_structured(
     fails; `into` then holds what came before.
     """
     method = structured_method(entry)
-    runnable = _bound(entry, schema, method)
+    reader = open_stream(entry.model, messages, schema, method)
     loop = asyncio.get_running_loop()
     started = loop.time()
-    openai_usage = entry.provider == "openai"
 
     def due() -> float:
-        if into.answer:
+        if into.shown:
             return min(loop.time() + limits.idle, limits.deadline)
         return min(started + limits.first_token, limits.deadline)
 
     try:
         async with asyncio.timeout_at(due()) as timer:
-            async for chunk in runnable.astream(list(messages)):
-                _read(chunk, method, into, on_delta, replace_usage=openai_usage)
-                timer.reschedule(due())
+            if reader is not None:
+                progress = Progress()
+                try:
+                    async for piece in reader(progress):
+                        if piece:
+                            into.hand_out(piece, on_delta)
+                        timer.reschedule(due())
+                finally:
+                    into.finish, into.refused = progress.finish, progress.refused
+                    into.text_only, into.usage = progress.text_only, progress.usage
+            else:
+                runnable = _bound(entry, schema, method)
+                openai_usage = entry.provider == "openai"
+                async for chunk in runnable.astream(list(messages)):
+                    _read(chunk, method, into, on_delta, replace_usage=openai_usage)
+                    timer.reschedule(due())
     except TimeoutError as exc:
         if loop.time() >= limits.deadline:
             raise StreamTimeout("total") from exc
-        raise StreamTimeout("idle" if into.answer else "first_token") from exc
+        raise StreamTimeout("idle" if into.shown else "first_token") from exc
     except Exception as exc:
         # The OpenAI SDK's stream helper raises at the end instead of returning the finish.
         name = type(exc).__name__
@@ -163,10 +192,7 @@ def _read(chunk: Any, method: Method, into: Streamed, on_delta: Callable[[str], 
     elif isinstance(chunk.content, str):
         piece = chunk.content
     if piece:
-        delta = into.field.feed(piece)
-        if delta:
-            into.answer += delta
-            on_delta(delta)
+        into.hand_out(piece, on_delta)
     metadata = chunk.response_metadata
     if metadata:
         finish = metadata.get("finish_reason") or metadata.get("stop_reason") or metadata.get("done_reason")
