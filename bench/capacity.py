@@ -1,0 +1,229 @@
+"""The highest steady arrival rate one replica holds with a real model's stream behind it.
+
+One `chatbot serve` (one worker, 127.0.0.1), its provider the wire double in a process of
+its own (so the double's CPU and this client's do not share one interpreter): every answer
+is ~1,500 Persian characters in 4-character pieces, one piece every `--piece-ms` (30 ms),
+after a first byte at `--first-byte-ms`. Runs arrive as a Poisson process at each rate for
+`--seconds` (60), each on a fresh thread and user, the rate rising by `--step` until the
+time to first token above the provider's own first byte passes 250 ms at p99, or a run is
+refused or fails. Printed per rate: runs, TTFT overhead p50/p99, replica CPU per run
+(/proc utime + stime over the rate's runs, to their end), runs and replica sockets at peak.
+
+    .venv/bin/python -m bench.capacity [--seconds 60] [--start 2] [--step 2] [--path json_schema]
+
+Uses CHATBOT_DATABASE_URL (migrated here) or an embedded Postgres in a temp dir.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import random
+import secrets
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+from pydantic import SecretStr
+
+from bench._pg import bench_database
+from bench.runs import KB, ROOT, SERVER_PIDS, server
+from bench.streaming import MODELS, QUESTIONS, TENANT
+from bench.worst_case_text import process_cpu
+from chatbot.cli.common import mint_token
+from chatbot.config import Settings
+from chatbot.db.pool import make_pool
+from chatbot.retrieval.ingest import ingest_paths
+
+GOAL_P99_MS = 250.0
+GOAL_RATE = 8.0
+
+
+def serve_double(chars: int, piece_ms: float, first_byte_ms: float) -> None:
+    """Run the wire double (this process, `--serve-double`): print its port, stop when stdin closes."""
+    from tests.fixtures.provider_double import Behaviour, ProviderDouble, persian_answer
+
+    with ProviderDouble(keep_alive=True) as double:
+        double.default = Behaviour(answer=persian_answer(chars), piece_chars=4)
+        double.default.piece_delay, double.default.first_byte_delay = piece_ms / 1000, first_byte_ms / 1000
+        print(double.port, flush=True)
+        sys.stdin.read()
+
+
+@dataclass
+class Rate:
+    """What one arrival rate gave."""
+
+    rate: float
+    overheads: list[float] = field(default_factory=list)
+    failed: int = 0
+    started: int = 0
+    peak_runs: int = 0
+    peak_sockets: int = 0
+    cpu: float = 0.0
+
+    def p(self, q: float) -> float:
+        ms = sorted(self.overheads)
+        return ms[min(len(ms) - 1, round(q * (len(ms) - 1)))] if ms else float("inf")
+
+    @property
+    def held(self) -> bool:
+        return self.failed == 0 and bool(self.overheads) and self.p(0.99) <= GOAL_P99_MS
+
+
+def sockets(pid: int) -> int:
+    """Return how many sockets the process has open."""
+    count = 0
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            count += os.readlink(fd).startswith("socket:")
+        except OSError:
+            pass
+    return count
+
+
+async def one_run(client: httpx.AsyncClient, settings: Settings, first_byte: float, result: Rate,
+                  live: list[int]) -> None:  # fmt: skip
+    """Run one question on a fresh thread; record its first-token overhead or its failure."""
+    question, locale = QUESTIONS["fa"]
+    user = f"cap-{uuid.uuid4().hex[:10]}"
+    token = mint_token(settings, tenant=TENANT, user=user, locale=locale, ttl=3600)
+    headers = {"Authorization": f"Bearer {token}", "Accept": "text/event-stream"}
+    live[0] += 1
+    result.peak_runs = max(result.peak_runs, live[0])
+    started = time.perf_counter()
+    first: float | None = None
+    tail = b""
+    try:
+        async with client.stream("POST", f"/v1/threads/t-{user}/runs", json={"message": {"content": question}},
+                                 headers=headers) as response:  # fmt: skip
+            async for chunk in response.aiter_raw():
+                if first is None and b"event: token" in tail[-16:] + chunk:
+                    first = time.perf_counter() - started
+                tail = (tail + chunk)[-400:]
+        if response.status_code != 200 or b"event: end" not in tail or first is None:
+            result.failed += 1
+        else:
+            result.overheads.append((first - first_byte) * 1000)
+    except httpx.HTTPError:
+        result.failed += 1
+    finally:
+        live[0] -= 1
+
+
+async def at_rate(client: httpx.AsyncClient, settings: Settings, pid: int, rate: float, seconds: float,
+                  first_byte: float, rng: random.Random) -> Rate:  # fmt: skip
+    """Send Poisson arrivals at `rate` for `seconds`; wait for every run to end."""
+    result = Rate(rate)
+    live = [0]
+    tasks: list[asyncio.Task[None]] = []
+    before = process_cpu(pid)
+    end = time.monotonic() + seconds
+
+    async def sample() -> None:
+        while True:
+            result.peak_sockets = max(result.peak_sockets, sockets(pid))
+            await asyncio.sleep(0.5)
+
+    sampler = asyncio.create_task(sample())
+    while time.monotonic() < end:
+        tasks.append(asyncio.create_task(one_run(client, settings, first_byte, result, live)))
+        await asyncio.sleep(rng.expovariate(rate))
+    await asyncio.gather(*tasks)
+    sampler.cancel()
+    result.started = len(tasks)
+    result.cpu = (process_cpu(pid) - before) / max(1, len(tasks))
+    return result
+
+
+def run(args: argparse.Namespace) -> None:
+    """Start the double in its own process, measure, stop it."""
+    double = subprocess.Popen(
+        [sys.executable, "-m", "bench.capacity", "--serve-double", "--chars", str(args.chars),
+         "--piece-ms", str(args.piece_ms), "--first-byte-ms", str(args.first_byte_ms)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, cwd=ROOT, text=True,
+    )  # fmt: skip
+    try:
+        assert double.stdout is not None
+        asyncio.run(main(args, int(double.stdout.readline())))
+    finally:
+        if double.stdin:
+            double.stdin.close()
+        try:
+            double.wait(15)
+        except subprocess.TimeoutExpired:
+            double.kill()
+
+
+async def main(args: argparse.Namespace, port: int) -> None:
+    """Start the replica; raise the rate until it no longer holds."""
+    secret = secrets.token_urlsafe(48)
+    settings = Settings(service_secret=SecretStr(secret), database_url="postgresql:///unused")
+    spec, provider = MODELS[args.path]
+    base_url = f"http://127.0.0.1:{port}" + ("/v1" if provider == "openai" else "")
+    env = {"CHATBOT_MODEL": spec, "CHATBOT_MODEL_BASE_URL": base_url, "OPENAI_API_KEY": "bench-key",
+           "ANTHROPIC_API_KEY": "bench-key"}  # fmt: skip
+    async with bench_database("capacity") as url:
+        pool = make_pool(url, settings, name="bench-ingest", min_size=1, max_size=2)
+        await pool.open(wait=True)
+        try:
+            await ingest_paths(pool, TENANT, [KB])
+        finally:
+            await pool.close()
+        async with server(url, secret, **env) as base:  # type: ignore[arg-type]  # CHATBOT_* variables
+            pid = SERVER_PIDS[base]
+            limits = httpx.Limits(max_connections=2000, max_keepalive_connections=200)
+            async with httpx.AsyncClient(base_url=base, timeout=120, limits=limits) as client:
+                rng = random.Random(8)
+                await at_rate(client, settings, pid, 2, 3, args.first_byte_ms / 1000, rng)  # warm
+                print(f"replica pid {pid}, {args.path}, {args.chars} Persian chars, a piece every "
+                      f"{args.piece_ms:g} ms, first byte at {args.first_byte_ms:g} ms, {args.seconds:g} s per rate")
+                print(f"{'runs/s':>7} {'runs':>5} {'failed':>6} {'TTFT over p50':>14} {'p99 (ms)':>9} "
+                      f"{'CPU/run (ms)':>13} {'runs at peak':>13} {'sockets at peak':>16}")
+                best: Rate | None = None
+                rate = args.start
+                while rate <= args.max_rate:
+                    result = await at_rate(client, settings, pid, rate, args.seconds,
+                                           args.first_byte_ms / 1000, rng)  # fmt: skip
+                    print(f"{rate:7.1f} {result.started:5d} {result.failed:6d} {result.p(0.5):14.1f} "
+                          f"{result.p(0.99):9.1f} {result.cpu * 1000:13.1f} {result.peak_runs:13d} "
+                          f"{result.peak_sockets:16d}", flush=True)
+                    if not result.held:
+                        break
+                    best = result
+                    rate += args.step
+                if best is None:
+                    print("no rate held")
+                else:
+                    verdict = "holds" if best.rate >= GOAL_RATE else "MISSED"
+                    print(f"highest rate held: {best.rate:g} runs/s (goal >= {GOAL_RATE:g}) {verdict}; "
+                          f"CPU per run {best.cpu * 1000:.1f} ms; runs in flight at peak {best.peak_runs}, "
+                          f"replica sockets at peak {best.peak_sockets}")
+
+
+def parse_args() -> argparse.Namespace:
+    """Return the command-line options."""
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=60.0, help="arrivals per rate")
+    parser.add_argument("--start", type=float, default=2.0)
+    parser.add_argument("--step", type=float, default=2.0)
+    parser.add_argument("--max-rate", type=float, default=40.0)
+    parser.add_argument("--path", default="json_schema", choices=list(MODELS))
+    parser.add_argument("--chars", type=int, default=1500)
+    parser.add_argument("--piece-ms", type=float, default=30.0)
+    parser.add_argument("--first-byte-ms", type=float, default=200.0)
+    parser.add_argument("--serve-double", action="store_true", help=argparse.SUPPRESS)
+    return parser.parse_args()
+
+
+if __name__ == "__main__":
+    arguments = parse_args()
+    if arguments.serve_double:
+        serve_double(arguments.chars, arguments.piece_ms, arguments.first_byte_ms)
+    else:
+        run(arguments)
