@@ -1,3 +1,8 @@
 """Shared test setup: a real Postgres (tests/fixtures/postgres.py) and the service app."""
 
-pytest_plugins = ["tests.fixtures.postgres", "tests.fixtures.app", "tests.fixtures.stoppable_postgres"]
+pytest_plugins = [
+    "tests.fixtures.postgres",
+    "tests.fixtures.app",
+    "tests.fixtures.stoppable_postgres",
+    "tests.fixtures.knowledge",
+]

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from collections.abc import Sequence
 from datetime import timedelta
@@ -10,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
 from langchain_core.messages import BaseMessage, HumanMessage
 
 from chatbot.caller import CallerContext
@@ -19,7 +17,6 @@ from chatbot.retrieval.ingest import ingest_paths
 from chatbot.retrieval.versions import prune_superseded_chunks, read_chunk_versions
 from chatbot.threads.record import prompt_text, read_run_record
 from tests.fixtures.app import running_app
-from tests.fixtures.knowledge import load_demo_kb
 from tests.fixtures.messages import send_for_answer
 from tests.fixtures.models import ScriptedChatModel
 from tests.fixtures.postgres import settings_for
@@ -37,12 +34,6 @@ QUESTIONS = [
     "What does home insurance cover after a fire?",
     "Is there a waiting period in supplementary health insurance?",
 ]
-
-
-@pytest.fixture(scope="module")
-def kb_database_url(migrated_database_url: str) -> str:
-    asyncio.run(load_demo_kb(migrated_database_url))
-    return migrated_database_url
 
 
 

@@ -2,29 +2,20 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 import subprocess
 import sys
 
-import pytest
 from rich.console import Console
 
 from chatbot.agent.prompts import system_prompt
 from chatbot.cli.replay import record_sections, render
 from chatbot.threads.record import read_run_record
 from tests.fixtures.app import running_app
-from tests.fixtures.knowledge import load_demo_kb
 from tests.fixtures.postgres import TEST_SECRET
 from tests.fixtures.tokens import auth
 
 QUESTION = "What does travel insurance cover for medical costs abroad?"
-
-
-@pytest.fixture(scope="module")
-def kb_database_url(migrated_database_url: str) -> str:
-    asyncio.run(load_demo_kb(migrated_database_url))
-    return migrated_database_url
 
 
 def replay(url: str, *args: str) -> subprocess.CompletedProcess[str]:

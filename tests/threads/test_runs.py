@@ -12,19 +12,12 @@ import pytest
 
 from tests.fixtures.app import running_app
 from tests.fixtures.catalogue import rows_of_threads
-from tests.fixtures.knowledge import load_demo_kb
 from tests.fixtures.messages import send_for_events
 from tests.fixtures.models import ScriptedChatModel, StreamingChatModel
 from tests.fixtures.tokens import auth
 from tests.fixtures.wait import wait_until
 
 EN = {"locale": "en-US"}
-
-
-@pytest.fixture(scope="module")
-def kb_database_url(migrated_database_url: str) -> str:
-    asyncio.run(load_demo_kb(migrated_database_url))
-    return migrated_database_url
 
 
 @pytest.fixture

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import uuid
 from collections.abc import AsyncIterator
 
@@ -12,19 +11,12 @@ import pytest
 from chatbot.errors import Problem
 from chatbot.threads.rejoin import parse_last_event_id
 from tests.fixtures.app import running_app
-from tests.fixtures.knowledge import load_demo_kb
 from tests.fixtures.messages import send_message
 from tests.fixtures.sse import Event, answer_of, parse_blocks
 from tests.fixtures.tokens import auth
 
 QUESTION = {"message": {"content": "What does travel insurance cover for medical costs abroad?"}}
 EN = {"locale": "en-US"}
-
-
-@pytest.fixture(scope="module")
-def kb_database_url(migrated_database_url: str) -> str:
-    asyncio.run(load_demo_kb(migrated_database_url))
-    return migrated_database_url
 
 
 @pytest.fixture

@@ -14,7 +14,6 @@ from chatbot.memory.extraction import MemoryCandidates
 from chatbot.memory.jobs import MemoryJob
 from chatbot.memory.writer import offline_extractor
 from tests.fixtures.app import running_app
-from tests.fixtures.knowledge import load_demo_kb
 from tests.fixtures.messages import send_for_events
 from tests.fixtures.models import ProviderErrorChatModel, ScriptedChatModel, StreamingChatModel
 from tests.fixtures.sse import parse_sse
@@ -35,12 +34,6 @@ class NamedFailingModel(ProviderErrorChatModel):
     """A model whose provider answers 429 with a message quoting the user."""
 
     model_name: str = "scripted-gpt"
-
-
-@pytest.fixture(scope="module")
-def kb_database_url(migrated_database_url: str) -> str:
-    asyncio.run(load_demo_kb(migrated_database_url))
-    return migrated_database_url
 
 
 async def test_a_run_is_a_span_with_a_child_per_node_and_a_model_span_under_generate(kb_database_url: str) -> None:
