@@ -28,6 +28,11 @@ class Owner:
         return self.tenant_id == caller.tenant_id and self.user_id == caller.user_id
 
 
+def belongs_to_another(owner: Owner | None, caller: CallerContext) -> bool:
+    """Return True when the thread exists and another caller (tenant or user) created it."""
+    return owner is not None and not owner.is_caller(caller)
+
+
 async def thread_owner(pool: Pool, thread_id: str) -> Owner | None:
     """Return who created the thread, or None when the thread does not exist."""
     async with pool.connection() as conn:
@@ -47,7 +52,7 @@ async def check_thread_access(pool: Pool, thread_id: str, caller: CallerContext,
     like a missing one, so callers cannot probe each other's session ids.
     """
     owner = await thread_owner(pool, thread_id)
-    if owner is not None and not owner.is_caller(caller):
+    if belongs_to_another(owner, caller):
         raise thread_not_found()
     if owner is None and must_exist:
         raise thread_not_found()

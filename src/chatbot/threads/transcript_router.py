@@ -15,7 +15,7 @@ from chatbot.openapi import v1_problems
 from chatbot.responses import MessagesPage
 from chatbot.threads.deletion import delete_threads
 from chatbot.threads.feedback import run_exists, save_feedback
-from chatbot.threads.ownership import check_thread_access, thread_owner
+from chatbot.threads.ownership import belongs_to_another, check_thread_access, thread_owner
 from chatbot.threads.schemas import NOT_A_RUN, FeedbackRequest, RunId, ThreadId, run_not_found
 from chatbot.threads.transcript import read_page
 
@@ -61,7 +61,7 @@ async def list_messages(
 async def delete_thread(thread_id: ThreadId, caller: CallerDep, pool: PoolDep, locks: LocksDep) -> Response:
     """Purge the thread's checkpoints, blobs, writes and feedback (204 even if absent)."""
     owner = await thread_owner(pool, thread_id)
-    if owner is None or not owner.is_caller(caller):
+    if owner is None or belongs_to_another(owner, caller):
         # Nothing of the caller's to delete. Another caller's thread and a thread that does not
         # exist end here alike, after the same one statement and without the thread's lock:
         # neither the answer nor its timing tells them apart (docs/reliability.md), and another caller's
@@ -73,8 +73,7 @@ async def delete_thread(thread_id: ThreadId, caller: CallerDep, pool: PoolDep, l
         raise Problem(409, "a run is in flight on this thread")
     try:
         # Again under the lock: the thread may have been deleted and begun again by another caller since.
-        owner = await thread_owner(pool, thread_id)
-        if owner is None or owner.is_caller(caller):
+        if not belongs_to_another(await thread_owner(pool, thread_id), caller):
             await delete_threads(pool, [thread_id])
     finally:
         await lease.release()
