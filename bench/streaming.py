@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from langchain_core.messages import HumanMessage
 from pydantic import SecretStr
 from tests.fixtures.provider_double import Behaviour, ProviderDouble, english_answer, persian_answer
 
@@ -241,7 +242,19 @@ async def sdk_floor(double: ProviderDouble, chars: int, piece_chars: int, repeat
         async for _ in lc_anthropic.bind_tools([schema], tool_choice=schema["title"]).astream(QUESTIONS["fa"][0]):
             pass
 
+    from chatbot.models.chain import load_model
+    from chatbot.models.wire import Progress, open_stream
+
+    ours = load_model("openai:gpt-4o-mini", base_url=double.openai_base_url, retries=0)
+
+    async def wire_json_schema() -> None:
+        reader = open_stream(ours, [HumanMessage(QUESTIONS["fa"][0])], schema, "json_schema")
+        assert reader is not None
+        async for _ in reader(Progress()):
+            pass
+
     cases: dict[str, Callable[[], Awaitable[None]]] = {
+        "ours: models/wire.py reading json_schema": wire_json_schema,
         "openai SDK chat.completions.create(stream=True)": openai_sdk,
         "anthropic SDK messages.create(stream=True)": anthropic_sdk,
         "LangChain ChatOpenAI.astream (json_schema)": langchain_json_schema,

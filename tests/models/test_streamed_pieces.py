@@ -141,3 +141,25 @@ async def test_each_provider_path_streams_deltas_that_add_up_to_the_answer(
     assert (usage.get("input_token_details") or {}).get("cache_read") == 8
     (request,) = double.requests
     assert request.stream and request.kind == ("json" if path == "json_schema" else "tool")
+
+
+@pytest.mark.parametrize("path", list(PATHS))
+async def test_an_error_event_mid_stream_keeps_what_was_shown_and_reads_as_the_status_it_means(
+    double: ProviderDouble, monkeypatch: pytest.MonkeyPatch, path: str
+) -> None:
+    from chatbot.agent.modelcall import provider_status
+
+    monkeypatch.setenv("OPENAI_API_KEY", "test-key")
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key")
+    double.reset()
+    double.default = Behaviour(answer=english_answer(400), finish="error_event")
+    spec = PATHS[path]
+    provider = spec.partition(":")[0]
+    url = double.openai_base_url if provider == "openai" else double.anthropic_base_url
+    entry = ChainEntry(spec, load_model(spec, base_url=url, retries=0))
+    state, deltas = Streamed(), list[str]()
+    limits = Limits(first_token=10, idle=10, deadline=asyncio.get_running_loop().time() + 30)
+    with pytest.raises(Exception) as caught:
+        await stream_structured(entry, [], SCHEMA, limits=limits, on_delta=deltas.append, into=state)
+    assert provider_status(caught.value) == (529 if provider == "anthropic" else 500)
+    assert "".join(deltas) == state.answer != ""

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Callable, Sequence
+from contextlib import aclosing
 from dataclasses import dataclass
 from dataclasses import field as dataclass_field
 from typing import Any, Literal
@@ -150,10 +151,12 @@ async def stream_structured(
             if reader is not None:
                 progress = Progress()
                 try:
-                    async for piece in reader(progress):
-                        if piece:
-                            into.hand_out(piece, on_delta)
-                        timer.reschedule(due())
+                    # aclosing: however the loop ends, the response is closed now, not when collected.
+                    async with aclosing(reader(progress)) as pieces:
+                        async for piece in pieces:
+                            if piece:
+                                into.hand_out(piece, on_delta)
+                            timer.reschedule(due())
                 finally:
                     into.finish, into.refused = progress.finish, progress.refused
                     into.text_only, into.usage = progress.text_only, progress.usage

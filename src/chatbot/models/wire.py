@@ -14,7 +14,7 @@ from `open_stream`: the caller reads it through LangChain.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -35,7 +35,7 @@ class Progress:
     usage: UsageMetadata | None = None
 
 
-Reader = Callable[[Progress], AsyncIterator[str]]
+Reader = Callable[[Progress], AsyncGenerator[str, None]]
 """Yields the JSON pieces of the answer ("" for an event without one), filling `Progress`."""
 
 
@@ -101,7 +101,7 @@ def _openai(model: Any, messages: Sequence[BaseMessage], schema: dict[str, Any],
     payload = model._get_request_payload(list(messages), **kwargs)
     tools = method == "tools"
 
-    async def read(progress: Progress) -> AsyncIterator[str]:
+    async def read(progress: Progress) -> AsyncGenerator[str, None]:
         try:
             async with model.async_client.with_streaming_response.create(**payload) as response:
                 http = response.http_response
@@ -175,7 +175,7 @@ def _anthropic(model: Any, messages: Sequence[BaseMessage], schema: dict[str, An
     client = model._async_client
     endpoint = client.beta.messages if "betas" in payload else client.messages
 
-    async def read(progress: Progress) -> AsyncIterator[str]:
+    async def read(progress: Progress) -> AsyncGenerator[str, None]:
         try:
             async with endpoint.with_streaming_response.create(**payload) as response:
                 http = response.http_response
