@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from chatbot.agent.state import RECENT_MESSAGES
 from tests.fixtures.app import running_app
 from tests.fixtures.tokens import auth
@@ -17,7 +19,8 @@ async def test_long_threads_keep_the_whole_record_and_bound_what_runs_load(isola
                 json={"message": {"content": f"question {turn} about car body cover"}},
             )
             assert response.status_code == 200
-        pages, before = [], None
+        pages: list[dict[str, Any]] = []
+        before: str | None = None
         while True:
             params = {"limit": 100} | ({"before": before} if before else {})
             page = (await client.get("/v1/threads/replay/messages", params=params, headers=auth())).json()

@@ -17,6 +17,7 @@ from chatbot.client import (
     RateLimitedError,
     Retries,
 )
+from chatbot.responses import TranscriptMessage
 from tests.fixtures.app import Replica, start_replica
 from tests.fixtures.client import EN_QUESTION, Recorder, RecordingTransport
 from tests.fixtures.postgres import TEST_SECRET
@@ -85,7 +86,8 @@ def test_escalation_carries_a_typed_handoff_context(client: ChatbotClient) -> No
 def test_messages_page_backwards_with_next_before(client: ChatbotClient) -> None:
     for question in (EN_QUESTION, "How do I cancel my car body policy?"):
         client.run("c-pages", question)
-    seen, before = [], None
+    seen: list[TranscriptMessage] = []
+    before: str | None = None
     while True:
         page = client.messages("c-pages", limit=1, before=before)
         seen[:0] = page.messages
@@ -229,7 +231,7 @@ def test_rate_limits_are_retried_after_the_wait_the_service_asks_for(migrated_da
 
 
 def test_unavailable_database_is_retried_then_raised(unreachable_replica: Replica) -> None:
-    recorder, waits = Recorder(), []
+    recorder, waits = Recorder(), list[float]()
     with ChatbotClient(
         unreachable_replica.base_url,
         token=make_token(),
@@ -244,7 +246,7 @@ def test_unavailable_database_is_retried_then_raised(unreachable_replica: Replic
 
 
 def test_a_503_that_clears_is_retried_until_it_succeeds(client: ChatbotClient, kb_replica: Replica) -> None:
-    recorder, waits = Recorder(refuse_first=2), []
+    recorder, waits = Recorder(refuse_first=2), list[float]()
     with client_for(kb_replica, transport=RecordingTransport(recorder), sleep=waits.append) as flaky:
         end = flaky.run("c-flaky", EN_QUESTION)
     assert end.status == "answered" and waits == [1.0, 1.0]  # Retry-After: 1, honoured each time

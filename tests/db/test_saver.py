@@ -101,7 +101,7 @@ async def test_pooled_saver_keeps_the_lock_on_a_single_connection(migrated_datab
     async with await psycopg.AsyncConnection.connect(
         migrated_database_url, autocommit=True, row_factory=dict_row
     ) as conn:
-        saver = PooledPostgresSaver(conn)  # type: ignore[arg-type]
+        saver = PooledPostgresSaver(conn)
         await saver.aput(_config("single"), empty_checkpoint(), {}, {})
         lock_is_real = type(saver.lock) is asyncio.Lock
         read = await saver.aget_tuple(_config("single"))

@@ -25,7 +25,7 @@ def _run_routes(client: httpx.AsyncClient) -> list[tuple[str, str]]:
         (method, route.path)
         for route in api_routes(client.app.routes)  # type: ignore[attr-defined]
         if "{run_id}" in route.path
-        for method in sorted(route.methods)
+        for method in sorted(route.methods or ())
     ]
     assert {path.rsplit("}", 1)[-1] for _, path in found} >= {"", "/stream", "/feedback"}, found
     return found

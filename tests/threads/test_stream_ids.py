@@ -140,7 +140,7 @@ async def test_a_last_event_id_offset_of_non_ascii_digits_is_422_never_500(clien
     raw += [f"{run_id}:{d}".encode() for d in utf8_digits]
     raw.append(f"{run_id}:{'9' * 19}".encode())
     for value in raw:
-        headers = {**auth(**EN), "Last-Event-ID": value}
+        headers = [(k.encode(), v.encode()) for k, v in auth(**EN).items()] + [(b"Last-Event-ID", value)]
         response = await client.get(f"/v1/threads/unicode-digits/runs/{run_id}/stream", headers=headers)
         assert response.status_code == 422, value
         assert response.headers["content-type"].startswith("application/problem+json")
