@@ -24,7 +24,8 @@ from chatbot.db.saver import FencedPostgresSaver
 from chatbot.errors import install_problem_handlers
 from chatbot.health import router as health_router
 from chatbot.limits import BodySizeLimitMiddleware
-from chatbot.memory.model_extraction import model_extractor
+from chatbot.memory.model_extraction import model_extractor, model_might_write
+from chatbot.memory.read import memory_reader
 from chatbot.memory.router import router as memory_router
 from chatbot.memory.ttl import memory_ttl, start_memory_sweeper
 from chatbot.memory.writer import Extractor, MemoryWriter, offline_extractor
@@ -106,6 +107,9 @@ def create_app(
                 max_facts=settings.memory_max_facts,
                 extractor=extractor,
                 ttl=store.ttl_config,
+                lease_seconds=settings.memory_job_lease_seconds,
+                poll_seconds=settings.memory_job_poll_seconds,
+                might_write=model_might_write if memory_extractor is None and models.memory is not None else None,
             )
             embeddings = load_embeddings(settings.embeddings)
 
@@ -121,6 +125,7 @@ def create_app(
                 chain=tuple(models.answer),
                 summary_model=models.summary,
                 memory_sink=memory.submit,
+                memory_reader=memory_reader(pool, max_facts=settings.memory_max_facts, lifetime=memory.lifetime),
                 prompt_registry=SystemPromptsTable(pool),
             )
             if agent_overrides:
@@ -162,7 +167,9 @@ def create_app(
                 )
                 app.state.retention.start()
             await start_memory_sweeper(store, settings.memory_ttl_sweep_minutes)
+            memory.start()  # picks up memory jobs a killed replica left
             yield
+            await memory.stop()
             if app.state.retention is not None:
                 await app.state.retention.stop()
             await store.stop_ttl_sweeper(timeout=5)

@@ -107,6 +107,11 @@ class Settings(BaseSettings):
     # How often the store's TTL sweeper runs; at most a minute, so an expired item goes
     # within the contract's two minutes.
     memory_ttl_sweep_minutes: float = Field(default=1.0, gt=0, le=1)
+    # Durable memory work (memory/jobs.py): a replica claims a turn's memory job for this
+    # long, and looks for jobs whose claim ran out this often; a killed replica's jobs land
+    # within about their sum (the contract's minute).
+    memory_job_lease_seconds: float = Field(default=30.0, gt=0, le=40)
+    memory_job_poll_seconds: float = Field(default=10.0, gt=0, le=15)
     # Keys the pseudonymous user key of `chatbot feedback export` (HMAC-SHA256).
     export_key: SecretStr | None = None
     # Hardening. A token may live at most this long from `iat` to `exp`: a leaked

@@ -146,6 +146,13 @@ class RunRecord(BaseModel):
     context: RunContext = Field(default_factory=RunContext)
 
 
+class FactSource(BaseModel):
+    """The turn that last wrote a fact: its thread and run."""
+
+    thread_id: str
+    run_id: str
+
+
 class MemoryFact(BaseModel):
     """One remembered fact about the user."""
 
@@ -153,6 +160,9 @@ class MemoryFact(BaseModel):
     text: str
     category: str
     updated_at: datetime
+    source: FactSource | None = Field(
+        default=None, description="The run whose turn last wrote the fact; null for facts stored before sources were kept."
+    )
 
 
 class UserMemory(BaseModel):

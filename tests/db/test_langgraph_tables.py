@@ -33,7 +33,7 @@ USED_COLUMNS = {
     "checkpoint_blobs": {"thread_id", "checkpoint_ns", "channel", "version", "type", "blob"},
     "checkpoint_writes": {"thread_id", "checkpoint_ns", "checkpoint_id", "channel", "type", "blob"},
     "checkpoint_migrations": {"v"},
-    "store": {"prefix", "key"},
+    "store": {"prefix", "key", "value", "created_at", "updated_at", "expires_at", "ttl_minutes"},
     "store_migrations": {"v"},
 }
 

@@ -48,7 +48,7 @@ async def test_memory_work_in_flight_on_another_replica_never_lands_after_a_rese
         running_app(isolated_database_url, memory_extractor=slow) as replica_a,
         running_app(isolated_database_url) as replica_b,
     ):
-        dropped_before = writes(await replica_a.get("/metrics"), "dropped_reset")
+        dropped_before = writes(await replica_a.get("/metrics"), "dropped_gone")
         await say(replica_a, "reset-a1", "remember that I live in Yazd", **EN)
         # A second job of the same user waits in A's queue behind the first.
         await say(replica_a, "reset-a2", "remember that I prefer email", **EN)
@@ -58,7 +58,7 @@ async def test_memory_work_in_flight_on_another_replica_never_lands_after_a_rese
         await replica_a.app.state.memory.drain(15)  # type: ignore[attr-defined]
         assert await memory_of(replica_b, **EN) == {"user_id": "u1", "profile": {}, "facts": []}
         assert store_rows(isolated_database_url, "u1") == []
-        assert writes(await replica_a.get("/metrics"), "dropped_reset") - dropped_before == 2
+        assert writes(await replica_a.get("/metrics"), "dropped_gone") - dropped_before == 2
         # A reset is not a ban: memory work asked for afterwards lands, on either replica.
         await say(replica_a, "reset-a3", "remember that I live in Kerman", **EN)
         await wait_for_fact(replica_b, "Kerman", within=10.0, **EN)

@@ -12,6 +12,7 @@ from langchain_core.messages import BaseMessage
 from chatbot.caller import CallerContext
 from chatbot.config import Settings
 from chatbot.memory.jobs import MemorySink, drop_memory_job
+from chatbot.memory.read import MemoryReader
 from chatbot.models.chain import ChainEntry
 
 Retriever = Callable[[CallerContext, str], Awaitable[Sequence[Mapping[str, Any]]]]
@@ -47,6 +48,9 @@ class AgentDeps:
     summary_model: ChainEntry | None = None
     """The model that folds the rolling summary (`CHATBOT_SUMMARY_MODEL`); None: the first answer model."""
     memory_sink: MemorySink = drop_memory_job
+    memory_reader: MemoryReader | None = None
+    """Reads the user's profile and facts at the start of a run (memory/read.py); None: the
+    graph's LangGraph store, when it has one (Studio)."""
     window_observer: Callable[[Sequence[BaseMessage]], None] | None = field(default=None)
     """Sees every model window built (tests and diagnostics); must not keep references long."""
     prompt_registry: PromptRegistry | None = None

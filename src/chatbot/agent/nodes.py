@@ -51,9 +51,14 @@ class Nodes:
         ctx = runtime.context
         profile: dict[str, Any] = {}
         facts: list[str] = []
-        if runtime.store is not None:
-            # One search over the user's prefix returns the profile and the facts in a single
-            # round trip; the explicit limit matters (asearch returns 10 items by default).
+        if self.deps.memory_reader is not None:
+            # Two reads, each of one store prefix (memory/read.py), newest fact first.
+            remembered = await self.deps.memory_reader(ctx.tenant_id, ctx.user_id)
+            profile = remembered.profile
+            facts = [str(f.value["text"]) for f in remembered.facts if f.value.get("text")]
+        elif runtime.store is not None:
+            # A graph outside the service (Studio): its own store, one search over the user's
+            # prefix; the explicit limit matters (asearch returns 10 items by default).
             found = await runtime.store.asearch(
                 user_prefix(ctx.tenant_id, ctx.user_id), limit=self.settings.memory_max_facts + 1
             )
@@ -255,10 +260,14 @@ class Nodes:
         )
 
     async def write_memory(self, state: ConversationState, runtime: Runtime[Context]) -> dict[str, Any]:
-        """Hand the answered turn to the memory writer, which works after the answer."""
+        """Hand the answered turn to the memory writer, which records it durably and works after the answer.
+
+        Awaited before the run's final checkpoint, so before `end` is sent: once the caller
+        has the answer, its memory work survives the replica (memory/jobs.py).
+        """
         ctx = runtime.context
         question = next(m for m in reversed(state["messages"]) if isinstance(m, HumanMessage))
-        self.deps.memory_sink(
+        handed = self.deps.memory_sink(
             MemoryJob(
                 tenant_id=ctx.tenant_id,
                 user_id=ctx.user_id,
@@ -269,6 +278,8 @@ class Nodes:
                 offline_candidates=ctx.scratch.get("memory_candidates"),
             )
         )
+        if handed is not None:
+            await handed
         return {}
 
     async def _window_and_summary(

@@ -23,12 +23,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from datetime import datetime
 from importlib.metadata import version
 from typing import Any
 
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from langgraph.store.postgres.aio import AsyncPostgresStore
 from psycopg import AsyncConnection, sql
+from psycopg.types.json import Jsonb
 
 from chatbot.db.catalogue import tables_with_column
 
@@ -335,6 +337,91 @@ async def delete_store_namespaces(conn: Conn, namespaces: Sequence[tuple[str, ..
     """
     prefixes = [_prefix(ns) for ns in namespaces]
     cur = await conn.execute("delete from store where prefix = any(%s)", (prefixes,))
+    return max(cur.rowcount, 0)
+
+
+# --- Memory items: the store's rows by statements of our own --------------------------------
+# Raw: the store's own SQL reads a namespace with `prefix = $1 OR prefix LIKE $2` inside a CTE
+# whose TTL refresh feeds a column to `NOW() + ... ::interval`, and upserts with
+# `updated_at = CURRENT_TIMESTAMP` in `DO UPDATE SET`; a store distributed by `prefix` (Citus)
+# refuses all three. Each statement here names one prefix by equality, and every moment is a
+# parameter (memory/items.py passes the replica's clock). The rows keep the store's layout,
+# so the store's TTL sweeper still deletes expired items.
+
+_ITEMS = """
+select key, value, created_at, updated_at from store
+where prefix = %(prefix)s and (expires_at is null or expires_at > %(visible_after)s)
+order by updated_at desc limit %(limit)s
+"""
+_ITEM = """
+select key, value, created_at, updated_at from store
+where prefix = %(prefix)s and key = %(key)s and (expires_at is null or expires_at > %(visible_after)s)
+"""
+# Items written while no TTL was set carry none until they are next written (the store's rule).
+_REFRESH_ITEMS = """
+update store set expires_at = %(expires_at)s
+where prefix = %(prefix)s and ttl_minutes is not null and (expires_at is null or expires_at > %(now)s)
+"""
+_UPSERT_ITEM = """
+insert into store (prefix, key, value, created_at, updated_at, expires_at, ttl_minutes)
+values (%(prefix)s, %(key)s, %(value)s, %(now)s, %(now)s, %(expires_at)s, %(ttl_minutes)s)
+on conflict (prefix, key) do update
+set value = excluded.value, updated_at = excluded.updated_at,
+    expires_at = excluded.expires_at, ttl_minutes = excluded.ttl_minutes
+"""
+
+
+async def store_items(conn: Conn, prefix: str, visible_after: datetime, limit: int) -> list[dict[str, Any]]:
+    """Return up to `limit` rows of exactly `prefix` expiring after `visible_after`, newest first."""
+    params = {"prefix": prefix, "visible_after": visible_after, "limit": limit}
+    return list(await (await conn.execute(_ITEMS, params)).fetchall())
+
+
+async def store_item(conn: Conn, prefix: str, key: str, visible_after: datetime) -> dict[str, Any] | None:
+    """Return one row (key, value, created_at, updated_at), None when absent or expired by `visible_after`."""
+    params = {"prefix": prefix, "key": key, "visible_after": visible_after}
+    return await (await conn.execute(_ITEM, params)).fetchone()
+
+
+async def refresh_store_items(conn: Conn, prefix: str, expires_at: datetime, now: datetime) -> None:
+    """Set the expiry of the prefix's unexpired rows that carry a TTL."""
+    await conn.execute(_REFRESH_ITEMS, {"prefix": prefix, "expires_at": expires_at, "now": now})
+
+
+async def upsert_store_items(
+    conn: Conn,
+    prefix: str,
+    values: Sequence[tuple[str, dict[str, Any]]],
+    *,
+    now: datetime,
+    expires_at: datetime | None,
+    ttl_minutes: float | None,
+) -> None:
+    """Insert or replace rows (key, value) of `prefix`, all stamped `now`."""
+    rows = [
+        {
+            "prefix": prefix,
+            "key": key,
+            "value": Jsonb(value),
+            "now": now,
+            "expires_at": expires_at,
+            "ttl_minutes": ttl_minutes,
+        }
+        for key, value in values
+    ]
+    async with conn.cursor() as cur:
+        await cur.executemany(_UPSERT_ITEM, rows)
+
+
+async def delete_store_keys(conn: Conn, prefix: str, keys: Sequence[str]) -> int:
+    """Delete these keys of exactly `prefix`; return how many rows went."""
+    cur = await conn.execute("delete from store where prefix = %s and key = any(%s)", (prefix, list(keys)))
+    return max(cur.rowcount, 0)
+
+
+async def delete_store_prefix(conn: Conn, prefix: str) -> int:
+    """Delete every row of exactly `prefix`, expired ones too; return how many went."""
+    cur = await conn.execute("delete from store where prefix = %s", (prefix,))
     return max(cur.rowcount, 0)
 
 

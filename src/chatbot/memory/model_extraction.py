@@ -31,7 +31,7 @@ from chatbot.memory.extraction import DEFAULT_PRODUCTS, MAX_FACT_CHARS, FactCand
 from chatbot.memory.fact_keys import classify_fact
 from chatbot.memory.jobs import MemoryJob
 from chatbot.memory.pii import is_health_category, rejection_reason
-from chatbot.memory.writer import Extractor
+from chatbot.memory.writer import Extractor, offline_candidates
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +85,17 @@ def worth_asking(text: str, baseline: MemoryCandidates) -> bool:
         _SUBJECT.search(clause) and not _ASKS.match(clause) and not any(mark in end for mark in "?؟")
         for clause, end in _CLAUSES.findall(text)
     )
+
+
+def model_might_write(job: MemoryJob) -> bool:
+    """Tell whether the model extractor could find anything in the turn (no job row otherwise).
+
+    It asks the model only when `worth_asking`; otherwise it returns the offline rules' result.
+    """
+    baseline = offline_candidates(job)
+    if worth_asking(job.user_text, baseline):
+        return True
+    return bool(baseline.facts or baseline.profile_updates or baseline.rejected)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,17 +1,19 @@
 """A reset is a reset: memory work submitted before `DELETE /v1/users/{id}/memory` never lands.
 
-The reset records its moment (Postgres' clock) in `memory_resets` and deletes the user's
-items in one transaction, holding the user's reset lock exclusively. Every memory write
-runs in one transaction holding the same lock shared, and reads the row first: when the
-last reset is younger than the job itself, the job may predate the reset and is dropped.
-The comparison needs no synchronised clocks: the reset's age is measured by Postgres, the
-job's by the replica's monotonic clock, after the read returned (so it can only overstate
-the job's age, and a doubtful job is dropped, never written). The lock makes a write in
-progress finish before the reset deletes, and a later write see the reset.
+Work is submitted as a `memory_jobs` row (memory/jobs.py), written in a transaction that
+holds the user's reset lock shared; the memory write, in one transaction, holds it shared
+too and deletes the row before it writes. A reset holds the lock exclusively while it
+deletes the user's rows and items: a job submitted before it has its row deleted (its
+work then finds nothing to take and drops itself), a write in progress finishes before
+the reset deletes what it wrote, and a later one comes after the reset. Deleting one fact
+takes the lock exclusively too, so no write in progress puts it back.
 
 Transaction-scoped advisory locks end with their transaction, so nothing can leak them and
 they work through PgBouncer in transaction mode; their key namespace is not the session
 locks' (db/locks.py), which a memory job holds on another connection meanwhile.
+
+`memory_resets` rows (the moment of each reset, which an earlier version compared with each
+job's age) are no longer written; erasure still deletes any left.
 """
 
 from __future__ import annotations
@@ -22,36 +24,36 @@ from psycopg import AsyncConnection
 
 from chatbot.db import langgraph_tables
 from chatbot.db.pool import Pool
+from chatbot.memory import items, jobs
 from chatbot.memory.namespaces import facts_namespace, profile_namespace, user_prefix
 
 _KEY = "hashtextextended('chatbot/memory-reset/' || %s || '/' || %s, 0)"
-_RESET = """
-insert into memory_resets (tenant_id, user_id, reset_at) values (%s, %s, now())
-on conflict (tenant_id, user_id) do update set reset_at = greatest(memory_resets.reset_at, excluded.reset_at)
-"""
-_SECONDS_SINCE_RESET = (
-    "select extract(epoch from statement_timestamp() - reset_at)::float8 as seconds "
-    "from memory_resets where tenant_id = %s and user_id = %s"
-)
+
+
+async def _hold_exclusive(conn: AsyncConnection[Any], tenant_id: str, user_id: str) -> None:
+    await conn.execute(f"select pg_advisory_xact_lock({_KEY})", (tenant_id, user_id))
 
 
 async def reset_memory(pool: Pool, tenant_id: str, user_id: str) -> int:
-    """Delete the user's profile and facts and mark the reset; return how many items went."""
+    """Delete the user's profile, facts and pending memory jobs; return how many items went."""
     async with pool.connection() as conn, conn.transaction():
-        await conn.execute(f"select pg_advisory_xact_lock({_KEY})", (tenant_id, user_id))
-        await conn.execute(_RESET, (tenant_id, user_id))
-        namespaces = [profile_namespace(tenant_id, user_id), facts_namespace(tenant_id, user_id)]
-        return await langgraph_tables.delete_store_namespaces(conn, namespaces)
+        await _hold_exclusive(conn, tenant_id, user_id)
+        await jobs.delete_of_user(conn, tenant_id, user_id)
+        # One statement per namespace: each names one store prefix.
+        deleted = await items.delete_namespace(conn, profile_namespace(tenant_id, user_id))
+        return deleted + await items.delete_namespace(conn, facts_namespace(tenant_id, user_id))
 
 
-async def hold_for_write(conn: AsyncConnection[Any], tenant_id: str, user_id: str) -> float | None:
-    """Take the user's reset lock shared for this transaction; return seconds since the last reset.
+async def forget_fact(pool: Pool, tenant_id: str, user_id: str, fact_id: str) -> bool:
+    """Delete one of the user's facts; False when the user has no fact with that id."""
+    async with pool.connection() as conn, conn.transaction():
+        await _hold_exclusive(conn, tenant_id, user_id)
+        return await items.delete_keys(conn, facts_namespace(tenant_id, user_id), [fact_id]) > 0
 
-    None when the user's memory was never reset (or the row went with an erasure).
-    """
+
+async def hold_for_write(conn: AsyncConnection[Any], tenant_id: str, user_id: str) -> None:
+    """Take the user's reset lock shared for this transaction (a job's row insert, a memory write)."""
     await conn.execute(f"select pg_advisory_xact_lock_shared({_KEY})", (tenant_id, user_id))
-    row = await (await conn.execute(_SECONDS_SINCE_RESET, (tenant_id, user_id))).fetchone()
-    return None if row is None else float(row["seconds"])
 
 
 async def forget_resets(conn: AsyncConnection[Any], tenant_id: str, user_id: str) -> None:
@@ -60,12 +62,15 @@ async def forget_resets(conn: AsyncConnection[Any], tenant_id: str, user_id: str
 
 
 async def erase_memory(conn: AsyncConnection[Any], tenant_id: str, user_id: str) -> int:
-    """Delete everything stored under the user's namespace and the user's reset row; return items deleted.
+    """Delete everything stored under the user's namespace, their pending memory jobs and reset row.
 
-    The whole namespace tree (`user_prefix`), not just profile and facts, in every table the
-    catalogue keys by store prefix: memory a later version files elsewhere under the user
-    goes too. Callers hold the user's lock (ops/erasure.py), so no memory write interleaves.
+    Returns the store items deleted. The whole namespace tree (`user_prefix`), not just
+    profile and facts, in every table the catalogue keys by store prefix: memory a later
+    version files elsewhere under the user goes too. Callers hold the user's lock
+    (ops/erasure.py), so no memory write interleaves; a job claimed before finds its row
+    gone and drops itself.
     """
-    items = await langgraph_tables.delete_store_tree(conn, user_prefix(tenant_id, user_id))
+    await jobs.delete_of_user(conn, tenant_id, user_id)
+    items_deleted = await langgraph_tables.delete_store_tree(conn, user_prefix(tenant_id, user_id))
     await forget_resets(conn, tenant_id, user_id)
-    return items
+    return items_deleted

@@ -9,10 +9,11 @@ from fastapi import APIRouter, Path, Response
 from chatbot import openapi_examples as examples
 from chatbot.auth import CallerDep
 from chatbot.caller import CallerContext
-from chatbot.deps import AUTHENTICATED, PoolDep, SettingsDep, StoreDep
+from chatbot.deps import AUTHENTICATED, PoolDep, SettingsDep
 from chatbot.errors import Problem
 from chatbot.memory.deps import MemoryDep
-from chatbot.memory.namespaces import PROFILE_KEY, facts_namespace, profile_namespace
+from chatbot.memory.read import read_memory as read_user_memory
+from chatbot.memory.resets import forget_fact as forget_user_fact
 from chatbot.memory.resets import reset_memory as reset_user_memory
 from chatbot.openapi import v1_problems
 from chatbot.responses import UserMemory
@@ -22,6 +23,7 @@ router = APIRouter(prefix="/v1/users", tags=["memory"], dependencies=AUTHENTICAT
 
 # Any other user than the token's is a 403, whatever its spelling: no pattern check here.
 UserId = Annotated[str, Path(min_length=1, max_length=512, description="Must be the token's `user_id` (else 403).")]
+FactId = Annotated[str, Path(min_length=1, max_length=512, description="A fact's `id`, as `GET …/memory` shows it.")]
 
 
 def require_self(user_id: str, caller: CallerContext) -> None:
@@ -40,25 +42,52 @@ def require_self(user_id: str, caller: CallerContext) -> None:
         **v1_problems(403),
     },
 )
-async def read_memory(user_id: UserId, caller: CallerDep, store: StoreDep, settings: SettingsDep) -> dict[str, Any]:
-    """Return the user's profile and facts in the token's tenant."""
+async def read_memory(
+    user_id: UserId, caller: CallerDep, pool: PoolDep, settings: SettingsDep, memory: MemoryDep
+) -> dict[str, Any]:
+    """Return the user's profile and facts in the token's tenant, each fact with the run that last wrote it."""
     require_self(user_id, caller)
-    max_facts = settings.memory_max_facts
-    profile = await store.aget(profile_namespace(caller.tenant_id, user_id), PROFILE_KEY)
-    facts = await store.asearch(facts_namespace(caller.tenant_id, user_id), limit=max_facts)
+    found = await read_user_memory(
+        pool, caller.tenant_id, user_id, max_facts=settings.memory_max_facts, lifetime=memory.lifetime
+    )
     return {
         "user_id": user_id,
-        "profile": dict(profile.value) if profile else {},
+        "profile": found.profile,
         "facts": [
             {
                 "id": item.key,
                 "text": item.value.get("text", ""),
                 "category": item.value.get("category", "general"),
                 "updated_at": rfc3339(item.updated_at, timespec="auto"),
+                "source": _source(item.value.get("source")),
             }
-            for item in sorted(facts, key=lambda it: it.updated_at)
+            for item in sorted(found.facts, key=lambda it: it.updated_at)
         ],
     }
+
+
+def _source(value: object) -> dict[str, str] | None:
+    """Return a fact's source as stored, None for facts written before sources were kept."""
+    if not isinstance(value, dict) or not value.get("thread_id") or not value.get("run_id"):
+        return None
+    return {"thread_id": str(value["thread_id"]), "run_id": str(value["run_id"])}
+
+
+@router.delete(
+    "/{user_id}/memory/facts/{fact_id}",
+    status_code=204,
+    summary="Forget one remembered fact",
+    responses={
+        204: {"description": "The fact is gone; the user's other facts and profile stay."},
+        **v1_problems(403, 404),
+    },
+)
+async def forget_fact(user_id: UserId, fact_id: FactId, caller: CallerDep, pool: PoolDep) -> Response:
+    """Remove one of the user's facts in the token's tenant (404 when the user has no such fact)."""
+    require_self(user_id, caller)
+    if not await forget_user_fact(pool, caller.tenant_id, user_id, fact_id):
+        raise Problem(404, "the user has no such fact")
+    return Response(status_code=204)
 
 
 @router.delete(

@@ -1,30 +1,40 @@
-"""The memory writer: answered turns become profile updates and facts, after the answer.
+"""The memory writer: answered turns become profile updates and facts, after the answer, durably.
 
 Memory work must delay neither `end` nor the user's next message, so it runs here, outside
 the thread's lock, in a queue per user: two threads of one user never race a
 consolidation. Across replicas the same is guaranteed by the user's advisory lock, which
-erasure takes too; a job whose thread was erased meanwhile drops itself, so nothing of
-an erased user lands afterwards. A job's reads and writes run in one transaction that
-first checks the user's last memory reset (memory/resets.py): work submitted before a
-reset, on any replica, never lands after it.
+erasure takes too.
+
+`submit` (the graph's sink) writes the turn's `memory_jobs` row before the run ends
+(memory/jobs.py) and queues the job here at once, so memory lands within about two seconds
+as before. A replica killed before the write leaves the row; every replica looks for rows
+whose claim ran out every `poll_seconds` and works them (a killed replica's jobs land
+within `lease_seconds` + `poll_seconds` + the work). The write transaction deletes the row
+first: a row that erasure, a memory reset or a thread deletion removed, or another worker
+already did, is never worked, and a job lands once.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-import time
+import os
+import random
+import socket
+import uuid
 from collections import deque
 from collections.abc import Awaitable, Callable
+from datetime import timedelta
 from typing import Any
 
-from langgraph.store.base import GetOp, Item, PutOp, SearchOp, TTLConfig
-from langgraph.store.postgres.aio import AsyncPostgresStore
+from langgraph.store.base import TTLConfig
+from psycopg import AsyncConnection
 
 from chatbot import metrics
-from chatbot.db import langgraph_tables
 from chatbot.db.locks import Locks
 from chatbot.db.pool import Pool
+from chatbot.memory import items, jobs
 from chatbot.memory.consolidation import StoredFact, consolidate
 from chatbot.memory.extraction import FactCandidate, MemoryCandidates, extract_offline, merge_profile
 from chatbot.memory.jobs import MemoryJob
@@ -35,17 +45,47 @@ from chatbot.memory.resets import hold_for_write
 log = logging.getLogger(__name__)
 
 Extractor = Callable[[MemoryJob], Awaitable[MemoryCandidates]]
+MightWrite = Callable[[MemoryJob], bool]
+
+# A fresh job's run writes its final checkpoint a few milliseconds after the job: these
+# waits (about 3 s in all) cover it; a run still unfinished after them is left to the pickup.
+_SETTLE_WAITS = (0.01, 0.03, 0.06, 0.1, 0.2, 0.4, 0.8, 1.6)
+# A row claimed this many times without landing (its run never finished, or its work keeps
+# failing) is dropped: the turn's memory is lost, counted, rather than retried forever.
+MAX_CLAIMS = 5
+PICKUP_BATCH = 20
 
 
 async def offline_extractor(job: MemoryJob) -> MemoryCandidates:
     """Extract with the deterministic offline rules (once: the graph may have run them already)."""
+    return offline_candidates(job)
+
+
+def offline_candidates(job: MemoryJob) -> MemoryCandidates:
+    """Return the offline rules' candidates of a job, reusing the graph's when it has them."""
     if job.offline_candidates is not None:
         return job.offline_candidates
     return extract_offline(job.user_text, locale=job.locale)
 
 
+def offline_might_write(job: MemoryJob) -> bool:
+    """Tell whether the offline rules find anything to write in the turn (no row otherwise).
+
+    Before the PII guard, which runs once, in the work (where what it refuses is counted):
+    a turn whose only fact the guard refuses costs a row that the work then drops.
+    """
+    candidates = offline_candidates(job)
+    return bool(candidates.facts or candidates.profile_updates or candidates.rejected)
+
+
+def lifetime_of(ttl: TTLConfig | None) -> items.Lifetime:
+    """Return the items' lifetime of a store TTL configuration (memory/ttl.py)."""
+    minutes = (ttl or {}).get("default_ttl")
+    return items.Lifetime(None if minutes is None else float(minutes))
+
+
 class MemoryWriter:
-    """Per-user queues of memory jobs, worked off in the background."""
+    """Durable memory jobs: written with the turn, worked at once here, picked up anywhere if this replica dies."""
 
     def __init__(
         self,
@@ -56,44 +96,111 @@ class MemoryWriter:
         extractor: Extractor = offline_extractor,
         lock_wait: float = 30.0,
         ttl: TTLConfig | None = None,
+        lease_seconds: float = 30.0,
+        poll_seconds: float = 10.0,
+        might_write: MightWrite | None = None,
     ) -> None:
         self.pool = pool
         self.locks = locks
         self.max_facts = max_facts
         self.extractor = extractor
         self.lock_wait = lock_wait
-        self.ttl = ttl
-        # Jobs with the monotonic time they were submitted at (memory/resets.py).
-        self._queues: dict[tuple[str, str], deque[tuple[MemoryJob, float]]] = {}
+        self.lifetime = lifetime_of(ttl)
+        self.lease = timedelta(seconds=lease_seconds)
+        self.poll_seconds = poll_seconds
+        # Without a predicate of its own, a custom extractor is asked about every turn.
+        self.might_write = might_write or (offline_might_write if extractor is offline_extractor else None)
+        self.holder = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        # Jobs with whether they are fresh (this replica's own, their run may still be ending).
+        self._queues: dict[tuple[str, str], deque[tuple[MemoryJob, bool]]] = {}
         self._workers: dict[tuple[str, str], asyncio.Task[None]] = {}
+        self._poller: asyncio.Task[None] | None = None
 
-    def submit(self, job: MemoryJob) -> None:
-        """Queue a job; returns at once."""
-        key = (job.tenant_id, job.user_id)
-        self._queues.setdefault(key, deque()).append((job, time.monotonic()))
-        if key not in self._workers:
-            task = asyncio.create_task(self._work(key), name=f"memory-{job.tenant_id}")
-            self._workers[key] = task
+    async def submit(self, job: MemoryJob) -> None:
+        """Write the job's row (durable from here on) and queue it; the graph awaits this before the run ends."""
+        if self.might_write is not None and not self.might_write(job):
+            # A turn that holds nothing to remember costs no row, lock or transaction.
+            metrics.MEMORY_WRITES.labels("nothing").inc()
+            return
+        try:
+            async with self.pool.connection() as conn, conn.transaction():
+                # Shared with a reset's exclusive hold: a reset either deletes this row or comes after it.
+                await hold_for_write(conn, job.tenant_id, job.user_id)
+                await jobs.insert(conn, job, now=items.utcnow(), lease=self.lease, holder=self.holder)
+        except Exception as exc:  # the answer stands; its memory is lost, counted
+            metrics.MEMORY_WRITES.labels("failed").inc()
+            log.warning("memory job not recorded", extra={"run_id": job.run_id, "error": type(exc).__name__})
+            return
+        self._enqueue(job, fresh=True)
 
     def forget(self, tenant_id: str, user_id: str) -> None:
-        """Drop the user's queued jobs (erasure or reset was asked)."""
+        """Drop the user's queued jobs (erasure or reset was asked; their rows go with it)."""
         queue = self._queues.get((tenant_id, user_id))
         if queue:
             queue.clear()
 
+    def start(self) -> None:
+        """Start looking for jobs other replicas left behind."""
+        if self._poller is None:
+            self._poller = asyncio.create_task(self._poll_forever(), name="memory-pickup")
+
+    async def stop(self) -> None:
+        """Stop looking for jobs (the queued ones are left to `drain`)."""
+        if self._poller is not None:
+            self._poller.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._poller
+            self._poller = None
+
     async def drain(self, timeout: float) -> None:
-        """Finish queued work (graceful shutdown), up to `timeout` seconds."""
+        """Finish queued work (graceful shutdown), up to `timeout` seconds; rows left are picked up elsewhere."""
         if self._workers:
             await asyncio.wait(set(self._workers.values()), timeout=timeout)
+
+    async def pick_up(self) -> int:
+        """Claim rows whose claim ran out and queue their jobs; return how many were claimed."""
+        found = await jobs.free_rows(self.pool, items.utcnow(), PICKUP_BATCH)
+        claimed = 0
+        for thread_id, run_id in found:
+            got = await jobs.claim(
+                self.pool, thread_id, run_id, now=items.utcnow(), lease=self.lease, holder=self.holder
+            )
+            if got is None:
+                continue  # another replica claimed it first
+            job, claims = got
+            if claims > MAX_CLAIMS:
+                await jobs.discard(self.pool, thread_id, run_id)
+                metrics.MEMORY_WRITES.labels("abandoned").inc()
+                log.warning("memory job abandoned", extra={"run_id": run_id, "claims": claims})
+                continue
+            metrics.MEMORY_WRITES.labels("picked_up").inc()
+            self._enqueue(job, fresh=False)
+            claimed += 1
+        return claimed
+
+    async def _poll_forever(self) -> None:
+        while True:
+            # Jittered, so replicas started together do not scan together.
+            await asyncio.sleep(self.poll_seconds * random.uniform(0.8, 1.2))
+            try:
+                await self.pick_up()
+            except Exception as exc:  # Postgres away: the next round tries again
+                log.warning("memory pickup failed", extra={"error": type(exc).__name__})
+
+    def _enqueue(self, job: MemoryJob, *, fresh: bool) -> None:
+        key = (job.tenant_id, job.user_id)
+        self._queues.setdefault(key, deque()).append((job, fresh))
+        if key not in self._workers:
+            self._workers[key] = asyncio.create_task(self._work(key), name=f"memory-{job.tenant_id}")
 
     async def _work(self, key: tuple[str, str]) -> None:
         queue = self._queues[key]
         try:
             while queue:
-                job, submitted = queue.popleft()
+                job, fresh = queue.popleft()
                 try:
-                    await self._process(job, submitted)
-                except Exception as exc:
+                    await self._process(job, fresh)
+                except Exception as exc:  # the row stays: picked up again after its lease
                     metrics.MEMORY_WRITES.labels("failed").inc()
                     log.warning("memory job failed", extra={"run_id": job.run_id, "error": type(exc).__name__})
         finally:
@@ -101,60 +208,59 @@ class MemoryWriter:
             if not queue:
                 self._queues.pop(key, None)
 
-    async def _process(self, job: MemoryJob, submitted: float) -> None:
-        worth = _worth_writing(await self.extractor(job))
+    async def _process(self, job: MemoryJob, fresh: bool) -> None:
+        outcome = await self._outcome(job, fresh)
+        if outcome == "unfinished":
+            metrics.MEMORY_WRITES.labels("deferred").inc()  # picked up again after its lease
+            return
+        if outcome == "other":  # cancelled or failed after the job was written: no memory
+            await jobs.discard(self.pool, job.thread_id, job.run_id)
+            metrics.MEMORY_WRITES.labels("dropped_unanswered").inc()
+            return
+        worth = worth_writing(await self.extractor(job))
         if worth is None:
-            # A turn that holds nothing to remember costs no lock, connection or transaction
-            # (it used to pay five statements here to find that out).
+            await jobs.discard(self.pool, job.thread_id, job.run_id)
             metrics.MEMORY_WRITES.labels("nothing").inc()
             return
         facts, updates = worth
         lease = await self.locks.wait_user(job.tenant_id, job.user_id, self.lock_wait)
         if lease is None:
-            metrics.MEMORY_WRITES.labels("lock_timeout").inc()
+            metrics.MEMORY_WRITES.labels("lock_timeout").inc()  # the row stays for a later claim
             return
         try:
-            if not await self._thread_still_there(job):
-                metrics.MEMORY_WRITES.labels("dropped_erased").inc()
-                return
             async with self.pool.connection() as conn, conn.transaction():
-                since_reset = await hold_for_write(conn, job.tenant_id, job.user_id)
-                if since_reset is not None and since_reset < time.monotonic() - submitted:
-                    metrics.MEMORY_WRITES.labels("dropped_reset").inc()
+                await hold_for_write(conn, job.tenant_id, job.user_id)
+                if not await jobs.take(conn, job.thread_id, job.run_id):
+                    # Erased, reset, its thread deleted, or done by another worker meanwhile.
+                    metrics.MEMORY_WRITES.labels("dropped_gone").inc()
                     return
-                # A store on this transaction's connection: the reads, deletes and puts
-                # below commit together with the reset check, or not at all.
-                await self._apply(AsyncPostgresStore(conn, ttl=self.ttl), job, facts, updates)
+                await self._apply(conn, job, facts, updates)
             metrics.MEMORY_WRITES.labels("written").inc()
         finally:
             await lease.release()
 
-    async def _thread_still_there(self, job: MemoryJob) -> bool:
-        async with self.pool.connection() as conn:
-            return await langgraph_tables.thread_recorded_for(conn, job.thread_id, job.tenant_id, job.user_id)
+    async def _outcome(self, job: MemoryJob, fresh: bool) -> jobs.RunOutcome:
+        """Return how the job's run ended, waiting a little for a fresh job's run to write its end."""
+        outcome = await jobs.run_outcome(self.pool, job)
+        for wait in _SETTLE_WAITS if fresh else ():
+            if outcome != "unfinished":
+                break
+            await asyncio.sleep(wait)
+            outcome = await jobs.run_outcome(self.pool, job)
+        return outcome
 
     async def _apply(
-        self, store: AsyncPostgresStore, job: MemoryJob, facts: list[FactCandidate], updates: dict[str, Any]
+        self, conn: AsyncConnection[Any], job: MemoryJob, facts: list[FactCandidate], updates: dict[str, Any]
     ) -> None:
         profile_ns = profile_namespace(job.tenant_id, job.user_id)
         facts_ns = facts_namespace(job.tenant_id, job.user_id)
-        # `abatch` runs on the store's own connection (this transaction); its `aget`-style
-        # helpers would go through a background queue instead. Reads refresh the TTL, and
-        # every put carries the default TTL, as the store's own helpers would.
-        ttl = (self.ttl or {}).get("default_ttl")
-        current, existing = await store.abatch(
-            [
-                GetOp(profile_ns, PROFILE_KEY, refresh_ttl=True),
-                SearchOp(facts_ns, limit=self.max_facts + 50, refresh_ttl=True),
-            ]
-        )
-        ops: list[PutOp] = []
         if updates:
-            profile = current if isinstance(current, Item) else None
-            merged = merge_profile(dict(profile.value) if profile else {}, updates)
-            if not profile or merged != profile.value:
-                ops.append(PutOp(profile_ns, PROFILE_KEY, merged, index=False, ttl=ttl))
+            current = await items.read_one(conn, profile_ns, PROFILE_KEY, self.lifetime)
+            merged = merge_profile(dict(current.value) if current else {}, updates)
+            if current is None or merged != current.value:
+                await items.put(conn, profile_ns, [(PROFILE_KEY, merged)], self.lifetime)
         if facts:
+            existing = await items.read(conn, facts_ns, self.max_facts + 50, self.lifetime)
             stored = [
                 StoredFact(
                     id=item.key,
@@ -163,27 +269,36 @@ class MemoryWriter:
                     key=str(item.value.get("key", "")),
                     updated_at=item.updated_at,
                 )
-                for item in (existing if isinstance(existing, list) else [])
-                if isinstance(item, Item)
+                for item in existing
             ]
             plan = consolidate(stored, facts, max_facts=self.max_facts)
-            ops.extend(PutOp(facts_ns, fact_id, None) for fact_id in plan.deletes)
-            for fact_id, fact in plan.puts:
-                value: dict[str, Any] = {"text": fact.text, "category": fact.category, "key": fact.key}
-                ops.append(PutOp(facts_ns, fact_id, value, index=False, ttl=ttl))
-        if ops:
-            await store.abatch(ops)
+            await items.delete_keys(conn, facts_ns, plan.deletes)
+            # Every fact this turn writes, new or merged into a stored one, names this run:
+            # the run that wrote it last. Facts the plan leaves alone keep their own source.
+            source = {"thread_id": job.thread_id, "run_id": job.run_id}
+            puts = [
+                (fact_id, {"text": fact.text, "category": fact.category, "key": fact.key, "source": source})
+                for fact_id, fact in plan.puts
+            ]
+            await items.put(conn, facts_ns, puts, self.lifetime)
 
 
-def _worth_writing(candidates: MemoryCandidates) -> tuple[list[FactCandidate], dict[str, Any]] | None:
-    """Return the facts and profile updates that pass the PII guard, or None when nothing does."""
-    for category in candidates.rejected:  # dropped by the extractor's own guard
-        metrics.PII_REJECTED.labels(str(category)).inc()
+def worth_writing(
+    candidates: MemoryCandidates, *, count: bool = True
+) -> tuple[list[FactCandidate], dict[str, Any]] | None:
+    """Return the facts and profile updates that pass the PII guard, or None when nothing does.
+
+    `count` counts what the guard drops (never logged with its value); off for a look ahead.
+    """
+    if count:
+        for category in candidates.rejected:  # dropped by the extractor's own guard
+            metrics.PII_REJECTED.labels(str(category)).inc()
     facts = []
     for fact in candidates.facts:
         reason = rejection_reason(fact.text, category=fact.category)
         if reason is not None:
-            metrics.PII_REJECTED.labels(str(reason)).inc()  # counted, never logged with its value
+            if count:
+                metrics.PII_REJECTED.labels(str(reason)).inc()
             continue
         facts.append(fact)
     updates = _safe_profile_updates(candidates.profile_updates)

@@ -40,8 +40,9 @@ async def erase_user(pool: Pool, locks: Locks, tenant_id: str, user_id: str, *, 
     for as long as it runs (db/locks.py), so this waits for the user's runs in flight on any
     thread, and refuses (409) runs the user starts until the erasure is done; the threads
     listed afterwards are all there will be. Then holds the user's lock (memory writes take
-    it too, so none lands half-way) and the lock of every thread found. A memory job queued
-    before the erasure finds its thread gone afterwards and drops itself.
+    it too, so none lands half-way) and the lock of every thread found. The user's pending
+    memory jobs (rows holding their messages) are deleted with their memory: a job claimed
+    before the erasure finds its row gone afterwards and drops itself, on any replica.
     """
     erasure = await locks.wait_erasure(tenant_id, user_id, wait)
     if erasure is None:

@@ -9,6 +9,10 @@ thread half-way through its deletion. A thread's feedback goes with it.
 `max_locks` bounds how many thread locks one pass holds at once (a run sent meanwhile to
 one of them gets 409 until its group is deleted), so a batch is deleted in groups of that
 many threads, each group in one transaction.
+
+A thread's pending memory jobs (memory/jobs.py, which hold the user's message) go with
+the thread; a pass also deletes any job row older than the cut-off, whatever its thread:
+such a row is work that never landed, and no copy of a user's text outlives retention.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from datetime import datetime
 from chatbot.db import langgraph_tables
 from chatbot.db.locks import Lease, Locks
 from chatbot.db.pool import Pool
+from chatbot.memory import jobs as memory_jobs
 from chatbot.retrieval.versions import prune_superseded_chunks
 from chatbot.threads.deletion import delete_threads
 
@@ -78,6 +83,8 @@ async def purge_stale_threads(
             deleted += done
             skipped += busy
     if not dry_run:
+        async with pool.connection() as conn:
+            await memory_jobs.delete_older_than(conn, cutoff)
         await prune_superseded_chunks(pool)  # knowledge versions only the deleted threads cited
     return RetentionReport(stale, deleted, skipped)
 

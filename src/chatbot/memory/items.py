@@ -1,0 +1,126 @@
+"""The memory feature's reads and writes of LangGraph's `store` table: one exact prefix each, timestamps as parameters.
+
+The store's own statements are refused by a store distributed by `prefix` (Citus): its
+namespace search spans prefixes, its TTL refresh feeds a column to a STABLE function, its
+upsert calls CURRENT_TIMESTAMP in `DO UPDATE SET`. The statements here
+(db/langgraph_tables.py, "Memory items") name one prefix by equality each; a TTL refresh is
+a statement of its own, sent only when a TTL is configured; every moment is the replica's
+clock, passed as a parameter. Rows keep the store's layout, so items the store wrote
+before read here unchanged, and its TTL sweeper still deletes expired ones.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from psycopg import AsyncConnection
+
+from chatbot.db import langgraph_tables
+
+Conn = AsyncConnection[Any]
+
+# With no TTL, expired items are not hidden (the store's `omit_expired` is part of its TTL
+# configuration): a moment before every `expires_at` shows them all.
+_ALL = datetime(1, 1, 1, tzinfo=UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class StoredItem:
+    """One store row as the memory feature reads it."""
+
+    key: str
+    value: dict[str, Any]
+    created_at: datetime
+    updated_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Lifetime:
+    """How long memory items live: `ttl_minutes` None means forever (CHATBOT_MEMORY_TTL_DAYS=0)."""
+
+    ttl_minutes: float | None = None
+
+    def expires_at(self, now: datetime) -> datetime | None:
+        """Return when an item written or read at `now` expires, None when it never does."""
+        return None if self.ttl_minutes is None else now + timedelta(minutes=self.ttl_minutes)
+
+    def visible_after(self, now: datetime) -> datetime:
+        """Return the moment an item must expire after to be read (expired items are hidden with a TTL)."""
+        return _ALL if self.ttl_minutes is None else now
+
+
+def prefix_of(namespace: tuple[str, ...]) -> str:
+    """Return the store's `prefix` of a namespace (its labels joined by ".", as the store writes it)."""
+    return ".".join(namespace)
+
+
+def utcnow() -> datetime:
+    """Return the replica's clock, the moment statements here pass as a parameter."""
+    return datetime.now(UTC)
+
+
+async def read(conn: Conn, namespace: tuple[str, ...], limit: int, lifetime: Lifetime) -> list[StoredItem]:
+    """Return up to `limit` items of exactly `namespace`, newest first, and refresh their TTL when one is set."""
+    now = utcnow()
+    prefix = prefix_of(namespace)
+    rows = await langgraph_tables.store_items(conn, prefix, lifetime.visible_after(now), limit)
+    await refresh(conn, prefix, lifetime, now)
+    return [_item(row) for row in rows]
+
+
+async def read_one(conn: Conn, namespace: tuple[str, ...], key: str, lifetime: Lifetime) -> StoredItem | None:
+    """Return one item of `namespace` (None when absent or expired), refreshing its namespace's TTL."""
+    now = utcnow()
+    prefix = prefix_of(namespace)
+    row = await langgraph_tables.store_item(conn, prefix, key, lifetime.visible_after(now))
+    await refresh(conn, prefix, lifetime, now)
+    return None if row is None else _item(row)
+
+
+async def refresh(conn: Conn, prefix: str, lifetime: Lifetime, now: datetime) -> None:
+    """Move the namespace's expiry forward (a read counts as use); no statement without a TTL."""
+    expires_at = lifetime.expires_at(now)
+    if expires_at is not None:
+        await langgraph_tables.refresh_store_items(conn, prefix, expires_at, now)
+
+
+async def put(
+    conn: Conn, namespace: tuple[str, ...], values: Sequence[tuple[str, dict[str, Any]]], lifetime: Lifetime
+) -> None:
+    """Insert or replace items of `namespace` (key, value), stamped with the replica's clock."""
+    if not values:
+        return
+    now = utcnow()
+    await langgraph_tables.upsert_store_items(
+        conn,
+        prefix_of(namespace),
+        values,
+        now=now,
+        expires_at=lifetime.expires_at(now),
+        ttl_minutes=lifetime.ttl_minutes,
+    )
+
+
+async def delete_keys(conn: Conn, namespace: tuple[str, ...], keys: Sequence[str]) -> int:
+    """Delete these keys of `namespace`; return how many items went."""
+    if not keys:
+        return 0
+    return await langgraph_tables.delete_store_keys(conn, prefix_of(namespace), keys)
+
+
+async def delete_namespace(conn: Conn, namespace: tuple[str, ...]) -> int:
+    """Delete every item of exactly `namespace`, expired ones too; return how many went."""
+    return await langgraph_tables.delete_store_prefix(conn, prefix_of(namespace))
+
+
+def _item(row: dict[str, Any]) -> StoredItem:
+    value = row["value"]
+    return StoredItem(
+        key=row["key"],
+        value=dict(value) if isinstance(value, dict) else {},
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+    )
