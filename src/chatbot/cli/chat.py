@@ -108,6 +108,9 @@ def converse(client: ChatbotClient, view: View, thread: str) -> None:
                 view.history(_transcript(client, thread))
             elif text == "/memory":
                 view.memory(client.memory())
+            elif text.startswith("/forget "):
+                client.forget_fact(text.removeprefix("/forget ").strip())
+                view.info("forgotten")
             elif text == "/new":
                 thread = new_thread_id()
                 view.info(f"thread: {thread}")

@@ -63,6 +63,9 @@ class View(Protocol):
         """Show what is remembered about the user."""
 
 
+FORGET_HINT = "(/forget ID forgets one fact)"
+
+
 def _error_line(error: ChatbotError | Exception) -> str:
     if isinstance(error, ChatbotError):
         return f"error: {error.status} {error.problem.title}: {error.problem.detail}"
@@ -124,7 +127,9 @@ class PlainView:
         if not memory.facts:
             self._print("facts: none")
         for fact in memory.facts:
-            self._print(f"fact ({fact.category}): {fact.text}")
+            self._print(f"fact {fact.id} ({fact.category}): {fact.text}")
+        if memory.facts:
+            self._print(FORGET_HINT)
 
 
 class RichView:
@@ -199,6 +204,8 @@ class RichView:
         if not memory.facts:
             self.info("facts: none")
         for fact in memory.facts:
-            line = Text.assemble((f"{fact.category}: ", "dim"), fact.text)
+            line = Text.assemble((f"{fact.id} ", "dim"), (f"{fact.category}: ", "dim"), fact.text)
             line.justify = "right" if is_rtl(fact.text) else "left"
             self.console.print(line)
+        if memory.facts:
+            self.info(FORGET_HINT)

@@ -62,6 +62,11 @@ def memory_path(user_id: str) -> str:
     return f"{user_path(user_id)}/memory"
 
 
+def fact_path(user_id: str, fact_id: str) -> str:
+    """Return the path of one remembered fact."""
+    return f"{memory_path(user_id)}/facts/{_segment(fact_id)}"
+
+
 def run_body(content: str) -> dict[str, Any]:
     """Return the body of `POST …/runs`."""
     return {"message": {"content": content}}

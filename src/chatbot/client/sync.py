@@ -133,6 +133,10 @@ class ChatbotClient:
         """Forget the token's user's profile and facts."""
         self._send("DELETE", api.memory_path(self._user()))
 
+    def forget_fact(self, fact_id: str) -> None:
+        """Forget one of the token's user's facts (its `id` in `memory()`); 404 when there is no such fact."""
+        self._send("DELETE", api.fact_path(self._user(), fact_id))
+
     def erase_user(self) -> ErasureReport:
         """Erase the token's user in its tenant: threads, memory and feedback."""
         return ErasureReport.model_validate(self._send("DELETE", api.user_path(self._user())).json())
