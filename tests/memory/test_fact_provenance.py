@@ -1,0 +1,96 @@
+"""Facts say which run wrote them, one fact can be forgotten, and pending memory work is a row erasure removes."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import httpx
+import psycopg
+
+from chatbot.memory.extraction import MemoryCandidates
+from chatbot.memory.jobs import MemoryJob
+from chatbot.memory.writer import offline_extractor
+from tests.fixtures.app import running_app
+from tests.fixtures.catalogue import rows_containing
+from tests.fixtures.tokens import auth
+from tests.memory.test_memory_e2e import memory_of, say
+
+EN = {"locale": "en-US"}
+
+
+def _run_id(events: list[tuple[str, dict[str, Any]]]) -> str:
+    return str(events[-1][1]["run_id"])
+
+
+async def _facts_when(client: httpx.AsyncClient, done: Any, **token: Any) -> list[dict[str, Any]]:
+    """Poll GET memory until `done(facts)` holds (memory lands after the answer)."""
+    for _ in range(200):
+        facts = (await memory_of(client, **token))["facts"]
+        if done(facts):
+            return facts  # type: ignore[no-any-return]
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"memory never settled: {facts}")
+
+
+def _job_rows(url: str, user: str) -> int:
+    with psycopg.connect(url) as conn:
+        row = conn.execute("select count(*) from memory_jobs where user_id = %s", (user,)).fetchone()
+    return int(row[0]) if row else 0
+
+
+async def test_facts_name_the_run_that_wrote_them_last_and_one_can_be_forgotten(isolated_database_url: str) -> None:
+    async with running_app(isolated_database_url) as client:
+        car = _run_id(await say(client, "prov-a", "remember that my car is a Peugeot 206", **EN))
+        city = _run_id(await say(client, "prov-a", "remember that I live in Shiraz", **EN))
+        facts = await _facts_when(client, lambda fs: len(fs) == 2, **EN)
+        by_text = {f["text"]: f for f in facts}
+        assert by_text["my car is a Peugeot 206"]["source"] == {"thread_id": "prov-a", "run_id": car}
+        assert by_text["I live in Shiraz"]["source"] == {"thread_id": "prov-a", "run_id": city}
+
+        # A restatement on another thread takes over the fact: the source is now that run.
+        changed = _run_id(await say(client, "prov-b", "remember that my car is a Peugeot 405", **EN))
+        facts = await _facts_when(client, lambda fs: any("405" in f["text"] for f in fs), **EN)
+        car_fact = next(f for f in facts if "Peugeot" in f["text"])
+        assert len(facts) == 2 and car_fact["id"] == by_text["my car is a Peugeot 206"]["id"]
+        assert car_fact["source"] == {"thread_id": "prov-b", "run_id": changed}
+        assert next(f for f in facts if "Shiraz" in f["text"])["source"] == {"thread_id": "prov-a", "run_id": city}
+
+        profile = (await memory_of(client, **EN))["profile"]
+        assert profile
+        path = f"/v1/users/u1/memory/facts/{car_fact['id']}"
+        assert (await client.delete(path, headers=auth(**EN))).status_code == 204
+        after = await memory_of(client, **EN)
+        assert [f["text"] for f in after["facts"]] == ["I live in Shiraz"] and after["profile"] == profile
+        assert (await client.delete(path, headers=auth(**EN))).status_code == 404  # already gone
+        # Someone else's fact id, another tenant, another user: 404, 404, 403; nothing changes.
+        shiraz = after["facts"][0]["id"]
+        other_tenant = await client.delete(f"/v1/users/u1/memory/facts/{shiraz}", headers=auth("globex", **EN))
+        other_user = await client.delete(f"/v1/users/u1/memory/facts/{shiraz}", headers=auth(user="u2", **EN))
+        assert (other_tenant.status_code, other_user.status_code) == (404, 403)
+        assert (await memory_of(client, **EN))["facts"] == after["facts"]
+    assert _job_rows(isolated_database_url, "u1") == 0  # done jobs leave no row
+
+
+async def test_an_erasure_while_memory_work_is_pending_leaves_no_job_row_and_no_fact(
+    isolated_database_url: str,
+) -> None:
+    started, release = asyncio.Event(), asyncio.Event()
+
+    async def slow(job: MemoryJob) -> MemoryCandidates:
+        started.set()
+        await release.wait()
+        return await offline_extractor(job)
+
+    async with running_app(isolated_database_url, memory_extractor=slow) as client:
+        await say(client, "erase-pending", "remember that my garage is in Tabriz", user="u-erase", **EN)
+        await asyncio.wait_for(started.wait(), 10)  # answered; its memory work is pending
+        assert _job_rows(isolated_database_url, "u-erase") == 1  # durable before it is done
+        erased = await client.delete("/v1/users/u-erase", headers=auth(user="u-erase", **EN))
+        assert erased.status_code == 200, erased.text
+        assert _job_rows(isolated_database_url, "u-erase") == 0
+        release.set()
+        await client.app.state.memory.drain(15)  # type: ignore[attr-defined]
+        assert (await memory_of(client, user="u-erase", **EN))["facts"] == []
+    assert rows_containing(isolated_database_url, "u-erase") == {}
+    assert rows_containing(isolated_database_url, "Tabriz") == {}
