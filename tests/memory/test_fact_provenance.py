@@ -94,3 +94,34 @@ async def test_an_erasure_while_memory_work_is_pending_leaves_no_job_row_and_no_
         assert (await memory_of(client, user="u-erase", **EN))["facts"] == []
     assert rows_containing(isolated_database_url, "u-erase") == {}
     assert rows_containing(isolated_database_url, "Tabriz") == {}
+
+
+def _leave_job(url: str, thread: str, run_id: str, user: str, text: str) -> None:
+    """Write a job row as a replica killed after it would have left it: claim run out."""
+    with psycopg.connect(url) as conn:
+        conn.execute(
+            "insert into memory_jobs (thread_id, run_id, tenant_id, user_id, locale, user_text, created_at, "
+            "claimed_until, claimed_by) "
+            "values (%s, %s, 'acme', %s, 'en-US', %s, now(), now() - interval '1 s', 'gone')",
+            (thread, run_id, user, text),
+        )
+
+
+async def test_a_left_job_is_done_once_by_whichever_replica_claims_it_and_only_for_an_answered_run(
+    isolated_database_url: str,
+) -> None:
+    async with running_app(isolated_database_url) as a, running_app(isolated_database_url) as b:
+        # An answered run (its own memory written first, then its row is left again below).
+        answered = _run_id(await say(a, "left-1", "remember that I like green tea", user="u-left", **EN))
+        escalated = _run_id(await say(a, "left-2", "I want to talk to a human", user="u-left", **EN))
+        await a.app.state.memory.drain(10)  # type: ignore[attr-defined]
+        _leave_job(isolated_database_url, "left-1", answered, "u-left", "remember that my boat is called Nilufar")
+        _leave_job(isolated_database_url, "left-2", escalated, "u-left", "remember that my bike is called Simorgh")
+        writers = [a.app.state.memory, b.app.state.memory]  # type: ignore[attr-defined]
+        claimed = await asyncio.gather(*(w.pick_up() for w in writers))
+        assert sum(claimed) == 2  # each row claimed by one replica only
+        for writer in writers:
+            await writer.drain(15)
+        facts = [f["text"] for f in (await memory_of(a, user="u-left", **EN))["facts"]]
+    assert facts == ["I like green tea", "my boat is called Nilufar"]  # the escalated run's job wrote nothing
+    assert _job_rows(isolated_database_url, "u-left") == 0
