@@ -1,8 +1,9 @@
-"""Memory lifetime: the LangGraph store's own TTL, from `CHATBOT_MEMORY_TTL_DAYS`.
+"""Memory lifetime: the LangGraph store's TTL columns, from `CHATBOT_MEMORY_TTL_DAYS`.
 
-An item's `expires_at` moves forward on every write and every read (`refresh_on_read`:
-load_memory's search at the start of each run, the memory endpoint, the writer's reads),
-so only memory nobody used for that long expires. Expired items are hidden from reads at
+An item's `expires_at` moves forward on every write and every read (the graph's read at
+the start of each run, the memory endpoint, the writer's reads: memory/items.py, a refresh
+statement apart from each read, sent only when a TTL is set), so only memory nobody used
+for that long expires. Expired items are hidden from reads at
 once (`omit_expired`) and deleted by the store's sweeper, which each replica runs every
 `memory_ttl_sweep_minutes` (one minute by default: an item goes at most about a minute
 after it expires). Items written while no TTL was set carry none until they are next written.
