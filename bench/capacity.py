@@ -10,6 +10,7 @@ refused or fails. Printed per rate: runs, TTFT overhead p50/p99, replica CPU per
 (/proc utime + stime over the rate's runs, to their end), runs and replica sockets at peak.
 
     .venv/bin/python -m bench.capacity [--seconds 60] [--start 2] [--step 2] [--path json_schema]
+        [--baseline REV]   # REV's streaming files (src/chatbot/models/, agent/modelcall.py)
 
 Uses CHATBOT_DATABASE_URL (migrated here) or an embedded Postgres in a temp dir.
 """
@@ -24,6 +25,7 @@ import random
 import secrets
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -34,7 +36,7 @@ from pydantic import SecretStr
 
 from bench._pg import bench_database
 from bench.runs import KB, ROOT, SERVER_PIDS, server
-from bench.streaming import MODELS, QUESTIONS, TENANT
+from bench.streaming import MODELS, QUESTIONS, TENANT, baseline_tree
 from bench.worst_case_text import process_cpu
 from chatbot.cli.common import mint_token
 from chatbot.config import Settings
@@ -185,6 +187,8 @@ async def main(args: argparse.Namespace, port: int) -> None:
     base_url = f"http://127.0.0.1:{port}" + ("/v1" if provider == "openai" else "")
     env = {"CHATBOT_MODEL": spec, "CHATBOT_MODEL_BASE_URL": base_url, "OPENAI_API_KEY": "bench-key",
            "ANTHROPIC_API_KEY": "bench-key"}  # fmt: skip
+    if args.baseline:  # the streaming files as they were at that revision, the rest as today
+        env["PYTHONPATH"] = str(baseline_tree(args.baseline, Path(tempfile.mkdtemp(prefix="chatbot-bench-old-"))))
     first_byte = provider_first_answer_byte(args.first_byte_ms, args.piece_ms)
     async with bench_database("capacity") as url:
         pool = make_pool(url, settings, name="bench-ingest", min_size=1, max_size=2)
@@ -236,6 +240,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--chars", type=int, default=1500)
     parser.add_argument("--piece-ms", type=float, default=30.0)
     parser.add_argument("--first-byte-ms", type=float, default=200.0)
+    parser.add_argument("--baseline", default=None, help="a git revision: run its streaming code instead")
     parser.add_argument("--serve-double", action="store_true", help=argparse.SUPPRESS)
     return parser.parse_args()
 
