@@ -38,6 +38,7 @@ OPERATIONS: dict[tuple[str, str], Expected] = {
     ("post", "/v1/threads/{thread_id}/runs/{run_id}/feedback"): Expected(204, V1 | {404}, True),
     ("get", "/v1/users/{user_id}/memory"): Expected(200, V1 | {403}, True),
     ("delete", "/v1/users/{user_id}/memory"): Expected(204, V1 | {403}, False),
+    ("delete", "/v1/users/{user_id}/memory/facts/{fact_id}"): Expected(204, V1 | {403, 404}, False),
     ("delete", "/v1/users/{user_id}"): Expected(200, V1 | {403, 409}, False),
     ("get", "/healthz"): Expected(200, frozenset(), False),
     ("get", "/readyz"): Expected(200, frozenset({503}), False),
