@@ -140,13 +140,14 @@ class RunService:
     def cancel_local(self, thread_id: str, run_id: str) -> None:
         """Stop the graph of a run executing here (a cancel was decided); ignore other runs."""
         stream = self._runs.get(run_id)
-        if stream is None or stream.thread_id != thread_id:
+        task = self._graphs.get(run_id)
+        if stream is None or stream.thread_id != thread_id or task is None or run_id in self._cancelled:
+            # Not here, past its graph (its refused final write tells it), or told already:
+            # the replica's own listener hears the cancel this replica decided, too.
             return
         self._cancelled.add(run_id)
-        task = self._graphs.get(run_id)
-        if task is not None:
-            # Cancels the provider's stream too: its HTTP response is closed on the way out.
-            task.cancel()
+        # Cancels the provider's stream too: its HTTP response is closed on the way out.
+        task.cancel()
 
     def _tasks_of(self, run_id: str) -> asyncio.Task[None] | None:
         return next((t for t in self._tasks if t.get_name() == f"run-{run_id}"), None)
@@ -301,7 +302,9 @@ class RunService:
                 # graph has been delivered; forget it so the awaits below run normally.
                 user_cancelled = True
                 if isinstance(exc, asyncio.CancelledError):
-                    cast(asyncio.Task[None], asyncio.current_task()).uncancel()
+                    current = cast(asyncio.Task[None], asyncio.current_task())
+                    while current.cancelling():
+                        current.uncancel()
             elif isinstance(exc, LeaseLost) and lease.fence is not None:
                 # The final write was refused: by a cancel whose notice has not come yet?
                 with contextlib.suppress(*DATABASE_ERRORS):
