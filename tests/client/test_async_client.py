@@ -50,6 +50,10 @@ async def test_feedback_memory_delete_and_erasure(kb_replica: Replica) -> None:
             return any("Shiraz" in f.text for f in (await client.memory()).facts)
 
         await wait_until(remembered, what="the fact remembered", timeout=10)
+        fact = (await client.memory()).facts[0]
+        assert fact.source is not None and fact.source.run_id == end.run_id
+        await client.forget_fact(fact.id)
+        assert (await client.memory()).facts == []
         await client.reset_memory()
         assert (await client.memory()).facts == []
         await client.run("a-other", EN_QUESTION)

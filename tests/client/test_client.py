@@ -125,6 +125,13 @@ def test_memory_is_read_and_reset(kb_replica: Replica) -> None:
         )
         memory = client.memory()
         assert memory.user_id == "u-memory" and memory.facts[0].category
+        fact = memory.facts[0]
+        assert fact.source is not None and fact.source.thread_id == "c-memory"
+        client.forget_fact(fact.id)
+        assert client.memory().facts == []
+        with pytest.raises(ChatbotError) as caught:
+            client.forget_fact(fact.id)
+        assert caught.value.status == 404
         client.reset_memory()
         assert client.memory().facts == []
 
