@@ -195,3 +195,25 @@ async def test_a_cancel_closes_the_providers_stream(
             (request,) = double.requests
             assert request.disconnected and not request.completed
             assert request.pieces_sent < 2000 // 4
+
+
+async def test_a_cancel_whose_notice_is_lost_still_ends_the_run_cancelled_at_its_final_write(
+    migrated_database_url: str,
+) -> None:
+    # Two replicas in one process; A stops listening, as while its session reconnects.
+    async with (
+        running_app(migrated_database_url, offline_token_delay_ms=20) as a,
+        running_app(migrated_database_url) as b,
+    ):
+        await a.app.state.cancels.stop()  # type: ignore[attr-defined]
+        listener = await runs_of(a).start("stop-6", CALLER, "What does travel insurance cover?")
+        seen = await until_token(listener)
+        assert (await b.post(cancel_url("stop-6", listener.run_id), headers=auth(**EN))).status_code == 202
+        seen += await rest(listener)
+        # A never heard of it: the answer went on, but its end was refused by the fence.
+        assert seen[-1].event == "error" and seen[-1].data["reason"] == "cancelled"
+        assert "end" not in [e.event for e in seen]
+        record = (await b.get(f"/v1/threads/stop-6/runs/{listener.run_id}", headers=auth(**EN))).json()
+        assert record["status"] == "cancelled" and record["answer"]["complete"] is False
+        assert record["answer"]["content"] == "".join(e.data["content"] for e in seen if e.event == "token")
+        assert (await ask(b, "stop-6", "Thanks")).status_code == 200
