@@ -161,7 +161,8 @@ class MemoryFact(BaseModel):
     category: str
     updated_at: datetime
     source: FactSource | None = Field(
-        default=None, description="The run whose turn last wrote the fact; null for facts stored before sources were kept."
+        default=None,
+        description="The run whose turn last wrote the fact; null for facts stored before sources were kept.",
     )
 
 

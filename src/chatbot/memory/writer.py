@@ -48,8 +48,9 @@ Extractor = Callable[[MemoryJob], Awaitable[MemoryCandidates]]
 MightWrite = Callable[[MemoryJob], bool]
 
 # A fresh job's run writes its final checkpoint a few milliseconds after the job: these
-# waits (about 3 s in all) cover it; a run still unfinished after them is left to the pickup.
-_SETTLE_WAITS = (0.01, 0.03, 0.06, 0.1, 0.2, 0.4, 0.8, 1.6)
+# waits (about 10 s in all, for a loaded database) cover it; a run still unfinished after
+# them is left to the pickup, after the job's claim runs out.
+_SETTLE_WAITS = (0.01, 0.03, 0.06, 0.1, 0.2, 0.4, 0.8, 1.6, 3.2, 3.2)
 # A row claimed this many times without landing (its run never finished, or its work keeps
 # failing) is dropped: the turn's memory is lost, counted, rather than retried forever.
 MAX_CLAIMS = 5
