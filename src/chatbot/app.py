@@ -174,9 +174,10 @@ def create_app(
                 await app.state.retention.stop()
             await store.stop_ttl_sweeper(timeout=5)
             await app.state.runs.drain(settings.shutdown_grace_seconds)
-            await app.state.cancels.stop()
             await memory.drain(settings.shutdown_grace_seconds)
         finally:
+            if getattr(app.state, "cancels", None) is not None:
+                await app.state.cancels.stop()
             await locks.close()
             await pool.close()
             # After the drain, so the last runs' spans go too; in a thread: an unreachable
