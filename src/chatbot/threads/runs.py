@@ -12,6 +12,10 @@ connections only for their statements. Every checkpoint write of the run is fenc
 its lease (db/saver.py): a run whose lock session dropped and whose thread another
 holder took fails with 503 instead of writing.
 
+A run can be stopped from any replica (`cancel`, threads/cancel.py): Postgres decides
+between the cancel and the run's own end on the thread's fence row, and the replica running
+it cancels the task that runs its graph, records what was shown and frees the thread.
+
 Checkpoint writes per run: two. The user's message is written first, on its own, as the
 output of START (durable before the `metadata` event goes out); the graph then runs with
 durability "exit" and writes one checkpoint at the end (4 rows instead of ~20 with
@@ -123,18 +127,20 @@ class RunService:
         try:
             if not await cancel.request_cancel(self.pool, self.locks, thread_id, run_id):
                 return False
-            self.cancel_local(thread_id, run_id)
-            task = self._tasks_of(run_id)
-            if task is not None:
-                await asyncio.wait({task}, timeout=wait)
-                return True
-            deadline = asyncio.get_running_loop().time() + wait
+        except DATABASE_ERRORS:
+            raise database_problem() from None
+        # Decided: from here on the answer is 202 whatever happens while waiting.
+        self.cancel_local(thread_id, run_id)
+        task = self._tasks_of(run_id)
+        if task is not None:
+            await asyncio.wait({task}, timeout=wait)
+            return True
+        deadline = asyncio.get_running_loop().time() + wait
+        with contextlib.suppress(*DATABASE_ERRORS):
             while asyncio.get_running_loop().time() < deadline:
                 if await cancel.thread_free(self.pool, self.locks, thread_id):
                     break
                 await asyncio.sleep(0.02)
-        except DATABASE_ERRORS:
-            raise database_problem() from None
         return True
 
     def cancel_local(self, thread_id: str, run_id: str) -> None:
