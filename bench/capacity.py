@@ -19,10 +19,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import atexit
 import json
 import os
 import random
 import secrets
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -188,7 +190,9 @@ async def main(args: argparse.Namespace, port: int) -> None:
     env = {"CHATBOT_MODEL": spec, "CHATBOT_MODEL_BASE_URL": base_url, "OPENAI_API_KEY": "bench-key",
            "ANTHROPIC_API_KEY": "bench-key"}  # fmt: skip
     if args.baseline:  # the streaming files as they were at that revision, the rest as today
-        env["PYTHONPATH"] = str(baseline_tree(args.baseline, Path(tempfile.mkdtemp(prefix="chatbot-bench-old-"))))
+        old = Path(tempfile.mkdtemp(prefix="chatbot-bench-old-"))
+        atexit.register(shutil.rmtree, old, ignore_errors=True)
+        env["PYTHONPATH"] = str(baseline_tree(args.baseline, old))
     first_byte = provider_first_answer_byte(args.first_byte_ms, args.piece_ms)
     async with bench_database("capacity") as url:
         pool = make_pool(url, settings, name="bench-ingest", min_size=1, max_size=2)

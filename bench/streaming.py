@@ -14,8 +14,9 @@ each real target also runs as `old <target>`: the same tree with the streaming f
 (src/chatbot/models/, agent/modelcall.py) as they were at REV, measured in the same run.
 
 Also printed: what the provider SDKs cost per piece alone (openai.AsyncOpenAI /
-anthropic.AsyncAnthropic streaming the same answer, and LangChain's `astream` alone), as
-`time.thread_time` of this process's main thread (the double runs in its own thread).
+anthropic.AsyncAnthropic streaming the same answer, LangChain's `astream` alone, and our
+own reader, models/wire.py), as `time.thread_time` of this process's main thread (the
+double runs in its own thread).
 
 Goals (printed, not asserted): CPU per run at 12,000 characters <= 9x the figure at 1,500;
 (real - offline CPU per run) / pieces <= 0.25 ms at 1,500 Persian characters, 4-character
