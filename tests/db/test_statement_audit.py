@@ -37,19 +37,6 @@ from tests.fixtures.tokens import auth
 REPO = Path(__file__).resolve().parents[2]
 ORDER: dict[StatementPath, int] = {"rare": 0, "page": 1, "run": 2}
 
-# TEMPORARY, to be deleted when the memory rewrite lands: the LangGraph store statements our
-# memory code sends today, each refused by Citus or multi-shard on the run path and the
-# memory page. Keys are the statements' starts, as pg_stat_statements shows them.
-PENDING_MEMORY_REWRITE: tuple[str, ...] = (
-    # The store search: `prefix = $1 OR prefix LIKE $2` (every shard), with a TTL refresh
-    # `NOW() + (ttl_minutes || ' minutes')::interval` (a STABLE function fed by a column).
-    "WITH search_results AS ( SELECT store.prefix, store.key, store.value",
-    # The store get: the same refresh beside an exact-prefix read.
-    "WITH passed_in AS ( SELECT unnest(",
-    # The store put: `updated_at = CURRENT_TIMESTAMP` in DO UPDATE SET.
-    "INSERT INTO store (prefix, key, value",
-)
-
 # Background work of a replica, never on a request's path, judged as rare work wherever it
 # was seen (it may run while a phase's requests do): the memory jobs' pickup scan and the
 # store's TTL sweep read or delete across shards by design.
@@ -220,18 +207,11 @@ def test_every_statement_routes_under_the_placement(audit_server: AuditServer) -
     recorded = _drive(audit_server, url)
     audit = StatementAudit(audit_server.volatility())
     findings: list[Finding] = []
-    pending: list[Recorded] = []
     for statement in recorded:
-        found = audit.check(statement.text, statement.path)
-        if found and _starts(statement.text, PENDING_MEMORY_REWRITE):
-            pending.append(statement)
-        else:
-            findings.extend(found)
+        findings.extend(audit.check(statement.text, statement.path))
     by_path = {p: sum(1 for r in recorded if r.path == p) for p in ORDER}
     assert by_path["run"] > 10 and by_path["page"] > 3 and by_path["rare"] > 10, by_path
     assert not findings, "\n".join(str(f) for f in findings)
-    # Only store statements may wait for the memory rewrite.
-    assert all("store" in p.text for p in pending), [" ".join(p.text.split())[:120] for p in pending]
 
 
 def test_every_table_has_a_placement(audit_server: AuditServer) -> None:
