@@ -31,8 +31,9 @@ fuzz: $(STAMP)
 	CHATBOT_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/python -m pytest -q -s -p no:cacheprovider \
 		--timeout=$(LONG_TIMEOUT) tests/hardening/test_fuzz_openapi.py tests/hardening/test_hostile_corpus.py
 
-## make lint: ruff and mypy alone (seconds, no database)
+## make lint: the format check, ruff and mypy alone (seconds, no database)
 lint: $(STAMP)
+	$(BIN)/ruff format --check src tests bench
 	$(BIN)/ruff check src tests bench
 	$(BIN)/mypy
 

@@ -207,19 +207,26 @@ async def main(args: argparse.Namespace, port: int) -> None:
             async with httpx.AsyncClient(base_url=base, timeout=120, limits=limits) as client:
                 rng = random.Random(8)
                 await at_rate(client, settings, pid, 2, 3, first_byte, rng)  # warm
-                print(f"replica pid {pid}, {args.path}, {args.chars} Persian chars, a piece every "
-                      f"{args.piece_ms:g} ms, first byte at {args.first_byte_ms:g} ms, first answer character at "
-                      f"{first_byte * 1000:.0f} ms (subtracted), {args.seconds:g} s per rate")
-                print(f"{'runs/s':>7} {'runs':>5} {'failed':>6} {'TTFT over p50':>14} {'p99 (ms)':>9} "
-                      f"{'CPU/run (ms)':>13} {'runs at peak':>13} {'sockets at peak':>16}")
+                print(
+                    f"replica pid {pid}, {args.path}, {args.chars} Persian chars, a piece every "
+                    f"{args.piece_ms:g} ms, first byte at {args.first_byte_ms:g} ms, first answer character at "
+                    f"{first_byte * 1000:.0f} ms (subtracted), {args.seconds:g} s per rate"
+                )
+                print(
+                    f"{'runs/s':>7} {'runs':>5} {'failed':>6} {'TTFT over p50':>14} {'p99 (ms)':>9} "
+                    f"{'CPU/run (ms)':>13} {'runs at peak':>13} {'sockets at peak':>16}"
+                )
                 best: Rate | None = None
                 rate = args.start
                 while rate <= args.max_rate:
                     result = await at_rate(client, settings, pid, rate, args.seconds,
                                            first_byte, rng)  # fmt: skip
-                    print(f"{rate:7.1f} {result.started:5d} {result.failed:6d} {result.p(0.5):14.1f} "
-                          f"{result.p(0.99):9.1f} {result.cpu * 1000:13.1f} {result.peak_runs:13d} "
-                          f"{result.peak_sockets:16d}", flush=True)
+                    print(
+                        f"{rate:7.1f} {result.started:5d} {result.failed:6d} {result.p(0.5):14.1f} "
+                        f"{result.p(0.99):9.1f} {result.cpu * 1000:13.1f} {result.peak_runs:13d} "
+                        f"{result.peak_sockets:16d}",
+                        flush=True,
+                    )
                     if not result.held:
                         break
                     best = result
@@ -228,9 +235,11 @@ async def main(args: argparse.Namespace, port: int) -> None:
                     print("no rate held")
                 else:
                     verdict = "holds" if best.rate >= GOAL_RATE else "MISSED"
-                    print(f"highest rate held: {best.rate:g} runs/s (goal >= {GOAL_RATE:g}) {verdict}; "
-                          f"CPU per run {best.cpu * 1000:.1f} ms; runs in flight at peak {best.peak_runs}, "
-                          f"replica sockets at peak {best.peak_sockets}")
+                    print(
+                        f"highest rate held: {best.rate:g} runs/s (goal >= {GOAL_RATE:g}) {verdict}; "
+                        f"CPU per run {best.cpu * 1000:.1f} ms; runs in flight at peak {best.peak_runs}, "
+                        f"replica sockets at peak {best.peak_sockets}"
+                    )
 
 
 def parse_args() -> argparse.Namespace:

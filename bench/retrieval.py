@@ -46,8 +46,9 @@ def load_eval() -> list[dict[str, Any]]:
     return [json.loads(line) for line in EVAL.read_text().splitlines() if line.strip()]
 
 
-async def evaluate(pool: AsyncConnectionPool[Any], tenant: str, questions: list[dict[str, Any]],
-                   verbose: bool) -> tuple[float, float, list[float]]:
+async def evaluate(
+    pool: AsyncConnectionPool[Any], tenant: str, questions: list[dict[str, Any]], verbose: bool
+) -> tuple[float, float, list[float]]:
     """Return recall@5, MRR and per-query latencies (ms) of the questions against one tenant."""
     hits, reciprocal, latencies = 0, 0.0, []
     misses: Counter[str] = Counter()
@@ -73,8 +74,9 @@ def _pseudo_word(rng: random.Random, alphabet: str) -> str:
     return "".join(rng.choices(alphabet, k=rng.randint(4, 9)))
 
 
-def synthetic_rows(tenant: str, chunks: int, sources: list[tuple[str, list[str]]],
-                   rng: random.Random) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+def synthetic_rows(
+    tenant: str, chunks: int, sources: list[tuple[str, list[str]]], rng: random.Random
+) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
     """Return (documents, chunks) rows of topic-coherent distractor text.
 
     Each synthetic document takes one demo document as its topic and draws most words
@@ -94,15 +96,28 @@ def synthetic_rows(tenant: str, chunks: int, sources: list[tuple[str, list[str]]
             rng.shuffle(body)
             text = " ".join(body)
             title = " ".join(rng.choices(words, k=3) + rng.choices(names, k=1))
-            rows.append((tenant, f"{doc_id}#{i}", doc_id, i, title, text, language,
-                         search_form(f"{title}\n{text}"), index_form(title), index_form(text)))
+            rows.append(
+                (
+                    tenant,
+                    f"{doc_id}#{i}",
+                    doc_id,
+                    i,
+                    title,
+                    text,
+                    language,
+                    search_form(f"{title}\n{text}"),
+                    index_form(title),
+                    index_form(text),
+                )
+            )
     return docs, rows
 
 
 async def load_synthetic(pool: AsyncConnectionPool[Any], tenants: list[str], chunks: int) -> None:
     """Bulk-load distractor chunks with COPY, bypassing the ingest path."""
-    sources = [("fa" if path.parent.name == "fa" else "en", path.read_text().split())
-               for path in sorted(KB.rglob("*.md"))]
+    sources = [
+        ("fa" if path.parent.name == "fa" else "en", path.read_text().split()) for path in sorted(KB.rglob("*.md"))
+    ]
     rng = random.Random(7)
     async with pool.connection() as conn:
         await conn.execute("""CREATE TEMP TABLE staging (tenant_id text, chunk_id text, document_id text,
@@ -111,8 +126,10 @@ async def load_synthetic(pool: AsyncConnectionPool[Any], tenants: list[str], chu
         for tenant in tenants:
             docs, rows = synthetic_rows(tenant, chunks, sources, rng)
             async with conn.cursor() as cur:
-                async with cur.copy("COPY kb_documents (tenant_id, document_id, title, source, content_sha, "
-                                    "language, chunk_count) FROM STDIN") as copy:
+                async with cur.copy(
+                    "COPY kb_documents (tenant_id, document_id, title, source, content_sha, "
+                    "language, chunk_count) FROM STDIN"
+                ) as copy:
                     for doc in docs:
                         await copy.write_row(doc)
                 async with cur.copy("COPY staging FROM STDIN") as copy:
@@ -160,8 +177,10 @@ async def main(args: argparse.Namespace) -> None:
                     # bits and visibility map set) and analysed, as it is after autovacuum.
                     for table in ("kb_documents", "kb_chunks", "kb_terms"):
                         await conn.execute(sql.SQL("VACUUM (ANALYZE) {}").format(sql.Identifier(table)))
-                print(f"loaded {args.tenants} tenants x {args.chunks} synthetic chunks "
-                      f"(+ demo KB each) in {time.perf_counter() - start:.1f} s")
+                print(
+                    f"loaded {args.tenants} tenants x {args.chunks} synthetic chunks "
+                    f"(+ demo KB each) in {time.perf_counter() - start:.1f} s"
+                )
                 latencies: list[float] = []
                 scaled: list[tuple[float, float]] = []
                 for r in range(args.rounds):
@@ -170,12 +189,16 @@ async def main(args: argparse.Namespace) -> None:
                     scaled.append((recall, mrr))
                     latencies.extend(lat)
                 latencies.sort()
-                print(f"stress: with {args.chunks} look-alike chunks per tenant: recall@5 = {scaled[0][0]:.3f}  "
-                      f"MRR = {scaled[0][1]:.3f}")
+                print(
+                    f"stress: with {args.chunks} look-alike chunks per tenant: recall@5 = {scaled[0][0]:.3f}  "
+                    f"MRR = {scaled[0][1]:.3f}"
+                )
                 p95 = latencies[int(len(latencies) * 0.95) - 1]
                 p50 = statistics.median(latencies)
-                print(f"search latency over {len(latencies)} queries: p50 = {p50:.2f} ms"
-                      f"  p95 = {p95:.2f} ms  max = {latencies[-1]:.2f} ms")
+                print(
+                    f"search latency over {len(latencies)} queries: p50 = {p50:.2f} ms"
+                    f"  p95 = {p95:.2f} ms  max = {latencies[-1]:.2f} ms"
+                )
             finally:
                 await cleanup(pool)
 

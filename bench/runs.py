@@ -82,8 +82,10 @@ class Tally:
         """Return the target's figures as one line."""
         ms = sorted(x * 1000 for x in self.latencies)
         p99 = ms[min(len(ms) - 1, round(0.99 * (len(ms) - 1)))]
-        return (f"  {name:<14} {len(ms) / self.wall:7.1f} runs/s   p50 {statistics.median(ms):6.1f} ms"
-                f"   p99 {p99:6.1f} ms   ({len(ms)} runs, {self.failed} failed)")
+        return (
+            f"  {name:<14} {len(ms) / self.wall:7.1f} runs/s   p50 {statistics.median(ms):6.1f} ms"
+            f"   p99 {p99:6.1f} ms   ({len(ms)} runs, {self.failed} failed)"
+        )
 
 
 class TimedLock(asyncio.Lock):
@@ -137,12 +139,29 @@ async def server(url: str, secret: str, *, workers: int = 1, **settings: str) ->
     `workers` is `chatbot serve --workers` (one replica, that many processes).
     """
     port = free_port()
-    env = {**os.environ, "CHATBOT_DATABASE_URL": url, "CHATBOT_SERVICE_SECRET": secret,
-           "CHATBOT_LOG_LEVEL": "WARNING", "CHATBOT_MODEL": "offline", "CHATBOT_OFFLINE_TOKEN_DELAY_MS": "0",
-           **settings}
+    env = {
+        **os.environ,
+        "CHATBOT_DATABASE_URL": url,
+        "CHATBOT_SERVICE_SECRET": secret,
+        "CHATBOT_LOG_LEVEL": "WARNING",
+        "CHATBOT_MODEL": "offline",
+        "CHATBOT_OFFLINE_TOKEN_DELAY_MS": "0",
+        **settings,
+    }
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "chatbot.cli", "serve", "--host", "127.0.0.1", "--port", str(port),
-        "--workers", str(workers), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        sys.executable,
+        "-m",
+        "chatbot.cli",
+        "serve",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--workers",
+        str(workers),
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     base = f"http://127.0.0.1:{port}"
     SERVER_PIDS[base] = process.pid
@@ -180,8 +199,9 @@ def http_runner(client: httpx.AsyncClient, settings: Settings) -> RunOnce:
             token = mint_token(settings, tenant=TENANT, user=user, locale=locale, ttl=3600)
             tokens[(user, locale)] = token
         body_json = {"message": {"content": question}}
-        async with client.stream("POST", f"/v1/threads/{thread}/runs", json=body_json,
-                                 headers={"Authorization": f"Bearer {token}"}) as response:
+        async with client.stream(
+            "POST", f"/v1/threads/{thread}/runs", json=body_json, headers={"Authorization": f"Bearer {token}"}
+        ) as response:
             body = b"".join([chunk async for chunk in response.aiter_bytes()])
         if response.status_code != 200 or b"event: end" not in body:
             raise RuntimeError(f"run failed: {response.status_code} {body[-200:]!r}")
@@ -194,15 +214,21 @@ def inproc_runner(graph: Any, durability: str = "exit") -> RunOnce:
 
     async def run(user: str, thread: str, question: str, locale: str) -> None:
         run_id = str(uuid.uuid4())
-        config = {"configurable": {"thread_id": thread},
-                  "metadata": {"tenant_id": TENANT, "user_id": user, "run_id": run_id}}
-        message = HumanMessage(content=question, id=str(uuid.uuid4()),
-                               additional_kwargs={META_KEY: {"created_at": now_rfc3339(), "run_id": run_id}})
+        config = {
+            "configurable": {"thread_id": thread},
+            "metadata": {"tenant_id": TENANT, "user_id": user, "run_id": run_id},
+        }
+        message = HumanMessage(
+            content=question,
+            id=str(uuid.uuid4()),
+            additional_kwargs={META_KEY: {"created_at": now_rfc3339(), "run_id": run_id}},
+        )
         await graph.aupdate_state(config, user_turn(message), as_node=START)
         context = Context(tenant_id=TENANT, user_id=user, locale=locale, run_id=run_id, thread_id=thread)
         outcome = None
-        async for mode, chunk in graph.astream(None, config, context=context,
-                                               stream_mode=["custom", "updates"], durability=durability):
+        async for mode, chunk in graph.astream(
+            None, config, context=context, stream_mode=["custom", "updates"], durability=durability
+        ):
             if mode == "updates" and "generate" in chunk:
                 outcome = chunk["generate"]["outcome"]
         if outcome is None:
@@ -211,8 +237,15 @@ def inproc_runner(graph: Any, durability: str = "exit") -> RunOnce:
     return run
 
 
-async def run_slice(run: RunOnce, label: str, runs: int, concurrency: int, questions: list[tuple[str, str]],
-                    turns_per_thread: int, tally: Tally) -> None:
+async def run_slice(
+    run: RunOnce,
+    label: str,
+    runs: int,
+    concurrency: int,
+    questions: list[tuple[str, str]],
+    turns_per_thread: int,
+    tally: Tally,
+) -> None:
     """Run `runs` runs with `concurrency` workers, each on its own user and threads."""
     remaining = itertools.count()
     batch = uuid.uuid4().hex[:6]
@@ -248,8 +281,9 @@ async def checkpoint_rows(pool: Pool, thread: str) -> dict[str, int]:
     async with pool.connection() as conn:
         counts = {}
         for table in CHECKPOINT_TABLES:
-            row = await (await conn.execute(f"select count(*) as n from {table} where thread_id = %s",
-                                            (thread,))).fetchone()
+            row = await (
+                await conn.execute(f"select count(*) as n from {table} where thread_id = %s", (thread,))
+            ).fetchone()
             counts[table] = int(row["n"]) if row else 0
     return counts
 
@@ -263,8 +297,11 @@ async def rows_per_run(pool: Pool, run: RunOnce, label: str, questions: list[tup
         await run(user, thread, *questions[turn])
         after = await checkpoint_rows(pool, thread)
         added = {t: after[t] - before[t] for t in CHECKPOINT_TABLES}
-        print(f"  {label:<22} run {turn}: " + "  ".join(f"{t} +{n}" for t, n in added.items())
-              + f"  (total +{sum(added.values())})")
+        print(
+            f"  {label:<22} run {turn}: "
+            + "  ".join(f"{t} +{n}" for t, n in added.items())
+            + f"  (total +{sum(added.values())})"
+        )
         before = after
 
 
@@ -290,9 +327,10 @@ async def main(args: argparse.Namespace) -> None:
             stock.lock = lock = TimedLock()
             graphs = {"inproc-stock": stock, "inproc-pooled": PooledPostgresSaver(pool)}
             limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
-            async with server(url, secret) as base, httpx.AsyncClient(
-                base_url=base, timeout=60, limits=limits
-            ) as client:
+            async with (
+                server(url, secret) as base,
+                httpx.AsyncClient(base_url=base, timeout=60, limits=limits) as client,
+            ):
                 runners: dict[str, RunOnce] = {"http": http_runner(client, settings)}
                 for name, saver in graphs.items():
                     runners[name] = inproc_runner(build_graph(deps).compile(checkpointer=saver, store=store))
@@ -301,9 +339,14 @@ async def main(args: argparse.Namespace) -> None:
                 await measure(runners, targets, args, questions, memory, lock)
                 print("\ncheckpoint rows per run (one fresh thread, the service's two steps)")
                 await rows_per_run(pool, runners["http"], "http (exit)", questions)
-                await rows_per_run(pool, inproc_runner(build_graph(deps).compile(
-                    checkpointer=graphs["inproc-pooled"], store=store), durability="async"),
-                    "inproc durability=async", questions)
+                await rows_per_run(
+                    pool,
+                    inproc_runner(
+                        build_graph(deps).compile(checkpointer=graphs["inproc-pooled"], store=store), durability="async"
+                    ),
+                    "inproc durability=async",
+                    questions,
+                )
             await memory.drain(30)
         finally:
             await locks.close()
@@ -315,8 +358,14 @@ def _server_saver() -> str:
     return "PooledPostgresSaver" if "PooledPostgresSaver" in chatbot.app.__dict__ else "AsyncPostgresSaver"
 
 
-async def measure(runners: dict[str, RunOnce], targets: list[str], args: argparse.Namespace,
-                  questions: list[tuple[str, str]], memory: MemoryWriter, lock: TimedLock) -> None:
+async def measure(
+    runners: dict[str, RunOnce],
+    targets: list[str],
+    args: argparse.Namespace,
+    questions: list[tuple[str, str]],
+    memory: MemoryWriter,
+    lock: TimedLock,
+) -> None:
     """Run every target at concurrency 1 and 16, slices interleaved; print figures and ratios."""
     for name in targets:  # warm-up: connections, prepared statements, imports; discarded
         await run_slice(runners[name], f"warm-{name}", 16, 4, questions, args.turns_per_thread, Tally())
@@ -325,27 +374,30 @@ async def measure(runners: dict[str, RunOnce], targets: list[str], args: argpars
         lock.reset()
         per_slice = total // args.slices
         for s in range(args.slices):
-            for name in targets[s % len(targets):] + targets[:s % len(targets)]:
-                await run_slice(runners[name], name, per_slice, concurrency, questions,
-                                args.turns_per_thread, tallies[name])
+            for name in targets[s % len(targets) :] + targets[: s % len(targets)]:
+                await run_slice(
+                    runners[name], name, per_slice, concurrency, questions, args.turns_per_thread, tallies[name]
+                )
                 # Background memory writes of this slice must not bill the next target.
                 await memory.drain(30)
                 await asyncio.sleep(args.settle)
-        print(f"\nconcurrency {concurrency} ({per_slice * args.slices} runs per target, "
-              f"{args.slices} slices)")
+        print(f"\nconcurrency {concurrency} ({per_slice * args.slices} runs per target, {args.slices} slices)")
         for name in targets:
             print(tallies[name].line(name))
         print_ratios(tallies)
         stock = tallies.get("inproc-stock")
         if stock and stock.latencies and lock.acquisitions:
             runs, mean = len(stock.latencies), statistics.fmean(stock.latencies)
-            print(f"  inproc-stock saver lock: {lock.acquisitions / runs:.1f} acquisitions/run, held "
-                  f"{lock.held / runs * 1000:.1f} ms/run, waited {lock.waited / runs * 1000:.1f} ms/run "
-                  f"= {lock.waited / runs / mean:.0%} of the mean run ({mean * 1000:.1f} ms)")
+            print(
+                f"  inproc-stock saver lock: {lock.acquisitions / runs:.1f} acquisitions/run, held "
+                f"{lock.held / runs * 1000:.1f} ms/run, waited {lock.waited / runs * 1000:.1f} ms/run "
+                f"= {lock.waited / runs / mean:.0%} of the mean run ({mean * 1000:.1f} ms)"
+            )
 
 
 def print_ratios(tallies: dict[str, Tally]) -> None:
     """Print HTTP against in-process, and the pooled saver against the stock one."""
+
     def rate(name: str) -> float:
         return len(tallies[name].latencies) / tallies[name].wall
 
@@ -364,8 +416,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--runs-c1", type=int, default=200, help="runs per target at concurrency 1")
     parser.add_argument("--runs-c16", type=int, default=400, help="runs per target at concurrency 16")
     parser.add_argument("--slices", type=int, default=2, help="interleaved slices per target")
-    parser.add_argument("--turns-per-thread", type=int, default=10,
-                        help="runs on a thread before a fresh one")
+    parser.add_argument("--turns-per-thread", type=int, default=10, help="runs on a thread before a fresh one")
     parser.add_argument("--settle", type=float, default=0.5, help="pause after each slice (seconds)")
     parser.add_argument("--targets", default=",".join(TARGETS), help=f"comma-separated, of {TARGETS}")
     return parser.parse_args()

@@ -180,8 +180,11 @@ def fit(points: list[tuple[int, float]]) -> tuple[float, float, float] | None:
     matrix = [[sums[i + j] for j in range(3)] for i in range(3)]
 
     def det(m: list[list[float]]) -> float:
-        return (m[0][0] * (m[1][1] * m[2][2] - m[1][2] * m[2][1]) - m[0][1] * (m[1][0] * m[2][2] - m[1][2] * m[2][0])
-                + m[0][2] * (m[1][0] * m[2][1] - m[1][1] * m[2][0]))
+        return (
+            m[0][0] * (m[1][1] * m[2][2] - m[1][2] * m[2][1])
+            - m[0][1] * (m[1][0] * m[2][2] - m[1][2] * m[2][0])
+            + m[0][2] * (m[1][0] * m[2][1] - m[1][1] * m[2][0])
+        )
 
     whole = det(matrix)
     coef = []
@@ -219,11 +222,21 @@ async def sdk_floor(double: ProviderDouble, chars: int, piece_chars: int, repeat
     lc_anthropic = ChatAnthropic(
         model_name="claude-haiku-4-5", base_url=double.anthropic_base_url, api_key=key, timeout=None, stop=None
     )
-    openai_params: dict[str, Any] = {"model": "gpt-4o-mini", "messages": messages, "stream": True,
-                                     "response_format": response_format, "stream_options": {"include_usage": True}}
-    anthropic_params: dict[str, Any] = {"model": "claude-haiku-4-5", "max_tokens": 4096, "messages": messages,
-                                        "stream": True, "tools": [tool],
-                                        "tool_choice": {"type": "tool", "name": schema["title"]}}
+    openai_params: dict[str, Any] = {
+        "model": "gpt-4o-mini",
+        "messages": messages,
+        "stream": True,
+        "response_format": response_format,
+        "stream_options": {"include_usage": True},
+    }
+    anthropic_params: dict[str, Any] = {
+        "model": "claude-haiku-4-5",
+        "max_tokens": 4096,
+        "messages": messages,
+        "stream": True,
+        "tools": [tool],
+        "tool_choice": {"type": "tool", "name": schema["title"]},
+    }
 
     async def openai_sdk() -> None:
         stream = await oai.chat.completions.create(**openai_params)
@@ -297,8 +310,10 @@ async def measure(
                 cpu = await target.cpu_per_run(question, locale, runs)
                 key = 0 if target.name == "offline" else chars
                 table.cpu[(target.name, lang, key)] = cpu
-                print(f"  {lang} {chars:>6,d} chars  {target.name:<16} {cpu * 1000:9.1f} ms/run  ({runs} runs)",
-                      flush=True)
+                print(
+                    f"  {lang} {chars:>6,d} chars  {target.name:<16} {cpu * 1000:9.1f} ms/run  ({runs} runs)",
+                    flush=True,
+                )
     return table
 
 
@@ -341,8 +356,9 @@ def report(table: Table, names: list[str], sizes: list[int], langs: list[str], p
             if low and high:
                 ratio = high / low
                 verdict = "holds" if ratio <= GOAL_RATIO else "MISSED"
-                print(f"  linear  {name:<16} {lang}: 12,000 / 1,500 = {ratio:5.2f}x "
-                      f"(goal <= {GOAL_RATIO:g}x) {verdict}")
+                print(
+                    f"  linear  {name:<16} {lang}: 12,000 / 1,500 = {ratio:5.2f}x (goal <= {GOAL_RATIO:g}x) {verdict}"
+                )
     for name in names:
         floor, real = table.get("offline", "fa", 0), table.get(name, "fa", 1500)
         if name == "offline" or floor is None or real is None:
@@ -364,8 +380,10 @@ async def main(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory(prefix="chatbot-bench-old-") as tmp, ProviderDouble(keep_alive=True) as double:
         if args.sdk_floor:
             floor = await sdk_floor(double, 1500, args.piece_chars, 5)
-            print(f"client CPU per piece of the SDKs alone (this process's main thread, 1,500 Persian chars, "
-                  f"{args.piece_chars}-char pieces)")
+            print(
+                f"client CPU per piece of the SDKs alone (this process's main thread, 1,500 Persian chars, "
+                f"{args.piece_chars}-char pieces)"
+            )
             for name, ms in floor.items():
                 print(f"  {name:<52} {ms:.3f} ms/piece")
         old_src = baseline_tree(args.baseline, Path(tmp)) if args.baseline else None
@@ -381,8 +399,9 @@ async def main(args: argparse.Namespace) -> None:
             targets = []
             for name in names:
                 pythonpath = old_src if name.startswith("old ") else None
-                targets.append(await stack.enter_async_context(
-                    replica(name, url, secret, settings, double, pythonpath)))
+                targets.append(
+                    await stack.enter_async_context(replica(name, url, secret, settings, double, pythonpath))
+                )
             for target in targets:  # warm: imports, connections, caches
                 double.default = Behaviour(answer=persian_answer(300), piece_chars=args.piece_chars)
                 for lang in langs:

@@ -67,9 +67,7 @@ STAGGER = 0.5  # seconds: the latest another tenant's question is sent after the
 def top_expansions(count: int = 6) -> list[tuple[str, int]]:
     """Return the characters NFKC lengthens most, with their expanded lengths."""
     lengths = (
-        (chr(cp), len(unicodedata.normalize("NFKC", chr(cp))))
-        for cp in range(0x110000)
-        if not 0xD800 <= cp <= 0xDFFF
+        (chr(cp), len(unicodedata.normalize("NFKC", chr(cp)))) for cp in range(0x110000) if not 0xD800 <= cp <= 0xDFFF
     )
     return sorted(lengths, key=lambda item: -item[1])[:count]
 

@@ -11,7 +11,9 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, multiprocess
 
-RUNS = Counter("chatbot_runs_total", "Runs by terminal status (answered, clarifying, escalate, error, cancelled).", ["status"])
+RUNS = Counter(
+    "chatbot_runs_total", "Runs by terminal status (answered, clarifying, escalate, error, cancelled).", ["status"]
+)
 RUN_SECONDS = Histogram(
     "chatbot_run_duration_seconds",
     "Wall time of a run, lock taken to end sent.",

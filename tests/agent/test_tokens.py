@@ -114,13 +114,9 @@ def test_messages_cost_content_overhead_and_tool_calls(model: str) -> None:
     plain = AIMessage("بررسی می‌کنم.")
     calling = AIMessage("بررسی می‌کنم.", tool_calls=[{"name": "search_kb", "args": args, "id": "call_1"}])
     with_call = counter.count_messages([calling])
-    assert with_call >= counter.count_messages([plain]) + counter.count_text(
-        json.dumps(args, ensure_ascii=False)
-    )
+    assert with_call >= counter.count_messages([plain]) + counter.count_text(json.dumps(args, ensure_ascii=False))
     two = [SystemMessage("You are helpful."), HumanMessage("سلام")]
-    assert (
-        counter.count_messages(two) > counter.count_text("You are helpful.") + counter.count_text("سلام") + 2
-    )
+    assert counter.count_messages(two) > counter.count_text("You are helpful.") + counter.count_text("سلام") + 2
 
 
 def test_tiktoken_messages_follow_openais_accounting(o200k: tokens.TiktokenCounter) -> None:

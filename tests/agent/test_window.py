@@ -52,8 +52,7 @@ def make_inputs(rng: random.Random, history: Sequence[BaseMessage], *, language:
     """Return window inputs around `history` with a profile, facts, summary and three chunks."""
     source = PERSIAN_PARAGRAPHS if language == "fa" else ENGLISH_PARAGRAPHS
     chunks = [
-        {"chunk_id": f"kb-{k}", "title": f"Article {k}", "text": " ".join(rng.sample(source, 3))}
-        for k in range(3)
+        {"chunk_id": f"kb-{k}", "title": f"Article {k}", "text": " ".join(rng.sample(source, 3))} for k in range(3)
     ]
     return WindowInputs(
         system_prompt=system_prompt(language),
@@ -164,9 +163,7 @@ def test_broken_history_is_repaired_in_the_window_only() -> None:
         AIMessage(
             "",
             tool_calls=[{"name": "search_kb", "args": {}, "id": "a"}, {"name": "x", "args": {}, "id": "b"}],
-            additional_kwargs={
-                "tool_calls": [{"id": "a", "type": "function"}, {"id": "b", "type": "function"}]
-            },
+            additional_kwargs={"tool_calls": [{"id": "a", "type": "function"}, {"id": "b", "type": "function"}]},
         ),
         ToolMessage("hit a", tool_call_id="a"),
         ToolMessage("hit a again", tool_call_id="a"),
@@ -196,9 +193,7 @@ def test_broken_history_is_repaired_in_the_window_only() -> None:
     assert_window_invariants(window, inputs, 4000, COUNTERS["o200k"])
     contents = [m.content for m in window.messages[1:-1]]
     assert "result without a call" not in contents and "hit a again" not in contents
-    assert window.messages[2].tool_calls == [
-        {"name": "search_kb", "args": {}, "id": "a", "type": "tool_call"}
-    ]
+    assert window.messages[2].tool_calls == [{"name": "search_kb", "args": {}, "id": "a", "type": "tool_call"}]
     # The unanswered call is gone from the Anthropic-style content too.
     assert window.messages[6].content == [{"type": "text", "text": "Checking."}]
     assert window.messages[-2].content == "Hello?"  # the trailing call with no result left the window

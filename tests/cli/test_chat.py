@@ -24,8 +24,20 @@ FA_QUESTIONS = ["بیمه شخص ثالث را تا چند روز بعد از پ
 
 def chat_command(replica: Replica, user: str, thread: str, locale: str) -> list[str]:
     return [
-        sys.executable, "-m", "chatbot.cli", "chat", "--url", replica.base_url,
-        "--tenant", "acme", "--user", user, "--thread", thread, "--locale", locale,
+        sys.executable,
+        "-m",
+        "chatbot.cli",
+        "chat",
+        "--url",
+        replica.base_url,
+        "--tenant",
+        "acme",
+        "--user",
+        user,
+        "--thread",
+        thread,
+        "--locale",
+        locale,
     ]
 
 
@@ -47,7 +59,12 @@ def test_chat_through_a_pipe_prints_answers_citations_status_and_history(kb_repl
     lines = "\n".join([*EN_QUESTIONS, "/history", ""])
     done = subprocess.run(
         chat_command(kb_replica, "u-pipe", "cli-pipe", "en-US"),
-        input=lines, capture_output=True, text=True, env=chat_env(tmp_path), timeout=60, check=True,
+        input=lines,
+        capture_output=True,
+        text=True,
+        env=chat_env(tmp_path),
+        timeout=60,
+        check=True,
     )
     messages = transcript(kb_replica, "u-pipe", "cli-pipe")
     assert [m.content for m in messages if m.role == "user"] == EN_QUESTIONS
@@ -62,15 +79,22 @@ def test_chat_through_a_pipe_prints_answers_citations_status_and_history(kb_repl
     history = "".join(
         f"{m.role}: {m.content}" + (f" [{', '.join(m.citations)}]" if m.citations else "") + "\n" for m in messages
     )
-    assert done.stdout == f"thread: cli-pipe (commands: /history, /memory, /new, /quit (or end of input); " \
+    assert (
+        done.stdout == f"thread: cli-pipe (commands: /history, /memory, /new, /quit (or end of input); "
         f"anything else is a message)\n{turns}{history}"
+    )
 
 
 def test_chat_through_a_pipe_shows_the_handoff_and_starts_new_threads(kb_replica: Replica, tmp_path) -> None:
     lines = "\n".join(["I want to talk to a human", "/new", "/history", "/quit", "never sent"])
     done = subprocess.run(
         chat_command(kb_replica, "u-handoff", "cli-handoff", "en-US"),
-        input=lines, capture_output=True, text=True, env=chat_env(tmp_path), timeout=60, check=True,
+        input=lines,
+        capture_output=True,
+        text=True,
+        env=chat_env(tmp_path),
+        timeout=60,
+        check=True,
     )
     out = done.stdout.splitlines()
     assert "status: escalate" in out
@@ -146,14 +170,23 @@ def test_chat_signs_with_the_dev_secret_that_make_dev_keeps(kb_replica: Replica,
     env = {k: v for k, v in chat_env(tmp_path).items() if k != "CHATBOT_SERVICE_SECRET"}
     done = subprocess.run(
         chat_command(kb_replica, "u-dev", "cli-dev", "en-US"),
-        input=EN_QUESTIONS[0] + "\n", capture_output=True, text=True, env=env, timeout=60, check=True,
+        input=EN_QUESTIONS[0] + "\n",
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=True,
     )
     assert "status: answered" in done.stdout
 
     (tmp_path / "dev-secret").unlink()
     refused = subprocess.run(
         chat_command(kb_replica, "u-dev", "cli-dev", "en-US"),
-        input="", capture_output=True, text=True, env=env, timeout=60,
+        input="",
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
     )
     assert refused.returncode == 2 and "CHATBOT_SERVICE_SECRET" in refused.stderr
 
@@ -162,7 +195,12 @@ def test_a_refused_message_is_reported_and_the_session_goes_on(kb_replica: Repli
     lines = "\n".join(["x" * 8001, "/bogus", EN_QUESTIONS[0]])
     done = subprocess.run(
         chat_command(kb_replica, "u-refused", "cli-refused", "en-US"),
-        input=lines, capture_output=True, text=True, env=chat_env(tmp_path), timeout=60, check=True,
+        input=lines,
+        capture_output=True,
+        text=True,
+        env=chat_env(tmp_path),
+        timeout=60,
+        check=True,
     )
     out = done.stdout.splitlines()
     assert out[1].startswith("error: 422 Unprocessable") and "8000" in out[1] and "xxx" not in out[1]

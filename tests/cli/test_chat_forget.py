@@ -16,7 +16,12 @@ from tests.fixtures.wait import wait_until_sync
 def _chat(replica: Replica, tmp_path: Path, *lines: str) -> str:
     done = subprocess.run(
         chat_command(replica, "u-forget", "cli-forget", "en-US"),
-        input="\n".join([*lines, ""]), capture_output=True, text=True, env=chat_env(tmp_path), timeout=60, check=True,
+        input="\n".join([*lines, ""]),
+        capture_output=True,
+        text=True,
+        env=chat_env(tmp_path),
+        timeout=60,
+        check=True,
     )
     return done.stdout
 

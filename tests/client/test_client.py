@@ -27,9 +27,7 @@ from tests.fixtures.wait import wait_until_sync
 
 def client_for(replica: Replica, user: str = "u1", **kwargs: Any) -> ChatbotClient:
     """Return a client that mints its own tokens, like a backend holding the shared secret."""
-    return ChatbotClient(
-        replica.base_url, secret=TEST_SECRET, tenant_id="acme", user_id=user, locale="en-US", **kwargs
-    )
+    return ChatbotClient(replica.base_url, secret=TEST_SECRET, tenant_id="acme", user_id=user, locale="en-US", **kwargs)
 
 
 @pytest.fixture

@@ -104,7 +104,9 @@ class _CuttingTransport(RecordingTransport):
         if request.method == "POST" and len(self.recorder.requests) == 1:
             assert isinstance(response.stream, httpx.SyncByteStream)
             return httpx.Response(
-                response.status_code, headers=response.headers, stream=_CutStream(response.stream, 3),
+                response.status_code,
+                headers=response.headers,
+                stream=_CutStream(response.stream, 3),
                 extensions=response.extensions,
             )
         return response
@@ -164,7 +166,9 @@ class _CuttingJoin(RecordingTransport):
         if len(self.recorder.requests) == 1:
             assert isinstance(response.stream, httpx.SyncByteStream)
             return httpx.Response(
-                response.status_code, headers=response.headers, stream=_CutStream(response.stream, 2),
+                response.status_code,
+                headers=response.headers,
+                stream=_CutStream(response.stream, 2),
                 extensions=response.extensions,
             )
         return response

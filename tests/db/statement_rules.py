@@ -127,11 +127,7 @@ def _conjuncts(node: Any) -> Iterator[Any]:
 
 def _equalities(node: Any) -> Iterator[tuple[Any, Any]]:
     for part in _conjuncts(node):
-        if (
-            _is(part, "A_Expr")
-            and part.kind.name == "AEXPR_OP"
-            and [n.sval for n in part.name] == ["="]
-        ):
+        if _is(part, "A_Expr") and part.kind.name == "AEXPR_OP" and [n.sval for n in part.name] == ["="]:
             yield part.lexpr, part.rexpr
 
 

@@ -47,9 +47,11 @@ async def checkpoint_writes_blocked(database_url: str) -> AsyncIterator[LockConn
 async def wait_for_blocked_write(conn: LockConn) -> None:
     """Return once some session is waiting for the lock on `checkpoints`."""
     for _ in range(200):
-        row = await (await conn.execute(
-            "select count(*) as n from pg_locks where not granted and relation = 'checkpoints'::regclass"
-        )).fetchone()
+        row = await (
+            await conn.execute(
+                "select count(*) as n from pg_locks where not granted and relation = 'checkpoints'::regclass"
+            )
+        ).fetchone()
         if row and int(str(row["n"])) > 0:
             return
         await asyncio.sleep(0.02)

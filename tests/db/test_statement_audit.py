@@ -277,7 +277,6 @@ def test_the_audit_passes_router_statements() -> None:
         assert audit.check(statement, "run") == [], statement
 
 
-
 def test_migrate_citus_says_when_the_database_has_no_citus(migrated_database_url: str) -> None:
     done = CliRunner().invoke(cli, ["migrate", "--citus"], env={"CHATBOT_DATABASE_URL": migrated_database_url})
     assert done.exit_code == 1

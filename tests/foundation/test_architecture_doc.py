@@ -46,10 +46,7 @@ def layers_in_doc(text: str) -> dict[str, set[str]]:
 
 def feature_imports_in_doc(text: str) -> dict[str, set[str]]:
     """Return the document's feature order: feature -> the features it may import."""
-    return {
-        next(iter(names(row[0]))): names(row[1])
-        for row in table_under("### Which feature may import which", text)
-    }
+    return {next(iter(names(row[0]))): names(row[1]) for row in table_under("### Which feature may import which", text)}
 
 
 def described_in_doc(text: str) -> set[str]:

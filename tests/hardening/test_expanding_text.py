@@ -61,7 +61,8 @@ def reads(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int]]:
 def _expanders(minimum: int) -> list[str]:
     """Return the characters NFKC turns into at least `minimum` characters, most first."""
     found = [
-        chr(cp) for cp in range(0x110000)
+        chr(cp)
+        for cp in range(0x110000)
         if not 0xD800 <= cp <= 0xDFFF and len(unicodedata.normalize("NFKC", chr(cp))) >= minimum
     ]
     return sorted(found, key=lambda c: -len(unicodedata.normalize("NFKC", c)))

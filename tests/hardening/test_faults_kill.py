@@ -183,8 +183,10 @@ async def test_sigkill_at_random_points_loses_and_duplicates_nothing(
         f"({findings.acknowledged} checks over {findings.threads} transcripts); "
         f"locks free after at most {max(unlock_times):.3f} s; problems {len(findings.problems)}"
     )
-    print(f"faults: memory: {len(answered)} answered 'remember' turns, {len(answered) - len(lost)} facts kept, "
-          f"{len(lost)} lost")
+    print(
+        f"faults: memory: {len(answered)} answered 'remember' turns, {len(answered) - len(lost)} facts kept, "
+        f"{len(lost)} lost"
+    )
     assert not lost, f"seed {seed}: facts of answered turns never landed: {lost}"
 
 

@@ -79,7 +79,6 @@ LATE_SECONDS = 2.5
 SEED = int(os.environ.get("CHATBOT_ISOLATION_SEED", str(random.SystemRandom().randrange(1 << 31))))
 
 
-
 async def test_callers_never_reach_each_other(
     replicas: Callable[..., Replica], migrated_database_url: str, tmp_path: Path
 ) -> None:
@@ -148,9 +147,7 @@ async def _race_first_runs(world: World, round_no: int) -> list[Thread]:
         response = await client.post(f"/v1/threads/{thread}/runs", json=body, headers=caller.headers(**JSON))
         return caller, ledger.seen(caller, "first run", response)
 
-    results = await asyncio.gather(
-        *(first_run(i, t, k, c) for i, t in enumerate(ids) for k, c in enumerate(CALLERS))
-    )
+    results = await asyncio.gather(*(first_run(i, t, k, c) for i, t in enumerate(ids) for k, c in enumerate(CALLERS)))
     threads = []
     for i, thread in enumerate(ids):
         outcomes = results[i * len(CALLERS) : (i + 1) * len(CALLERS)]
@@ -178,8 +175,9 @@ async def _intrude_while_owners_run(world: World, threads: list[Thread]) -> None
         comment = f"owner feedback {marker()}"
         ledger.own(t.owner, comment)
         rating = {"score": "up", "comment": comment}
-        response = await t.client.post(f"/v1/threads/{t.id}/runs/{t.runs[0]}/feedback", json=rating,
-                                       headers=t.owner.headers())
+        response = await t.client.post(
+            f"/v1/threads/{t.id}/runs/{t.runs[0]}/feedback", json=rating, headers=t.owner.headers()
+        )
         if ledger.expect(t.owner, "owner feedback", response, 204):
             t.feedback = [(t.runs[0], t.owner.tenant, t.owner.user, "up", comment)]
     started = {t.id: asyncio.Event() for t in threads}
@@ -293,8 +291,13 @@ async def _intrude(
     for run in t.runs if runs is None else runs:
         tries += [
             ("GET stream", "GET", f"{path}/runs/{run}/stream", {}, 404),
-            ("GET stream from offset", "GET", f"{path}/runs/{run}/stream", {"headers": {"Last-Event-ID": f"{run}:3"}},
-             404),
+            (
+                "GET stream from offset",
+                "GET",
+                f"{path}/runs/{run}/stream",
+                {"headers": {"Last-Event-ID": f"{run}:3"}},
+                404,
+            ),
             ("GET run record", "GET", f"{path}/runs/{run}", {}, 404),
             ("POST feedback", "POST", f"{path}/runs/{run}/feedback", {"json": {"score": "down", "comment": mark}}, 404),
         ]
@@ -346,8 +349,11 @@ async def _check_owners(
             ledger.own(t.owner, m["id"])
         if expect_structure:
             shape = [(m["role"], m["run_id"], m["content"] if m["role"] == "user" else None) for m in messages]
-            wanted = [(role, run, text if role == "user" else None)
-                      for run, text in zip(t.runs, t.sent, strict=True) for role in ("user", "assistant")]
+            wanted = [
+                (role, run, text if role == "user" else None)
+                for run, text in zip(t.runs, t.sent, strict=True)
+                for role in ("user", "assistant")
+            ]
             if shape != wanted:
                 ledger.fail(f"{t.owner}'s {t.id} {when}: transcript {shape}, expected {wanted}")
             t.snapshot = messages
@@ -358,8 +364,10 @@ async def _check_owners(
             ledger.fail(f"{t.owner}'s {t.id} {when}: checkpoints written by {sorted(writers)}")
         if await feedback_rows(world.conn, t.id) != t.feedback:
             ledger.fail(f"{t.owner}'s {t.id} {when}: feedback changed")
-        for label, url in (("record", f"/v1/threads/{t.id}/runs/{t.runs[0]}"),
-                           ("rejoin", f"/v1/threads/{t.id}/runs/{t.runs[0]}/stream")):
+        for label, url in (
+            ("record", f"/v1/threads/{t.id}/runs/{t.runs[0]}"),
+            ("rejoin", f"/v1/threads/{t.id}/runs/{t.runs[0]}/stream"),
+        ):
             response = await t.client.get(url, headers=t.owner.headers())
             ledger.expect(t.owner, f"owner's own {label} {when}", response, 200)
     await _check_memories(world, sorted({t.owner for t in threads} | memory_of, key=str), when)
@@ -381,8 +389,12 @@ async def _erase_tenant_b_namesakes(world: World, threads: list[Thread]) -> None
         if ledger.expect(namesake, "own memory", own_memory, 200):
             if own_memory.json() != world.memories[namesake]:
                 ledger.fail(f"{namesake} reads a memory that is not its own")
-        ledger.expect(namesake, "forget own memory", await client.delete(f"/v1/users/{user}/memory",
-                                                                          headers=namesake.headers()), 204)
+        ledger.expect(
+            namesake,
+            "forget own memory",
+            await client.delete(f"/v1/users/{user}/memory", headers=namesake.headers()),
+            204,
+        )
         erased = await client.delete(f"/v1/users/{user}", headers=namesake.headers())
         if ledger.expect(namesake, "erase self", erased, 200):
             owned = 1 + sum(t.owner == namesake for t in threads)  # the probe thread too
@@ -395,8 +407,9 @@ async def _erase_tenant_b_namesakes(world: World, threads: list[Thread]) -> None
             ledger.fail(f"{t.owner}'s {t.id} survived its owner's erasure")
     a_threads = [t for t in threads if t.owner.tenant == TENANT_A]
     tenant_a = frozenset(c for c in CALLERS if c.tenant == TENANT_A)
-    await _check_owners(world, a_threads, "after tenant B's namesakes were erased", expect_structure=False,
-                        memory_of=tenant_a)
+    await _check_owners(
+        world, a_threads, "after tenant B's namesakes were erased", expect_structure=False, memory_of=tenant_a
+    )
     for caller in CALLERS:
         if caller.tenant == TENANT_A and await transcript(client, caller, world.probe_threads[caller]) is None:
             ledger.fail(f"{caller}'s probe thread vanished with tenant B's erasure")

@@ -17,9 +17,7 @@ def user(run: str, content: str, message_id: str | None = None) -> TranscriptMes
 
 def answer(run: str, content: str, message_id: str | None = None) -> TranscriptMessage:
     """Return the assistant message of `run`."""
-    return TranscriptMessage(
-        id=message_id or f"a-{run}", role="assistant", content=content, created_at=NOW, run_id=run
-    )
+    return TranscriptMessage(id=message_id or f"a-{run}", role="assistant", content=content, created_at=NOW, run_id=run)
 
 
 def two_runs() -> ThreadLedger:

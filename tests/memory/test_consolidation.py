@@ -47,9 +47,7 @@ def stored(fact_id: str, text: str, key: str, seconds: int) -> StoredFact:
         ("remember that I have a garage", "remember that I don't have a garage", "don't have"),
     ],
 )
-def test_preference_then_its_reverse_leaves_one_fact_with_the_new_value(
-    first: str, second: str, value: str
-) -> None:
+def test_preference_then_its_reverse_leaves_one_fact_with_the_new_value(first: str, second: str, value: str) -> None:
     store = FakeFactStore()
     store.remember(first)
     (first_id,) = store.facts

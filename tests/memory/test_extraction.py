@@ -187,9 +187,7 @@ def test_products_from_a_tenant_vocabulary() -> None:
 
 
 def test_household_and_topics() -> None:
-    updates = extract_offline(
-        "I'm married and we have two kids; how much is the premium to renew?"
-    ).profile_updates
+    updates = extract_offline("I'm married and we have two kids; how much is the premium to renew?").profile_updates
     assert updates["household"] == ["married", "children:2"]
     assert updates["topics"] == {"renewal": 1, "price": 1}
     assert extract_offline("من متاهل هستم و سه تا بچه دارم").profile_updates["household"] == [

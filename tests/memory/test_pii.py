@@ -88,9 +88,7 @@ def test_dates_next_to_each_other_do_not_form_an_id() -> None:
         for m1, d1, m2, d2 in itertools.product(range(1, 13), range(1, 29, 3), range(1, 13), range(1, 29, 3))
     )
     first, second = next(
-        (a, b)
-        for a, b in pairs
-        if len(set(a[5:] + b[:7])) > 1 and is_valid_id((a[5:] + b[:7]).replace("/", ""))
+        (a, b) for a, b in pairs if len(set(a[5:] + b[:7])) > 1 and is_valid_id((a[5:] + b[:7]).replace("/", ""))
     )
     assert find_pii(f"from {first} {second}") == []
     assert find_pii(f"from {fa(first)} {fa(second)}") == []

@@ -15,8 +15,7 @@ from tests.fixtures.retrieval_kb import chunk_ids, write_docs
 
 DOCS = {
     "car/body.md": (
-        "# Car body\n\n## Cover\n\nCollision and theft are covered.\n\n"
-        "## Deductible\n\nYou pay 10% of each claim."
+        "# Car body\n\n## Cover\n\nCollision and theft are covered.\n\n## Deductible\n\nYou pay 10% of each claim."
     ),
     "travel.markdown": "# Travel\n\nMedical costs abroad up to 50,000 euros.",
     "notes/home.txt": "Home insurance covers fire, lightning and explosion.",
@@ -40,11 +39,15 @@ async def documents(pool: Pool, tenant: str) -> dict[str, str]:
 async def test_first_ingest_adds_every_supported_file(pool: Pool, tmp_path: Path) -> None:
     tenant = new_tenant()
     seen: list[tuple[int, int]] = []
-    report = await ingest_paths(pool, tenant, [write_docs(tmp_path / "kb", DOCS)],
-                                progress=lambda done, total: seen.append((done, total)))
+    report = await ingest_paths(
+        pool, tenant, [write_docs(tmp_path / "kb", DOCS)], progress=lambda done, total: seen.append((done, total))
+    )
     assert (report.added, report.updated, report.unchanged, report.removed) == (4, 0, 0, 0)
     assert await documents(pool, tenant) == {
-        "car/body.md": "en", "travel.markdown": "en", "notes/home.txt": "en", "fa/laghv.md": "fa",
+        "car/body.md": "en",
+        "travel.markdown": "en",
+        "notes/home.txt": "en",
+        "fa/laghv.md": "fa",
     }
     assert seen[-1] == (4, 4)
 
@@ -61,9 +64,7 @@ async def test_reingest_is_idempotent(pool: Pool, tmp_path: Path) -> None:
     assert len(after) == len(set(after))
 
 
-async def test_a_changed_document_is_updated_and_keeps_unchanged_chunk_ids(
-    pool: Pool, tmp_path: Path
-) -> None:
+async def test_a_changed_document_is_updated_and_keeps_unchanged_chunk_ids(pool: Pool, tmp_path: Path) -> None:
     tenant = new_tenant()
     root = write_docs(tmp_path / "kb", DOCS)
     await ingest_paths(pool, tenant, [root])

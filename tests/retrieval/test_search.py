@@ -35,9 +35,7 @@ def new_tenant() -> str:
     return f"t-{uuid.uuid4().hex[:10]}"
 
 
-async def ingest_docs(
-    pool: Pool, tmp_path: Path, tenant: str, docs: dict[str, str], **kwargs: object
-) -> None:
+async def ingest_docs(pool: Pool, tmp_path: Path, tenant: str, docs: dict[str, str], **kwargs: object) -> None:
     root = write_docs(tmp_path / tenant, docs)
     await ingest_paths(pool, tenant, [root], **kwargs)  # type: ignore[arg-type]
 
@@ -129,10 +127,15 @@ async def test_arabic_and_persian_letter_forms_meet(
 
 async def test_persian_digits_are_found_with_ascii_digits(pool: Pool, tmp_path: Path) -> None:
     tenant = new_tenant()
-    await ingest_docs(pool, tmp_path, tenant, {
-        "renew.md": "# تمدید\n\nتا ۳۰ روز بعد از پایان می‌توانید تمدید کنید.",
-        "theft.md": "# سرقت\n\nخسارت سرقت پس از ۶۰ روز پرداخت می‌شود.",
-    })
+    await ingest_docs(
+        pool,
+        tmp_path,
+        tenant,
+        {
+            "renew.md": "# تمدید\n\nتا ۳۰ روز بعد از پایان می‌توانید تمدید کنید.",
+            "theft.md": "# سرقت\n\nخسارت سرقت پس از ۶۰ روز پرداخت می‌شود.",
+        },
+    )
     found = await search_knowledge(pool, caller(tenant), "تمدید 30 روز")
     assert found[0].document_id == "renew.md"
     found = await search_knowledge(pool, caller(tenant), "سرقت 60")
@@ -145,10 +148,15 @@ ZWNJ_QUERIES = ["میخواهم بیمه نامه را لغو کنم", "می خ�
 @pytest.mark.parametrize("query", ZWNJ_QUERIES)
 async def test_zero_width_non_joiner_variants_match(pool: Pool, tmp_path: Path, query: str) -> None:
     tenant = new_tenant()
-    await ingest_docs(pool, tmp_path, tenant, {
-        "cancel.md": "# لغو\n\nاگر می‌خواهم بیمه‌نامه را لغو کنم باید درخواست بدهم.",
-        "buy.md": "# خرید\n\nخرید بیمه آنلاین است.",
-    })
+    await ingest_docs(
+        pool,
+        tmp_path,
+        tenant,
+        {
+            "cancel.md": "# لغو\n\nاگر می‌خواهم بیمه‌نامه را لغو کنم باید درخواست بدهم.",
+            "buy.md": "# خرید\n\nخرید بیمه آنلاین است.",
+        },
+    )
     found = await search_knowledge(pool, caller(tenant), query)
     assert found and found[0].document_id == "cancel.md"
 
@@ -160,8 +168,15 @@ async def test_results_are_best_first_with_scores_and_k(pool: Pool, two_tenants:
     assert found[0].document_id == "cars.md"
     assert [c.score for c in found] == sorted((c.score for c in found), reverse=True)
     state = found[0].to_state()
-    assert state == {"chunk_id": found[0].chunk_id, "document_id": "cars.md", "title": found[0].title,
-                     "text": found[0].text, "language": "en", "score": found[0].score, "version": 1}
+    assert state == {
+        "chunk_id": found[0].chunk_id,
+        "document_id": "cars.md",
+        "title": found[0].title,
+        "text": found[0].text,
+        "language": "en",
+        "score": found[0].score,
+        "version": 1,
+    }
     assert isinstance(found[0], RetrievedChunk)
 
 

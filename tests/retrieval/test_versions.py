@@ -64,9 +64,7 @@ async def test_a_removed_document_leaves_search_but_not_the_records_and_can_come
     assert back.chunk_id == travel.chunk_id and back.version == travel.version + 1
 
 
-async def test_unchanged_passages_keep_their_version_when_their_document_changes(
-    pool: Pool, tmp_path: Path
-) -> None:
+async def test_unchanged_passages_keep_their_version_when_their_document_changes(pool: Pool, tmp_path: Path) -> None:
     tenant = new_tenant()
     caller = CallerContext(tenant, "u1", "en-US")
     two_sections = OLD + "\n\n## Theft\n\nTheft of the whole car is covered after police reports it."

@@ -55,9 +55,7 @@ class VirtualUser:
         self.clients = [
             AsyncChatbotClient(base, self.tokens, user_id=user, transport=TallyingTransport(tally)) for base in bases
         ]
-        self.http = [
-            httpx.AsyncClient(base_url=base, transport=TallyingTransport(tally), timeout=30) for base in bases
-        ]
+        self.http = [httpx.AsyncClient(base_url=base, transport=TallyingTransport(tally), timeout=30) for base in bases]
         self.threads: list[ThreadLedger] = []
         self.generation = 0  # bumped by every erasure: older markers must never be remembered again
         self.sent = 0

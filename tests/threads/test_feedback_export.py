@@ -46,7 +46,6 @@ KEYS = {
 }
 
 
-
 async def rate(
     client: httpx.AsyncClient, thread: str, run_id: str, score: str, comment: str | None, **token: Any
 ) -> None:

@@ -159,8 +159,7 @@ async def test_killing_a_replica_with_a_hundred_runs_in_flight_frees_every_threa
         await asyncio.gather(*tasks, return_exceptions=True)
     async with httpx.AsyncClient(base_url=survivor.base_url, timeout=60) as client:
         codes = [
-            (await client.post(f"/v1/threads/{t}/runs", json=QUESTION, headers=auth(**EN))).status_code
-            for t in threads
+            (await client.post(f"/v1/threads/{t}/runs", json=QUESTION, headers=auth(**EN))).status_code for t in threads
         ]
     assert codes == [200] * 100
     roles = [m["role"] for m in await _transcript(survivor.base_url, threads[0])]
@@ -227,9 +226,7 @@ async def test_past_the_in_flight_cap_a_replica_answers_503_at_once_and_writes_n
         assert refused.status_code == 503
         assert refused.headers["content-type"].startswith("application/problem+json")
         assert int(refused.headers["retry-after"]) >= 1
-        rows = await _scalar(
-            migrated_database_url, "select count(*) from checkpoints where thread_id = 'capped-extra'"
-        )
+        rows = await _scalar(migrated_database_url, "select count(*) from checkpoints where thread_id = 'capped-extra'")
         assert rows == 0
         codes = []
         for _ in range(150):  # accepted once the runs in flight have ended

@@ -36,7 +36,6 @@ QUESTIONS = [
 ]
 
 
-
 async def record_of(client: httpx.AsyncClient, thread: str, run_id: str, **token: Any) -> dict[str, Any]:
     response = await client.get(f"/v1/threads/{thread}/runs/{run_id}", headers=auth(**token))
     assert response.status_code == 200, response.text

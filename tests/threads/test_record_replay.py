@@ -22,7 +22,11 @@ def replay(url: str, *args: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "CHATBOT_DATABASE_URL": url, "CHATBOT_SERVICE_SECRET": TEST_SECRET}
     return subprocess.run(
         [sys.executable, "-m", "chatbot.cli", "replay", *args],
-        env=env, capture_output=True, text=True, timeout=60, check=False,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
     )
 
 

@@ -215,8 +215,9 @@ async def test_first_runs_refused_by_the_rate_limit_leave_no_row_behind(kb_datab
 
 async def test_a_streaming_model_streams_its_answer_and_cites_only_retrieved_chunks(kb_database_url: str) -> None:
     answer = "You can renew third-party insurance up to 30 days after it ends; no inspection is needed."
-    model = StreamingChatModel(mode="answer", reply={"status": "answered", "answer": answer,
-                                                     "citations": ["made-up#1"]})
+    model = StreamingChatModel(
+        mode="answer", reply={"status": "answered", "answer": answer, "citations": ["made-up#1"]}
+    )
     # Flushing every token as it comes: this is about how the model's output reaches the stream.
     async with running_app(kb_database_url, agent_overrides={"chat_model": model}, sse_flush_ms=0) as client:
         events = await send_for_events(client, "streams", "How do I renew third-party insurance?", **EN)

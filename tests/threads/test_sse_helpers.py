@@ -99,7 +99,7 @@ def test_encoded_events_are_one_line_each_and_carry_the_offset_id() -> None:
     data = blocks[0].splitlines()[2]
     assert "\u2028" not in data and "\x85" not in data and len(data.splitlines()) == 1
     assert json.loads(data.removeprefix("data: ")) == {"content": "a\u2028b\x85c"}
-    assert blocks[1] == 'id: run-1:5\nevent: end\ndata: {}'
+    assert blocks[1] == "id: run-1:5\nevent: end\ndata: {}"
 
 
 def _queued(listener: Listener) -> list[StreamEvent]:

@@ -70,9 +70,7 @@ SECTION_LABELS: dict[str, SectionLabels] = {
         summary="Summary of the earlier conversation",
         chunks="Knowledge chunks",
         no_chunks="(No relevant chunk was found for this question.)",
-        chunks_omitted=(
-            "(The user's message is too long for the knowledge chunks to fit; ask for a shorter one.)"
-        ),
+        chunks_omitted=("(The user's message is too long for the knowledge chunks to fit; ask for a shorter one.)"),
     ),
 }
 

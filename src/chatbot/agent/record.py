@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 
 RECORD_FORMAT = 1
 
+
 def prompt_sha256(text: str) -> str:
     """Return the hex sha256 of a system prompt's text (its key in `system_prompts`)."""
     return hashlib.sha256(text.encode()).hexdigest()

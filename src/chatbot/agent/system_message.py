@@ -68,9 +68,7 @@ def format_system_prompt(
     labels = SECTION_LABELS[lang]
     parts = [system_prompt.strip()]
     profile_lines = [
-        f"- {key}: {_render_value(value)}"
-        for key, value in profile.items()
-        if value not in (None, "", [], {})
+        f"- {key}: {_render_value(value)}" for key, value in profile.items() if value not in (None, "", [], {})
     ]
     if profile_lines:
         parts.append(f"## {labels.profile}\n" + "\n".join(profile_lines))

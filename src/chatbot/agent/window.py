@@ -271,9 +271,7 @@ class _Core:
         if self._fits(self.system_text, self.question):
             return
         floor = min(QUESTION_FLOOR_CHARS, len(self.question_text))
-        length = _largest_fitting(
-            floor, len(self.question_text), partial(self._question_fits, self.system_text)
-        )
+        length = _largest_fitting(floor, len(self.question_text), partial(self._question_fits, self.system_text))
         if length is not None:
             self._set_question(length)
             return
@@ -292,9 +290,7 @@ class _Core:
         self.system_text = self._system(self.cuts)
         length = _largest_fitting(0, floor, partial(self._question_fits, self.system_text))
         if length is None:
-            raise ValueError(
-                f"budget of {self.budget} tokens is below the cost of a minimal system and user message"
-            )
+            raise ValueError(f"budget of {self.budget} tokens is below the cost of a minimal system and user message")
         self._set_question(length)
 
 

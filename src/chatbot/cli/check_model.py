@@ -48,6 +48,7 @@ def check_model() -> None:
         if entry is not None and all(entry is not other for _, other in roles):
             roles.append((role, entry))
     timeout = settings.model_first_token_timeout_seconds
+
     async def _all() -> list[Check]:
         return list(await asyncio.gather(*(_check(role, entry, timeout) for role, entry in roles)))
 

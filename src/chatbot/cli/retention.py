@@ -18,9 +18,7 @@ def retention(
     ),
     dry_run: bool = typer.Option(False, "--dry-run", help="Count what would be deleted; delete nothing."),
     batch_size: int = typer.Option(200, min=1, help="Stale threads found per scan."),
-    max_locks: int = typer.Option(
-        32, min=1, help="Thread locks held at once: threads deleted per transaction."
-    ),
+    max_locks: int = typer.Option(32, min=1, help="Thread locks held at once: threads deleted per transaction."),
 ) -> None:
     """Delete threads whose newest checkpoint is older than DAYS, skipping runs in flight.
 

@@ -1,10 +1,10 @@
 """A typed client of the conversational agent service, sync and asyncio.
 
-    from chatbot.client import ChatbotClient
+from chatbot.client import ChatbotClient
 
-    with ChatbotClient("http://127.0.0.1:8000", secret=..., tenant_id="acme", user_id="u1") as client:
-        end = client.run("session-42", "What does travel insurance cover?")
-        print(end.status, end.message.content, end.citations)
+with ChatbotClient("http://127.0.0.1:8000", secret=..., tenant_id="acme", user_id="u1") as client:
+    end = client.run("session-42", "What does travel insurance cover?")
+    print(end.status, end.message.content, end.citations)
 """
 
 from chatbot.client.aio import AsyncChatbotClient

@@ -98,9 +98,7 @@ class ChatbotClient:
         """Return what the agent saw and said in one run."""
         return RunRecord.model_validate(self._send("GET", api.run_path(thread_id, run_id)).json())
 
-    def feedback(
-        self, thread_id: str, run_id: str, score: Literal["up", "down"], comment: str | None = None
-    ) -> None:
+    def feedback(self, thread_id: str, run_id: str, score: Literal["up", "down"], comment: str | None = None) -> None:
         """Rate a run's answer (sending again replaces the earlier rating)."""
         self._send("POST", api.feedback_path(thread_id, run_id), json=api.feedback_body(score, comment))
 

@@ -85,7 +85,6 @@ select exists (
 """
 
 
-
 async def thread_locked(conn: AsyncConnection[Any], thread_id: str) -> bool:
     """Return whether any session (of any replica) holds the thread's lock.
 

@@ -111,9 +111,7 @@ def citus_sql() -> str:
         lines.append("")
     for signature, argument, table in DISTRIBUTED_FUNCTIONS:
         lines.append(f"-- {signature}: co-located with {table} by {argument}")
-        lines.append(
-            f"select create_distributed_function('{signature}', '{argument}', colocate_with => '{table}');"
-        )
+        lines.append(f"select create_distributed_function('{signature}', '{argument}', colocate_with => '{table}');")
     return "\n".join(lines) + "\n"
 
 

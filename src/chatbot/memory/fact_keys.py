@@ -81,9 +81,7 @@ _OCCUPATION = re.compile(
     r"\bi\s+work\b|\bmy\s+(?:job|occupation|profession|employer)\b|\bi(?:'m|\s+am)\s+(?:self-employed|retired)\b"
     r"|شغلم|شغل\s*من|کار\s*می\s*کنم|بازنشسته"
 )
-_MY_X_IS = re.compile(
-    r"\bmy\s+((?:[a-z'-]+\s+){0,2}?[a-z'-]+)\s+(?:is|are|was|were|will\s+be|has\s+been|=|:)"
-)
+_MY_X_IS = re.compile(r"\bmy\s+((?:[a-z'-]+\s+){0,2}?[a-z'-]+)\s+(?:is|are|was|were|will\s+be|has\s+been|=|:)")
 _ADJECTIVES = frozenset({"new", "old", "current", "previous", "present", "actual", "main"})
 
 
@@ -102,9 +100,7 @@ def _products_named(norm: str, products: Mapping[str, Sequence[re.Pattern[str]]]
     return [key for key, patterns in products.items() if any(p.search(norm) for p in patterns)]
 
 
-def classify_fact(
-    statement: str, products: Mapping[str, Sequence[re.Pattern[str]]] | None = None
-) -> tuple[str, str]:
+def classify_fact(statement: str, products: Mapping[str, Sequence[re.Pattern[str]]] | None = None) -> tuple[str, str]:
     """Return (category, key) for a remembered statement; equal keys mean the same subject."""
     norm = re.sub(r"\s+", " ", normalize_for_pii(statement)).strip()
     if _PREFERENCE.search(norm):

@@ -385,9 +385,7 @@ def find_pii(text: str) -> list[PiiCategory]:
         return [PiiCategory.UNCHECKED]
     nfkc, norm = forms
     found = _number_categories(norm)
-    card_context = PiiCategory.CARD_NUMBER in found or any(
-        m.lastgroup == "card" for m in _LABELS.finditer(norm)
-    )
+    card_context = PiiCategory.CARD_NUMBER in found or any(m.lastgroup == "card" for m in _LABELS.finditer(norm))
     if _has_payment_secret(norm, card_context):
         found.add(PiiCategory.PAYMENT_SECRET)
     if _has_health(norm, nfkc):

@@ -145,16 +145,25 @@ RETURNING document_id
 """
 
 
-def _chunk_rows(tenant_id: str, doc: _SourceFile, language: str, chunks: list[Chunk],
-                vectors: dict[str, str | None], version: int) -> Iterator[dict[str, Any]]:
+def _chunk_rows(
+    tenant_id: str, doc: _SourceFile, language: str, chunks: list[Chunk], vectors: dict[str, str | None], version: int
+) -> Iterator[dict[str, Any]]:
     cfg = ts_config(language)
     for chunk in chunks:
         yield {
-            "tenant": tenant_id, "chunk_id": chunk.chunk_id, "version": version, "document_id": doc.document_id,
-            "ordinal": chunk.ordinal, "title": chunk.title, "text": chunk.text, "language": language,
+            "tenant": tenant_id,
+            "chunk_id": chunk.chunk_id,
+            "version": version,
+            "document_id": doc.document_id,
+            "ordinal": chunk.ordinal,
+            "title": chunk.title,
+            "text": chunk.text,
+            "language": language,
             # Stored as written; searched on the normalised form.
-            "search_text": search_form(searchable(f"{chunk.title}\n{chunk.text}")), "cfg": cfg,
-            "title_index": index_form(searchable(chunk.title)), "text_index": index_form(searchable(chunk.text)),
+            "search_text": search_form(searchable(f"{chunk.title}\n{chunk.text}")),
+            "cfg": cfg,
+            "title_index": index_form(searchable(chunk.title)),
+            "text_index": index_form(searchable(chunk.text)),
             "embedding": vectors.get(chunk.chunk_id),
             "metadata": Jsonb({"source": doc.source, "chars": len(chunk.text)}),
         }
@@ -170,8 +179,9 @@ def _unchanged(chunk: Chunk, current: dict[str, tuple[str, int]]) -> bool:
     return chunk.chunk_id in current and current[chunk.chunk_id][0] == chunk.title
 
 
-async def _write_document(conn: AsyncConnection[Any], tenant_id: str, doc: _SourceFile, text: str,
-                          sha: str, embeddings: Embeddings | None) -> int:
+async def _write_document(
+    conn: AsyncConnection[Any], tenant_id: str, doc: _SourceFile, text: str, sha: str, embeddings: Embeddings | None
+) -> int:
     """Supersede the document's chunks it no longer has and add the new ones; return rows added."""
     title = document_title(text, doc.path.stem.replace("-", " ").replace("_", " "))
     language = detect_language(text)
@@ -184,8 +194,10 @@ async def _write_document(conn: AsyncConnection[Any], tenant_id: str, doc: _Sour
     vectors = dict(zip([c.chunk_id for c in fresh], await _embed(embeddings, fresh), strict=True))
     async with conn.transaction():
         # The document row's lock (taken by the upsert) serialises two ingests of it.
-        await conn.execute(_UPSERT_DOCUMENT, (tenant_id, doc.document_id, title, doc.source, sha,
-                                              language, len(chunks), datetime.now(UTC)))
+        await conn.execute(
+            _UPSERT_DOCUMENT,
+            (tenant_id, doc.document_id, title, doc.source, sha, language, len(chunks), datetime.now(UTC)),
+        )
         current = await _current_chunks(conn, tenant_id, doc.document_id)
         kept = {c.chunk_id: c.ordinal for c in chunks if _unchanged(c, current)}
         await conn.execute(_SUPERSEDE, (tenant_id, doc.document_id, [cid for cid in current if cid not in kept]))
@@ -195,7 +207,9 @@ async def _write_document(conn: AsyncConnection[Any], tenant_id: str, doc: _Sour
             if moved:
                 await cur.executemany(
                     "UPDATE kb_chunks SET ordinal = %s"
-                    " WHERE tenant_id = %s AND chunk_id = %s AND superseded_at IS NULL", moved)
+                    " WHERE tenant_id = %s AND chunk_id = %s AND superseded_at IS NULL",
+                    moved,
+                )
             added = [c for c in chunks if c.chunk_id not in kept]
             if added:
                 row = await (await conn.execute(_NEXT_VERSION, (tenant_id, doc.document_id))).fetchone()
@@ -206,8 +220,7 @@ async def _write_document(conn: AsyncConnection[Any], tenant_id: str, doc: _Sour
     return len(added)
 
 
-async def _remove_documents(conn: AsyncConnection[Any], tenant_id: str, folders: set[str],
-                            present: list[str]) -> int:
+async def _remove_documents(conn: AsyncConnection[Any], tenant_id: str, folders: set[str], present: list[str]) -> int:
     """Mark the folders' documents whose file is gone as removed and supersede their chunks."""
     async with conn.transaction():
         cur = await conn.execute(_REMOVE_DOCUMENTS, (tenant_id, sorted(folders), present))
@@ -281,7 +294,12 @@ async def ingest_paths(
             await refresh_vocabulary(conn, tenant_id)
     logger.info(
         "ingest finished",
-        extra={"tenant_id": tenant_id, "added": report.added, "updated": report.updated,
-               "unchanged": report.unchanged, "removed": report.removed},
+        extra={
+            "tenant_id": tenant_id,
+            "added": report.added,
+            "updated": report.updated,
+            "unchanged": report.unchanged,
+            "removed": report.removed,
+        },
     )
     return report

@@ -144,8 +144,11 @@ async def rejoin_run(
     timing: TimingDep,
     last_event_id: Annotated[
         str | None,
-        Header(max_length=200, description="`<run_id>:<offset>`, the last event id received; the answer is sent "
-               "from that offset on (from its start without the header)."),
+        Header(
+            max_length=200,
+            description="`<run_id>:<offset>`, the last event id received; the answer is sent "
+            "from that offset on (from its start without the header).",
+        ),
     ] = None,
 ) -> Response:
     """Rejoin a run's stream from the offset of `Last-Event-ID`: live, followed, or replayed."""
@@ -171,7 +174,7 @@ async def rejoin_run(
     status_code=202,
     response_model=None,
     response_class=Response,
-    summary="Stop a run in flight (\"stop generating\")",
+    summary='Stop a run in flight ("stop generating")',
     responses={
         202: {
             "description": "The run was in flight and is stopped: its stream (and every rejoin) ends with the "
