@@ -66,9 +66,8 @@ async def main(runs: int) -> None:
     settings = Settings(service_secret=SecretStr(secret), environment="test")
     token = mint_token(settings, tenant="acme", user="bench", locale="en-US", ttl=3600)
     async with bench_database("cancel") as url, AsyncExitStack() as stack:
-        delay = {"CHATBOT_OFFLINE_TOKEN_DELAY_MS": "50"}
-        a = await stack.enter_async_context(server(url, secret, **delay))
-        b = await stack.enter_async_context(server(url, secret, **delay))
+        a = await stack.enter_async_context(server(url, secret, CHATBOT_OFFLINE_TOKEN_DELAY_MS="50"))
+        b = await stack.enter_async_context(server(url, secret, CHATBOT_OFFLINE_TOKEN_DELAY_MS="50"))
         async with httpx.AsyncClient(timeout=60) as http:
             for case, canceller in (("same replica", a), ("other replica", b)):
                 figures = [await one(http, a, canceller, f"c-{case[0]}-{i}", token) for i in range(runs)]

@@ -84,7 +84,7 @@ async def main(turns: int, other_threads: int) -> None:
         try:
             graph = build_graph(AgentDeps(retriever=_chunks)).compile(
                 checkpointer=PooledPostgresSaver(pool),  # the service's saver
-                store=AsyncPostgresStore(pool),  # type: ignore[arg-type]
+                store=AsyncPostgresStore(pool),
             )
             # A database holds many threads. With only one, the planner's statistics say
             # every checkpoint row belongs to it and it scans the thread's blobs instead of
@@ -100,6 +100,7 @@ async def main(turns: int, other_threads: int) -> None:
                 for turn in range(1, turns - 49):  # the long thread, up to its last 50 turns
                     await run_turn(graph, long_thread, turn)
                     row = await (await conn.execute(_SIZE, {"t": long_thread})).fetchone()
+                    assert row is not None  # a select with no from returns its one row
                     sizes.append(int(row["bytes"]))
                 for turn in range(1, 11):  # a fresh thread's first turns, not measured
                     await run_turn(graph, fresh_thread, turn)
@@ -110,6 +111,7 @@ async def main(turns: int, other_threads: int) -> None:
                     early.append(await run_turn(graph, fresh_thread, 11 + step))
                     late.append(await run_turn(graph, long_thread, turns - 49 + step))
                     row = await (await conn.execute(_SIZE, {"t": long_thread})).fetchone()
+                    assert row is not None  # a select with no from returns its one row
                     sizes.append(int(row["bytes"]))
         finally:
             await pool.close()

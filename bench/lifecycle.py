@@ -26,6 +26,7 @@ from typing import Any
 
 from langchain_core.messages import HumanMessage
 from langgraph.constants import START
+from pydantic import SecretStr
 
 from bench._pg import bench_database
 from chatbot.agent.context import Context
@@ -102,7 +103,10 @@ async def main(threads: int, jobs: int) -> None:
     """Measure and print."""
     async with bench_database("bench_lifecycle") as url:
         settings = Settings(
-            environment="test", database_url=url, service_secret=secrets.token_urlsafe(48), log_level="WARNING"
+            environment="test",
+            database_url=url,
+            service_secret=SecretStr(secrets.token_urlsafe(48)),
+            log_level="WARNING",
         )
         app = create_app(settings)
         async with app.router.lifespan_context(app):
@@ -147,7 +151,7 @@ async def main(threads: int, jobs: int) -> None:
                     user_text="remember that I live in Yazd and prefer email",
                 )
                 started = time.perf_counter()
-                await writer._process(job, time.monotonic())  # the job's whole path, timed
+                await writer._process(job, True)  # the job's whole path, timed, as a fresh job
                 latencies.append((time.perf_counter() - started) * 1000)
             async with pool.connection() as conn:
                 await conn.execute("delete from store where prefix like 'bench.%'")

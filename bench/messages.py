@@ -34,6 +34,7 @@ from typing import Any
 import httpx
 from langchain_core.messages import HumanMessage
 from langgraph.constants import START
+from pydantic import SecretStr
 
 from bench._pg import bench_database
 from chatbot.agent.context import Context
@@ -139,7 +140,7 @@ async def main(depths: Sequence[int], samples: int) -> None:
         settings = Settings(
             environment="test",
             database_url=url,
-            service_secret=secrets.token_urlsafe(48),
+            service_secret=SecretStr(secrets.token_urlsafe(48)),
             log_level="WARNING",
             pool_min_size=2,
             pool_max_size=8,

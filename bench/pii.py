@@ -28,6 +28,7 @@ import time
 from collections.abc import Callable
 
 import httpx
+from pydantic import SecretStr
 
 from bench._pg import bench_database
 from chatbot.app import create_app
@@ -81,7 +82,10 @@ async def stall(runs: int) -> None:
     """Print the worst event-loop stall and /healthz latency while adversarial runs are processed."""
     async with bench_database("pii") as url:
         settings = Settings(
-            environment="test", database_url=url, service_secret=secrets.token_urlsafe(48), log_level="WARNING"
+            environment="test",
+            database_url=url,
+            service_secret=SecretStr(secrets.token_urlsafe(48)),
+            log_level="WARNING",
         )
         app = create_app(settings)
         async with app.router.lifespan_context(app):

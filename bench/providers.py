@@ -21,9 +21,12 @@ import json
 import os
 import statistics
 import time
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import httpx
+from fastapi import FastAPI
+from pydantic import SecretStr
 from tests.fixtures.provider_double import Behaviour, ProviderDouble, persian_answer
 
 from bench._pg import bench_database
@@ -35,7 +38,7 @@ STATEMENTS = {3: "من یک پژو ۲۰۶ دارم و در اصفهان زندگ
 
 
 def settings(url: str, **values: Any) -> Settings:
-    return Settings(environment="test", service_secret=SECRET, database_url=url, **values)  # type: ignore[arg-type]
+    return Settings(environment="test", service_secret=SecretStr(SECRET), database_url=url, **values)
 
 
 def token(user: str) -> str:
@@ -63,7 +66,7 @@ async def run(client: httpx.AsyncClient, thread: str, content: str, user: str) -
     return terminal, first
 
 
-async def in_app(values: Settings):  # type: ignore[no-untyped-def]
+async def in_app(values: Settings) -> tuple[FastAPI, AbstractAsyncContextManager[Any], httpx.AsyncClient]:
     app = create_app(values)
     context = app.router.lifespan_context(app)
     await context.__aenter__()

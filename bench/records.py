@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import httpx
+from pydantic import SecretStr
 
 from bench._pg import bench_database
 from chatbot.app import create_app
@@ -60,7 +61,10 @@ async def main(depths: Sequence[int], samples: int) -> None:
     questions = [json.loads(line)["query"] for line in QUESTIONS.read_text().splitlines() if line.strip()]
     async with bench_database("bench_records") as url:
         settings = Settings(
-            environment="test", database_url=url, service_secret=secrets.token_urlsafe(48), log_level="WARNING"
+            environment="test",
+            database_url=url,
+            service_secret=SecretStr(secrets.token_urlsafe(48)),
+            log_level="WARNING",
         )
         app = create_app(settings)
         async with app.router.lifespan_context(app):

@@ -26,7 +26,7 @@ import asyncio
 import secrets
 import statistics
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -93,7 +93,9 @@ class CallbackOnly(RunTrace):
 class CallbackOnlyTracing(Tracing):
     """Give every run the do-nothing callback handler and no span."""
 
-    def start_run(self, *, thread_id: str, run_id: str, tenant_id: str) -> RunTrace:
+    def start_run(
+        self, *, thread_id: str, run_id: str, tenant_id: str, parent: Mapping[str, str] | None = None
+    ) -> RunTrace:
         """Return the callback-only trace."""
         return CallbackOnly()
 
@@ -176,7 +178,9 @@ async def graph_only(runs: int, slices: int, provider: TracerProvider) -> None:
         config = trace.configure({"configurable": {"thread_id": run_id}})
         context = Context(tenant_id=TENANT, user_id="bench", locale="en-US", run_id=run_id, thread_id=run_id)
         question = {"messages": [{"role": "user", "content": QUESTIONS[n % len(QUESTIONS)][0]}]}
-        await graph.ainvoke(question, config, context=context, durability="exit")
+        # langgraph types the input as the state (messages: list[AnyMessage]), though the messages
+        # reducer (add_messages) takes message dicts like this one and converts them.
+        await graph.ainvoke(question, config, context=context, durability="exit")  # type: ignore[call-overload]
         trace.end(status="answered", ttft_ms=None, error=None)
 
     for tracing in sides.values():  # warm-up

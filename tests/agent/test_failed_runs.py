@@ -9,7 +9,7 @@ from typing import Any
 import psycopg
 import pytest
 from langchain_core.callbacks import AsyncCallbackManagerForLLMRun
-from langchain_core.messages import AIMessageChunk, BaseMessage
+from langchain_core.messages import AIMessageChunk, BaseMessage, ToolCallChunk
 from langchain_core.outputs import ChatGenerationChunk
 
 from chatbot.caller import CallerContext
@@ -35,9 +35,14 @@ class StallingModel(StreamingChatModel):
         run_manager: AsyncCallbackManagerForLLMRun | None = None,
         **kwargs: Any,
     ) -> AsyncIterator[ChatGenerationChunk]:
-        first = {"name": self.tool_name, "args": '{"status": "answered", "answer": "Medical ', "id": "c1", "index": 0}
+        first: ToolCallChunk = {
+            "name": self.tool_name,
+            "args": '{"status": "answered", "answer": "Medical ',
+            "id": "c1",
+            "index": 0,
+        }
         yield ChatGenerationChunk(message=AIMessageChunk(content="", tool_call_chunks=[first]))
-        more = {"name": None, "args": "costs abroad ", "id": None, "index": 0}
+        more: ToolCallChunk = {"name": None, "args": "costs abroad ", "id": None, "index": 0}
         yield ChatGenerationChunk(message=AIMessageChunk(content="", tool_call_chunks=[more]))
         await asyncio.sleep(3600)
 

@@ -193,7 +193,9 @@ def test_broken_history_is_repaired_in_the_window_only() -> None:
     assert_window_invariants(window, inputs, 4000, COUNTERS["o200k"])
     contents = [m.content for m in window.messages[1:-1]]
     assert "result without a call" not in contents and "hit a again" not in contents
-    assert window.messages[2].tool_calls == [{"name": "search_kb", "args": {}, "id": "a", "type": "tool_call"}]
+    call = window.messages[2]
+    assert isinstance(call, AIMessage)
+    assert call.tool_calls == [{"name": "search_kb", "args": {}, "id": "a", "type": "tool_call"}]
     # The unanswered call is gone from the Anthropic-style content too.
     assert window.messages[6].content == [{"type": "text", "text": "Checking."}]
     assert window.messages[-2].content == "Hello?"  # the trailing call with no result left the window
@@ -210,7 +212,7 @@ def test_question_alone_over_budget_is_shortened_after_the_chunks() -> None:
         assert window.chunks_shortened and window.question_shortened and not window.system_shortened
         assert window.first_kept == len(inputs.history)
         asked = str(window.messages[-1].content)
-        assert asked.endswith("[کوتاه‌شده]") and long_question.content.startswith(asked.split(" …")[0])
+        assert asked.endswith("[کوتاه‌شده]") and str(long_question.content).startswith(asked.split(" …")[0])
         assert len(asked) >= 400
         system = str(window.messages[0].content)
         assert "kb-0" not in system and "جا نشدند" in system  # no room for any chunk, and it says so

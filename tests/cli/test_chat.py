@@ -12,6 +12,7 @@ import subprocess
 import sys
 import termios
 import time
+from pathlib import Path
 
 from chatbot.client import ChatbotClient, TranscriptMessage
 from tests.fixtures.app import Replica
@@ -55,7 +56,7 @@ def squash(text: str) -> str:
     return re.sub(r"\s+", " ", text).strip()
 
 
-def test_chat_through_a_pipe_prints_answers_citations_status_and_history(kb_replica: Replica, tmp_path) -> None:
+def test_chat_through_a_pipe_prints_answers_citations_status_and_history(kb_replica: Replica, tmp_path: Path) -> None:
     lines = "\n".join([*EN_QUESTIONS, "/history", ""])
     done = subprocess.run(
         chat_command(kb_replica, "u-pipe", "cli-pipe", "en-US"),
@@ -85,7 +86,7 @@ def test_chat_through_a_pipe_prints_answers_citations_status_and_history(kb_repl
     )
 
 
-def test_chat_through_a_pipe_shows_the_handoff_and_starts_new_threads(kb_replica: Replica, tmp_path) -> None:
+def test_chat_through_a_pipe_shows_the_handoff_and_starts_new_threads(kb_replica: Replica, tmp_path: Path) -> None:
     lines = "\n".join(["I want to talk to a human", "/new", "/history", "/quit", "never sent"])
     done = subprocess.run(
         chat_command(kb_replica, "u-handoff", "cli-handoff", "en-US"),
@@ -138,7 +139,7 @@ class Terminal:
         return code
 
 
-def test_chat_on_a_terminal_streams_persian_answers_and_shows_history(kb_replica: Replica, tmp_path) -> None:
+def test_chat_on_a_terminal_streams_persian_answers_and_shows_history(kb_replica: Replica, tmp_path: Path) -> None:
     terminal = Terminal(chat_command(kb_replica, "u-tty", "cli-tty", "fa-IR"), chat_env(tmp_path))
     try:
         terminal.expect("you ›", 1)
@@ -165,7 +166,7 @@ def test_chat_on_a_terminal_streams_persian_answers_and_shows_history(kb_replica
     assert all(squash(q) in history for q in FA_QUESTIONS)
 
 
-def test_chat_signs_with_the_dev_secret_that_make_dev_keeps(kb_replica: Replica, tmp_path) -> None:
+def test_chat_signs_with_the_dev_secret_that_make_dev_keeps(kb_replica: Replica, tmp_path: Path) -> None:
     (tmp_path / "dev-secret").write_text(TEST_SECRET + "\n")
     env = {k: v for k, v in chat_env(tmp_path).items() if k != "CHATBOT_SERVICE_SECRET"}
     done = subprocess.run(
@@ -191,7 +192,7 @@ def test_chat_signs_with_the_dev_secret_that_make_dev_keeps(kb_replica: Replica,
     assert refused.returncode == 2 and "CHATBOT_SERVICE_SECRET" in refused.stderr
 
 
-def test_a_refused_message_is_reported_and_the_session_goes_on(kb_replica: Replica, tmp_path) -> None:
+def test_a_refused_message_is_reported_and_the_session_goes_on(kb_replica: Replica, tmp_path: Path) -> None:
     lines = "\n".join(["x" * 8001, "/bogus", EN_QUESTIONS[0]])
     done = subprocess.run(
         chat_command(kb_replica, "u-refused", "cli-refused", "en-US"),

@@ -79,7 +79,9 @@ def test_the_operations_guide_names_every_service_setting_and_metric() -> None:
     for field in Settings.model_fields:
         assert f"`CHATBOT_{field.upper()}`" in OPERATIONS, field
     exported = {
-        collector.describe()[0].name for collector in vars(metrics).values() if isinstance(collector, MetricWrapperBase)
+        next(iter(collector.describe())).name
+        for collector in vars(metrics).values()
+        if isinstance(collector, MetricWrapperBase)
     }
     assert "chatbot_runs" in exported
     for name in exported:

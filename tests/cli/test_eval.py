@@ -293,8 +293,9 @@ async def test_a_recorded_window_reaches_the_model_whole(double: ProviderDouble)
     from chatbot.evaluation.cases import Case, RecordedWindow, Turn
     from chatbot.evaluation.dry_run import run_case
 
-    chunk = {"chunk_id": "en/travel.md#abc", "document_id": "en/travel.md", "version": 3, "title": "Travel",
-             "text": "Lost baggage: up to €1,000 (as read then).", "language": "en", "score": 1.0}  # fmt: skip
+    chunk: dict[str, Any] = {"chunk_id": "en/travel.md#abc", "document_id": "en/travel.md", "version": 3,
+                             "title": "Travel", "text": "Lost baggage: up to €1,000 (as read then).",
+                             "language": "en", "score": 1.0}  # fmt: skip
     window = RecordedWindow(
         summary="The user asked about travel cover before.",
         profile={"products": ["travel"]},

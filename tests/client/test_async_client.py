@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 import pytest
@@ -71,6 +71,7 @@ async def test_a_busy_thread_raises_conflict_once(migrated_database_url: str) ->
     try:
         async with client_for(slow) as first, client_for(slow, transport=AsyncRecordingTransport(recorder)) as second:
             stream = first.stream("a-busy", EN_QUESTION)
+            assert isinstance(stream, AsyncGenerator)  # typed an AsyncIterator; a generator, which aclose() stops
             async for event in stream:
                 if event.event == "token":
                     break

@@ -7,7 +7,7 @@ the run-record endpoint (`GET …/runs/{run_id}`); they fail on a branch without
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from typing import Any
 
 import httpx
@@ -58,6 +58,7 @@ def test_join_replays_a_finished_run_whole_or_from_an_offset(client: ChatbotClie
 def test_join_follows_a_run_in_flight_to_its_end(kb_replica: Replica) -> None:
     with client_for(kb_replica) as first, client_for(kb_replica) as second:
         stream = first.stream("j-live", EN_QUESTION)
+        assert isinstance(stream, Generator)  # typed an Iterator; a generator, which close() stops
         head = [next(stream) for _ in range(4)]  # metadata, progress x2, a first token
         assert head[-1].event == "token" and head[-1].id is not None
         rest = list(second.join("j-live", head[0].data["run_id"], last_event_id=head[-1].id))

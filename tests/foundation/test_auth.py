@@ -69,7 +69,7 @@ BAD_HS256 = {
     "dot in user_id": f"Bearer {make_token(user='user.1')}",
     "empty tenant_id": f"Bearer {make_token(tenant='')}",
     "too long user_id": f"Bearer {make_token(user='u' * 129)}",
-    "numeric user_id": f"Bearer {make_token(user=42)}",
+    "numeric user_id": f"Bearer {make_token(user_id=42)}",  # as a claim: `user` takes a str
     "RS256 token on HS256 config": f"Bearer {jwt.encode(_claims(), PRIVATE, algorithm='RS256')}",
 }
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import httpx
 import pytest
+from pydantic import SecretStr
 
 from chatbot.config import Settings
 from tests.fixtures.tokens import auth
@@ -58,7 +59,7 @@ async def test_unknown_route_is_a_problem_too(client: httpx.AsyncClient) -> None
 @pytest.mark.parametrize("secret", [None, "short", "secret" * 1, "a" * 64])
 def test_production_refuses_missing_or_weak_secrets(secret: str | None) -> None:
     with pytest.raises(ValueError, match="CHATBOT_SERVICE_SECRET"):
-        Settings(environment="production", service_secret=secret)
+        Settings(environment="production", service_secret=None if secret is None else SecretStr(secret))
 
 
 def test_dev_starts_without_a_secret() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import httpx
 import pytest
@@ -13,7 +14,7 @@ from tests.fixtures.tokens import make_token
 MEMORY = "/v1/users/u1/memory"
 
 
-def _bearer(lifetime: int, *, issued_ago: int = 0, **claims: object) -> dict[str, str]:
+def _bearer(lifetime: int, *, issued_ago: int = 0, **claims: Any) -> dict[str, str]:
     iat = int(time.time()) - issued_ago
     return {"Authorization": f"Bearer {make_token(iat=iat, exp=iat + lifetime, **claims)}"}
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel
-from langchain_core.messages import AIMessageChunk, BaseMessage
+from langchain_core.messages import AIMessageChunk, BaseMessage, ToolCallChunk
 from langchain_core.outputs import ChatGenerationChunk, ChatResult
 
 TOOL = "StructuredAnswer"  # the title of the schema `ask_model` asks for
@@ -46,7 +46,12 @@ class FaultScript:
 
 
 def _chunk(args: str, first: bool) -> ChatGenerationChunk:
-    piece = {"name": TOOL if first else None, "args": args, "id": "call_1" if first else None, "index": 0}
+    piece: ToolCallChunk = {
+        "name": TOOL if first else None,
+        "args": args,
+        "id": "call_1" if first else None,
+        "index": 0,
+    }
     return ChatGenerationChunk(message=AIMessageChunk(content="", tool_call_chunks=[piece]))
 
 
@@ -59,7 +64,7 @@ class FaultModel(BaseChatModel):
     def _llm_type(self) -> str:
         return "faulty"
 
-    def bind_tools(self, tools: Any, **kwargs: Any) -> FaultModel:  # type: ignore[override]
+    def bind_tools(self, tools: Any, **kwargs: Any) -> FaultModel:
         return self
 
     def _generate(

@@ -19,6 +19,7 @@ import asyncio
 import os
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import httpx
 import pytest
@@ -128,9 +129,9 @@ ANSWER_WITHIN_SECONDS = 10.0
 CONCURRENT = 12
 
 
-async def _timed(client: httpx.AsyncClient, method: str, path: str, **kwargs: object) -> tuple[float, httpx.Response]:
+async def _timed(client: httpx.AsyncClient, method: str, path: str, **kwargs: Any) -> tuple[float, httpx.Response]:
     started = time.monotonic()
-    response = await client.request(method, path, **kwargs)  # type: ignore[arg-type]
+    response = await client.request(method, path, **kwargs)
     return time.monotonic() - started, response
 
 
@@ -138,7 +139,10 @@ async def test_postgres_restarted_while_a_replica_is_idle_serves_the_first_reque
     stoppable_postgres: StoppablePostgres,
 ) -> None:
     replica = start_replica(stoppable_postgres.database_url)
-    json_run = {"headers": {**auth(), **{"Accept": "application/json"}}, "json": {"message": {"content": "hello"}}}
+    json_run: dict[str, Any] = {
+        "headers": {**auth(), **{"Accept": "application/json"}},
+        "json": {"message": {"content": "hello"}},
+    }
     firsts: list[float] = []
     try:
         async with httpx.AsyncClient(base_url=replica.base_url, timeout=60) as client:
@@ -146,9 +150,7 @@ async def test_postgres_restarted_while_a_replica_is_idle_serves_the_first_reque
                 threads = [f"pg-idle-{round_}-{i}" for i in range(CONCURRENT)]
                 # 24 requests 12 at a time, so the pool holds a dozen connections...
                 for _ in range(2):
-                    sent = await asyncio.gather(
-                        *(client.post(f"/v1/threads/{t}/runs", **json_run) for t in threads)  # type: ignore[arg-type]
-                    )
+                    sent = await asyncio.gather(*(client.post(f"/v1/threads/{t}/runs", **json_run) for t in threads))
                     assert [r.status_code for r in sent] == [200] * CONCURRENT
                 # ...then idle while Postgres restarts, and back well before the next request.
                 await asyncio.sleep(IDLE_SECONDS)
@@ -164,11 +166,12 @@ async def test_postgres_restarted_while_a_replica_is_idle_serves_the_first_reque
                 assert took < ANSWER_WITHIN_SECONDS, f"{where} took {took:.1f} s"
                 assert [m["content"] for m in page.json()["messages"] if m["role"] == "user"] == ["hello"] * 2
                 # Every later request, of any kind, is served too.
-                for method, path, extra in [
+                later: list[tuple[str, str, dict[str, Any]]] = [
                     ("GET", "/readyz", {}),
                     ("GET", f"/v1/threads/{threads[1]}/messages", {"headers": auth()}),
                     ("POST", f"/v1/threads/{threads[2]}/runs", json_run),
-                ]:
+                ]
+                for method, path, extra in later:
                     took, response = await _timed(client, method, path, **extra)
                     assert response.status_code == 200, (round_ + 1, method, path, response.status_code, took)
                     assert took < ANSWER_WITHIN_SECONDS, (round_ + 1, method, path, took)

@@ -28,7 +28,7 @@ async def _facts_when(client: httpx.AsyncClient, done: Any, **token: Any) -> lis
     for _ in range(200):
         facts = (await memory_of(client, **token))["facts"]
         if done(facts):
-            return facts  # type: ignore[no-any-return]
+            return facts
         await asyncio.sleep(0.05)
     raise AssertionError(f"memory never settled: {facts}")
 

@@ -18,7 +18,7 @@ from chatbot.memory.writer import offline_extractor
 from tests.fixtures.app import parse_sse, running_app
 from tests.fixtures.catalogue import rows_containing
 from tests.fixtures.memory_pii_corpus import BENIGN_MESSAGES, PII_MESSAGES, PII_NEEDLES, contains_needle
-from tests.fixtures.tokens import auth
+from tests.fixtures.tokens import Caller, auth
 
 
 async def say(client: httpx.AsyncClient, thread: str, content: str, **token: Any) -> list[tuple[str, dict[str, Any]]]:
@@ -33,7 +33,7 @@ async def memory_of(client: httpx.AsyncClient, **token: Any) -> dict[str, Any]:
     user = token.get("user", "u1")
     response = await client.get(f"/v1/users/{user}/memory", headers=auth(**token))
     assert response.status_code == 200
-    return response.json()  # type: ignore[no-any-return]
+    return response.json()
 
 
 async def wait_for_fact(client: httpx.AsyncClient, needle: str, *, within: float = 3.0, **token: Any) -> float:
@@ -137,7 +137,7 @@ async def test_erasure_leaves_no_row_with_the_user_or_their_words(isolated_datab
         return await offline_extractor(job)
 
     async with running_app(isolated_database_url, memory_extractor=slowish) as client:
-        victim = {"tenant": "acme", "user": "erase-me", "locale": "en-US"}
+        victim: Caller = {"tenant": "acme", "user": "erase-me", "locale": "en-US"}
         # A reset first: its record names the user too, and must go with the erasure.
         assert (await client.delete("/v1/users/erase-me/memory", headers=auth(**victim))).status_code == 204
         await say(client, "erase-1", f"remember that my cabin is {secret_words}", **victim)

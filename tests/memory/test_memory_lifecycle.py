@@ -13,9 +13,10 @@ from chatbot.memory.extraction import MemoryCandidates
 from chatbot.memory.jobs import MemoryJob
 from chatbot.memory.writer import offline_extractor
 from tests.fixtures.app import running_app
+from tests.fixtures.tokens import Caller
 from tests.memory.test_memory_e2e import memory_of, say, wait_for_fact
 
-EN = {"locale": "en-US"}
+EN: Caller = {"locale": "en-US"}
 SECONDS_PER_DAY = 86400
 
 

@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+from langchain_core.callbacks import AsyncCallbackManagerForLLMRun
+from langchain_core.messages import BaseMessage
+from langchain_core.outputs import ChatResult
+
 from chatbot.memory.jobs import MemoryJob
 from chatbot.memory.model_extraction import model_extractor
 from tests.fixtures.models import ScriptedChatModel
@@ -57,7 +63,13 @@ class _Counting(ScriptedChatModel):
 
     calls: list[str] = []  # noqa: RUF012 - a pydantic field, copied per instance
 
-    async def _agenerate(self, messages, stop=None, run_manager=None, **kwargs):  # type: ignore[no-untyped-def]
+    async def _agenerate(
+        self,
+        messages: list[BaseMessage],
+        stop: list[str] | None = None,
+        run_manager: AsyncCallbackManagerForLLMRun | None = None,
+        **kwargs: Any,
+    ) -> ChatResult:
         self.calls.append("call")
         return await super()._agenerate(messages, stop, run_manager, **kwargs)
 

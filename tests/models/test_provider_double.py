@@ -10,7 +10,7 @@ import asyncio
 import subprocess
 import sys
 import time
-from typing import Any
+from typing import Any, cast
 
 import anthropic
 import httpx
@@ -131,7 +131,7 @@ async def test_openai_forced_tool_streams_arguments_in_pieces(provider_double: P
     assert record.tools and record.kind == "tool"
 
     structured = openai_model(provider_double).with_structured_output(StructuredAnswer, method="function_calling")
-    assert (await structured.ainvoke("q")).answer == provider_double.default.answer
+    assert cast(StructuredAnswer, await structured.ainvoke("q")).answer == provider_double.default.answer
 
 
 async def test_anthropic_text_streams_in_pieces_with_usage_and_stop_reason(provider_double: ProviderDouble) -> None:
@@ -168,7 +168,7 @@ async def test_anthropic_forced_tool_and_structured_output(provider_double: Prov
 
     for method in ("function_calling", "json_schema"):
         structured = anthropic_model(provider_double).with_structured_output(StructuredAnswer, method=method)
-        assert (await structured.ainvoke("q")).answer == provider_double.default.answer
+        assert cast(StructuredAnswer, await structured.ainvoke("q")).answer == provider_double.default.answer
     assert [r.kind for r in provider_double.requests[1:]] == ["tool", "json"]
 
 
@@ -179,7 +179,8 @@ async def test_other_schemas_use_the_objects_registry_and_raw_json(provider_doub
     )
     assert summary == Summary(summary="a short summary")
     provider_double.script(Behaviour(obj={"summary": "scripted"}))
-    assert (await anthropic_model(provider_double).with_structured_output(Summary).ainvoke("q")).summary == "scripted"
+    scripted = await anthropic_model(provider_double).with_structured_output(Summary).ainvoke("q")
+    assert cast(Summary, scripted).summary == "scripted"
 
     provider_double.script(
         Behaviour(raw_json='{"answer": "unterminated'), Behaviour(raw_json='{"answer": "unterminated')
@@ -200,7 +201,7 @@ def test_scripts_by_model_then_any_model_then_the_default_in_a_sync_test(provide
     assert mini.invoke("q").content == "any model"
     assert four.invoke("q").content == "for gpt-4o"
     assert four.invoke("q").content == "default"
-    assert "".join(chunk.content for chunk in anthropic_model(provider_double).stream("q")) == "default"
+    assert "".join(str(chunk.content) for chunk in anthropic_model(provider_double).stream("q")) == "default"
     assert [r.stream for r in provider_double.requests] == [False, False, False, True]
 
 
@@ -294,6 +295,7 @@ async def test_429_carries_retry_after(provider_double: ProviderDouble, provider
     error = openai.RateLimitError if provider == "openai" else anthropic.RateLimitError
     with pytest.raises(error) as caught:
         await chat_model(provider_double, provider).ainvoke("q")
+    assert isinstance(caught.value, (openai.RateLimitError, anthropic.RateLimitError))  # as raises() checked
     headers = caught.value.response.headers
     assert (headers["retry-after"], headers["retry-after-ms"]) == ("1.5", "1500")
     assert provider_double.requests[0].status == 429

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 
@@ -42,7 +43,7 @@ def test_usage_is_kept_per_tenant_and_day_after_the_thread_is_deleted(
     double.default = Behaviour(usage=(1000, 200, 400))
 
     async def converse() -> None:
-        settings = {"model": "openai:gpt-4o-mini", "model_base_url": double.openai_base_url}
+        settings: dict[str, Any] = {"model": "openai:gpt-4o-mini", "model_base_url": double.openai_base_url}
         async with running_app(isolated_database_url, **settings) as client:
             for tenant in ("acme", "acme", "globex"):
                 response = await client.post(
