@@ -83,6 +83,12 @@ async def test_two_replicas_sweep_old_threads_one_at_a_time_skipping_busy_ones(
                 timeout=60,
             )
         await wait_until(lambda: "busy" not in threads(url), what="the freed thread swept", timeout=60)
+        # A sweep logs its line after its deletions commit: wait for it before stopping the replicas.
+        await wait_until(
+            lambda: sum(getattr(r, "threads_deleted", 0) for r in sweeps(caplog)) >= 3,
+            what="the last sweep's log line",
+            timeout=10,
+        )
         metrics = (await replica_b.get("/metrics")).text
     lines = sweeps(caplog)
     holders = {r.holder for r in lines}  # type: ignore[attr-defined]
