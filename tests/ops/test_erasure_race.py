@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from chatbot.db.locks import thread_locked
 from tests.fixtures.app import running_app
 from tests.fixtures.catalogue import rows_containing, rows_of_threads
 from tests.fixtures.knowledge import load_demo_kb
@@ -58,7 +59,6 @@ async def test_a_run_started_on_a_new_thread_during_the_erasure_is_refused_or_er
     # Minted here, not at import: a whole suite on a loaded machine outlives a 5-minute token.
     headers = auth(user=USER, locale="en-US")
     async with running_app(isolated_database_url, offline_token_delay_ms=40) as client:
-        runs = client.app.state.runs  # type: ignore[attr-defined]
         locks = client.app.state.locks  # type: ignore[attr-defined]
         erasing = asyncio.Event()
         wait_erasure = locks.wait_erasure
@@ -75,7 +75,14 @@ async def test_a_run_started_on_a_new_thread_during_the_erasure_is_refused_or_er
                 headers=headers,
             )
         )
-        await wait_until(lambda: runs.in_flight or first.done(), what="the first run admitted")
+
+        # Admitted means holding its thread lock and the shared erasure key: counting it in
+        # flight comes before the lock, and an erasure started in between refuses it (409).
+        async def first_admitted() -> bool:
+            async with client.app.state.pool.connection() as conn:  # type: ignore[attr-defined]
+                return first.done() or await thread_locked(conn, "erase-a")
+
+        await wait_until(first_admitted, what="the first run's locks taken")
         assert not first.done(), (await first).text  # the first run must still be in flight
         erasure = asyncio.create_task(client.delete(f"/v1/users/{USER}", headers=headers))
         await asyncio.wait_for(erasing.wait(), 30)  # the erasure is under way, waiting for the first run
