@@ -3,9 +3,11 @@
   sweep    N stale threads (copies, by SQL, of a real 3-turn thread's checkpoint rows) deleted
            by a replica's sweep (batches of 200, 8 thread locks held at once) and, on a second
            set, by `chatbot retention`'s pass (up to --max-locks thread locks at once, its own lock session)
-  memory   M memory jobs, one per user, each run by the memory writer as in a replica: the
-           user's lock, the thread check, then one transaction with the reset check, the
-           store reads and the puts (offline extractor); p50/p95 per job
+  memory   M memory jobs, one per user, each as a replica works its own fresh job: the job's
+           row written (with the reset lock held shared), the run's final record read (a real
+           answered run of the service, made once), the offline extraction, the user's lock,
+           then one transaction with the reset lock, the row's delete, the store reads and
+           the puts; p50/p95 per job
 
     .venv/bin/python -m bench.lifecycle [--threads 2000] [--jobs 200]
 
@@ -24,21 +26,27 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+import httpx
 from langchain_core.messages import HumanMessage
 from langgraph.constants import START
 from pydantic import SecretStr
 
 from bench._pg import bench_database
+from chatbot import metrics
 from chatbot.agent.context import Context
 from chatbot.agent.deps import AgentDeps
 from chatbot.agent.graph import build_graph
 from chatbot.agent.state import META_KEY, user_turn
 from chatbot.app import create_app
+from chatbot.cli.common import mint_token
 from chatbot.config import Settings
 from chatbot.db.locks import Locks
 from chatbot.db.pool import Pool, connection_kwargs
 from chatbot.db.saver import PooledPostgresSaver
+from chatbot.memory.items import utcnow
 from chatbot.memory.jobs import MemoryJob
+from chatbot.memory.jobs import insert as insert_job
+from chatbot.memory.resets import hold_for_write
 from chatbot.memory.writer import MemoryWriter
 from chatbot.ops.retention import purge_stale_threads
 from chatbot.ops.sweeper import MAX_LOCKS, RetentionSweeper
@@ -46,6 +54,7 @@ from chatbot.threads.deletion import delete_threads
 from chatbot.timestamps import now_rfc3339
 
 TEMPLATE = "bench-lifecycle-template"
+MEMORY_THREAD = "bench-lifecycle-memory"
 TABLES = ("checkpoints", "checkpoint_blobs", "checkpoint_writes")
 
 
@@ -82,6 +91,21 @@ async def clone(pool: Pool, prefix: str, count: int) -> None:
                 f"select {chosen} from {table}, generate_series(0, %(n)s - 1) g where thread_id = %(template)s",
                 {"prefix": f"{prefix}-", "n": count, "template": TEMPLATE},
             )
+
+
+async def answered_run(app: Any, settings: Settings) -> str:
+    """Run one real answered turn of the service (the offline model notes a fact) and return its run id."""
+    token = mint_token(settings, tenant="bench", user="bench-writer", locale="en-US", ttl=600)
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
+        response = await client.post(
+            f"/v1/threads/{MEMORY_THREAD}/runs",
+            json={"message": {"content": "Remember that I live in Yazd."}},
+            headers={"Authorization": f"Bearer {token}", "Accept": "application/json"},
+        )
+    body = response.json()
+    assert response.status_code == 200 and body["status"] == "answered", body
+    return str(body["run_id"])
 
 
 async def count_threads(pool: Pool, prefix: str) -> int:
@@ -138,24 +162,32 @@ async def main(threads: int, jobs: int) -> None:
                 finally:
                     await pass_locks.close()
             await build_template(pool)
-            # Memory jobs, one user each.
+            # Memory jobs, one user each, all naming one real answered run: a job becomes work
+            # only once its run's final record says answered (memory/jobs.py).
+            run_id = await answered_run(app, settings)
             writer = MemoryWriter(pool=pool, locks=locks, max_facts=50)
             latencies = []
+            written = metrics.MEMORY_WRITES.labels("written")._value.get()
             for k in range(jobs):
                 job = MemoryJob(
                     tenant_id="bench",
                     user_id=f"user-{k}",
-                    thread_id=TEMPLATE,
-                    run_id="r",
+                    thread_id=MEMORY_THREAD,
+                    run_id=run_id,
                     locale="en-US",
                     user_text="remember that I live in Yazd and prefer email",
                 )
                 started = time.perf_counter()
+                async with pool.connection() as conn, conn.transaction():  # what `submit` writes
+                    await hold_for_write(conn, job.tenant_id, job.user_id)
+                    await insert_job(conn, job, now=utcnow(), lease=writer.lease, holder=writer.holder)
                 await writer._process(job, True)  # the job's whole path, timed, as a fresh job
                 latencies.append((time.perf_counter() - started) * 1000)
+            written = metrics.MEMORY_WRITES.labels("written")._value.get() - written
+            assert written == jobs, f"{written} of {jobs} jobs wrote memory"  # none skipped as unfinished
             async with pool.connection() as conn:
                 await conn.execute("delete from store where prefix like 'bench.%'")
-            await delete_threads(pool, [TEMPLATE])
+            await delete_threads(pool, [TEMPLATE, MEMORY_THREAD])
     print(f"retention, {threads} stale threads of 3 turns, batches of 200")
     print(
         f"  replica sweep, {MAX_LOCKS} locks at once: {sweep_seconds:6.2f} s "
@@ -163,7 +195,7 @@ async def main(threads: int, jobs: int) -> None:
     )
     for max_locks, (deleted, seconds) in passes.items():
         print(f"  pass, {max_locks:>2} locks at once:          {seconds:6.2f} s {deleted / seconds:6.0f} threads/s")
-    print(f"memory writes, {jobs} jobs (lock, thread check, reset check + store transaction), ms")
+    print(f"memory writes, {jobs} jobs (row written, run's record read, lock, row deleted + store writes), ms")
     print(f"  p50 {statistics.median(latencies):6.2f}  p95 {percentile(latencies, 0.95):6.2f}")
 
 
