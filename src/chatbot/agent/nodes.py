@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from dataclasses import asdict
+from dataclasses import replace
 from typing import Any
 
 from langchain_core.messages import AIMessage, HumanMessage
@@ -16,7 +16,7 @@ from chatbot.agent.context import Context
 from chatbot.agent.deps import AgentDeps
 from chatbot.agent.modelcall import ModelAnswer, ModelFailure, TimeLimits, ask_model
 from chatbot.agent.prompts import system_prompt
-from chatbot.agent.record import chunk_refs, encode_record, prompt_sha256, window_ids
+from chatbot.agent.record import chunk_refs, chunk_versions, prompt_sha256, shortened_parts, window_by_ids
 from chatbot.agent.state import (
     FOLD_BATCH,
     META_KEY,
@@ -27,6 +27,7 @@ from chatbot.agent.state import (
 from chatbot.agent.summary import fold_summary, messages_to_fold, offline_summary
 from chatbot.agent.tokens import token_counter_for
 from chatbot.agent.window import Window, WindowInputs, build_window
+from chatbot.db.run_record import RecordedRun
 from chatbot.memory.extraction import MemoryCandidates, extract_offline
 from chatbot.memory.jobs import MemoryJob
 from chatbot.memory.namespaces import PROFILE_KEY, facts_namespace, profile_namespace, user_prefix
@@ -84,8 +85,8 @@ class Nodes:
         runtime.context.scratch["chunks"] = chunks
         refs = chunk_refs(chunks)
         # A partial record (no status): what a run that fails from here on retrieved.
-        partial = encode_record({"run_id": runtime.context.run_id, "model": self.settings.model, "retrieved": refs})
-        return {"retrieved": refs, "record": partial}
+        partial = RecordedRun(runtime.context.run_id, model=self.settings.model, retrieved=chunk_versions(chunks))
+        return {"retrieved": refs, "record": partial.dump()}
 
     async def generate(self, state: ConversationState, runtime: Runtime[Context]) -> dict[str, Any]:
         """Answer the question from the window, stream it, and decide the turn's status."""
@@ -147,8 +148,10 @@ class Nodes:
             if reply.status == "escalate"
             else None,
         }
-        facts = {"status": reply.status, "model": model, "answer_id": str(answer.id), "usage": self._usage_record(ctx)}
-        record = self._record(ctx, facts, question, window, prompt_sha, chunks, history)
+        ending = RecordedRun(
+            ctx.run_id, status=reply.status, model=model, answer_id=str(answer.id), usage=self._usage_record(ctx)
+        )
+        record = self._record(ctx, ending, question, window, prompt_sha, chunks, history)
         return update | {
             "turns": turns,
             "messages": [answer],
@@ -181,18 +184,19 @@ class Nodes:
             "status": "error",
             "failure": {"reason": failure.reason, "retry_after": failure.retry_after},
         }
-        facts = {
-            "status": "error",
-            "reason": failure.reason,
-            "model": failure.model or self.settings.model,
-            "answer_id": str(uuid.uuid4()),
-            "shown": failure.shown,
-            "usage": self._usage_record(ctx),
-        }
+        ending = RecordedRun(
+            ctx.run_id,
+            status="error",
+            reason=failure.reason,
+            model=failure.model or self.settings.model,
+            answer_id=str(uuid.uuid4()),
+            shown=failure.shown,
+            usage=self._usage_record(ctx),
+        )
         return {
             "turns": turns,
             "outcome": outcome,
-            "record": self._record(ctx, facts, question, window, prompt_sha, chunks, history),
+            "record": self._record(ctx, ending, question, window, prompt_sha, chunks, history),
         }
 
     @staticmethod
@@ -201,13 +205,13 @@ class Nodes:
         calls: list[Usage] = ctx.scratch.setdefault("usage", [])
         return calls
 
-    def _usage_record(self, ctx: Context) -> list[dict[str, Any]]:
+    def _usage_record(self, ctx: Context) -> tuple[dict[str, Any], ...]:
         calls = self._usage(ctx)
         for call in calls:
             metrics.count_tokens(
                 ctx.tenant_id, call.model, call.kind, call.input_tokens, call.output_tokens, call.cached_input_tokens
             )
-        return [call.as_dict() for call in calls]
+        return tuple(call.as_dict() for call in calls)
 
     @staticmethod
     def _chunks(state: ConversationState, ctx: Context) -> list[dict[str, Any]]:
@@ -220,44 +224,30 @@ class Nodes:
     def _record(
         self,
         ctx: Context,
-        facts: dict[str, Any],
+        ending: RecordedRun,
         question: HumanMessage,
         window: Window,
         prompt_sha: str,
         chunks: list[dict[str, Any]],
         history: list[Any],
     ) -> str:
-        """Return the run record: what the model was given, by id, and how it ended (agent/record.py)."""
-        return encode_record(
-            {
-                "run_id": ctx.run_id,
-                **facts,
-                "input_id": str(question.id),
-                "system_prompt_sha256": prompt_sha,
-                **window_ids(window, history[-WINDOW_HISTORY:]),
-                "question_chars": window.question_chars,
-                # How the system message was cut: with the parts, it can be rebuilt exactly.
-                "system_cuts": asdict(window.cuts) if window.cuts is not None else None,
-                "shortened": [
-                    part
-                    for part, cut in (
-                        ("chunks", window.chunks_shortened),
-                        ("question", window.question_shortened),
-                        ("system", window.system_shortened),
-                    )
-                    if cut
-                ],
-                "retrieved": chunk_refs(chunks),
-                "settings": {
-                    "context_tokens": self.settings.context_tokens,
-                    "summary_after_turns": self.settings.summary_after_turns,
-                    "window_history": WINDOW_HISTORY,
-                    "fold_batch": FOLD_BATCH,
-                    "tokenizer": self.counter.name,
-                    "language": ctx.language,
-                },
-            }
-        )
+        """Return the run record: how it ended, and what the model was given, by id (agent/record.py)."""
+        return replace(
+            ending,
+            input_id=str(question.id),
+            system_prompt_sha256=prompt_sha,
+            window=window_by_ids(window, history[-WINDOW_HISTORY:]),
+            shortened=shortened_parts(window),
+            retrieved=chunk_versions(chunks),
+            settings={
+                "context_tokens": self.settings.context_tokens,
+                "summary_after_turns": self.settings.summary_after_turns,
+                "window_history": WINDOW_HISTORY,
+                "fold_batch": FOLD_BATCH,
+                "tokenizer": self.counter.name,
+                "language": ctx.language,
+            },
+        ).dump()
 
     async def write_memory(self, state: ConversationState, runtime: Runtime[Context]) -> dict[str, Any]:
         """Hand the answered turn to the memory writer, which records it durably and works after the answer.

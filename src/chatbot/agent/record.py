@@ -1,6 +1,6 @@
-"""The run record: a compact account, ids only, of what one run's model was given.
+"""Building the run record: what one run's model was given, by id (db/run_record.py stores it).
 
-`generate` writes it to the `record` channel as a JSON string. Strings are stored inline
+`generate` writes it to the `record` channel as a `RecordedRun`; strings are stored inline
 in the checkpoint's JSONB by the Postgres checkpointer, so each run's final checkpoint
 carries its record (a few hundred bytes) and Postgres can read it without a blob; the
 texts it points at live once elsewhere: messages in the `turn` channel versions, chunk
@@ -12,16 +12,16 @@ checkpoint's `summary` channel, profile and facts in that checkpoint's channel v
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Sequence
+from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from langchain_core.messages import BaseMessage
 
+from chatbot.db.run_record import ChunkVersion, WindowByIds
+
 if TYPE_CHECKING:
     from chatbot.agent.window import Window
-
-RECORD_FORMAT = 1
 
 
 def prompt_sha256(text: str) -> str:
@@ -29,36 +29,38 @@ def prompt_sha256(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
+def chunk_versions(chunks: Sequence[dict[str, Any]]) -> tuple[ChunkVersion, ...]:
+    """Return the (chunk_id, version) pairs of retrieved chunks, in rank order."""
+    return tuple((str(c["chunk_id"]), int(c.get("version") or 1)) for c in chunks)
+
+
 def chunk_refs(chunks: Sequence[dict[str, Any]]) -> list[list[Any]]:
-    """Return the [chunk_id, version] pairs of retrieved chunks, in rank order."""
-    return [[str(c["chunk_id"]), int(c.get("version") or 1)] for c in chunks]
+    """Return the same pairs as [chunk_id, version] lists: the `retrieved` channel's form."""
+    return [list(pair) for pair in chunk_versions(chunks)]
 
 
-def window_ids(window: Window, history: Sequence[BaseMessage]) -> dict[str, Any]:
+def window_by_ids(window: Window, history: Sequence[BaseMessage]) -> WindowByIds:
     """Return the window's messages after the system message (history, then the question), by id.
 
     The window keeps a suffix of the history: then the first id and a count name it (a
     window of 60 messages costs ~60 bytes instead of ~2.3 KB). A window that left messages
-    out of that suffix (orphan tool traffic of a broken history) lists every id.
+    out of that suffix (orphan tool traffic of a broken history) lists every id. How the
+    question and the system message were cut comes along: with the parts, the system
+    message can be rebuilt exactly.
     """
     ids = [str(m.id) for m in window.messages[1:]]
     suffix = [str(m.id) for m in history[window.first_kept :]]
+    cuts = asdict(window.cuts) if window.cuts is not None else None
     if ids[:-1] == suffix:
-        return {"window_span": [ids[0], len(ids)]}
-    return {"window": ids}
+        return WindowByIds(span=(ids[0], len(ids)), question_chars=window.question_chars, system_cuts=cuts)
+    return WindowByIds(ids=tuple(ids), question_chars=window.question_chars, system_cuts=cuts)
 
 
-def encode_record(record: dict[str, Any]) -> str:
-    """Return the record as compact JSON, tagged with its format."""
-    return json.dumps({"format": RECORD_FORMAT, **record}, ensure_ascii=False, separators=(",", ":"))
-
-
-def decode_record(raw: object) -> dict[str, Any] | None:
-    """Return a record read from a checkpoint, or None when there is none (or it is not ours)."""
-    if not isinstance(raw, str):
-        return None
-    try:
-        value = json.loads(raw)
-    except ValueError:
-        return None
-    return value if isinstance(value, dict) and value.get("format") == RECORD_FORMAT else None
+def shortened_parts(window: Window) -> tuple[str, ...]:
+    """Return what the window cut to fit: any of "chunks", "question", "system"."""
+    cut = (
+        ("chunks", window.chunks_shortened),
+        ("question", window.question_shortened),
+        ("system", window.system_shortened),
+    )
+    return tuple(part for part, shortened in cut if shortened)

@@ -9,7 +9,7 @@ rebuilt from its parts. Panels on a terminal, plain text through a pipe.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.console import Console
@@ -17,6 +17,9 @@ from rich.panel import Panel
 from rich.text import Text
 
 from chatbot.cli import common
+
+if TYPE_CHECKING:
+    from chatbot.threads.record import ResolvedRun
 
 Section = tuple[str, list[str]]
 
@@ -29,24 +32,24 @@ def _count(n: int, noun: str) -> str:
     return f"{n} {noun}" + ("" if n == 1 else "s")
 
 
-def record_sections(record: Any, *, system_message: bool = False) -> list[Section]:
-    """Return the record as titled blocks of lines, in reading order."""
-    body = record.body
+def record_sections(run: ResolvedRun, *, system_message: bool = False) -> list[Section]:
+    """Return a resolved run record as titled blocks of lines, in reading order."""
+    body = run.body
     ctx = body["context"]
-    run = [
+    lines = [
         f"run        {body['run_id']}",
         f"thread     {body['thread_id']}",
         f"status     {body['status']}",
         f"created    {body['created_at']}",
         f"model      {body['model'] or '-'}",
     ]
-    run += [f"setting    {key} = {_value(value)}" for key, value in record.settings.items()]
-    if record.shortened:
-        run.append(f"shortened  {', '.join(record.shortened)} (cut to fit the window)")
-    sections: list[Section] = [("Run", run)]
+    lines += [f"setting    {key} = {_value(value)}" for key, value in run.settings.items()]
+    if run.shortened:
+        lines.append(f"shortened  {', '.join(run.shortened)} (cut to fit the window)")
+    sections: list[Section] = [("Run", lines)]
     sha = ctx["system_prompt_sha256"]
     if sha:
-        sections.append((f"System prompt (sha256 {sha[:12]}…)", [record.system_prompt or "(text not stored)"]))
+        sections.append((f"System prompt (sha256 {sha[:12]}…)", [run.system_prompt or "(text not stored)"]))
     sections.append(("Profile", [f"{k}: {_value(v)}" for k, v in ctx["profile"].items()] or ["(none)"]))
     sections.append(("Facts", [f"- {fact}" for fact in ctx["facts"]] or ["(none)"]))
     sections.append(("Summary", [ctx["summary"] or "(none)"]))
@@ -58,7 +61,7 @@ def record_sections(record: Any, *, system_message: bool = False) -> list[Sectio
     ]
     sections.append((f"Retrieved ({_count(len(retrieved), 'chunk')})", retrieved or ["(none)"]))
     if system_message:
-        sections.append(("System message as sent", [record.system_message or "(cannot be rebuilt)"]))
+        sections.append(("System message as sent", [run.system_message or "(cannot be rebuilt)"]))
     sections.append(("Input", [body["input"]["content"] if body["input"] else "(none)"]))
     sections.append(("Answer", [body["answer"]["content"] if body["answer"] else "(none)"]))
     sections.append(("Citations", body["citations"] or ["(none)"]))
@@ -95,13 +98,13 @@ def replay(
         common.fail(f"no run {run_id} on thread {thread_id} of tenant {tenant}")
         return
 
-    async def _go() -> Any:
+    async def _go() -> ResolvedRun | None:
         async with common.open_pool_and_locks(settings) as (pool, locks):
             serde = PooledPostgresSaver(pool).serde
             return await read_run_record(pool, serde, locks, thread_id, run, tenant)
 
-    record = common.run(_go())
-    if record is None:
+    resolved = common.run(_go())
+    if resolved is None:
         common.fail(f"no run {run_id} on thread {thread_id} of tenant {tenant}")
         return
-    render(record_sections(record, system_message=system_message), Console())
+    render(record_sections(resolved, system_message=system_message), Console())

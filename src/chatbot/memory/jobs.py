@@ -19,7 +19,6 @@ what memory accepts, memory never needs the graph.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -29,6 +28,7 @@ from psycopg import AsyncConnection
 
 from chatbot.db import langgraph_tables
 from chatbot.db.pool import Pool
+from chatbot.db.run_record import RecordedRun
 from chatbot.memory.extraction import MemoryCandidates
 
 Conn = AsyncConnection[Any]
@@ -153,22 +153,12 @@ async def delete_older_than(conn: Conn, cutoff: datetime) -> int:
 async def run_outcome(pool: Pool, job: MemoryJob) -> RunOutcome:
     """Tell whether the job's run ended answered, ended otherwise, or has not ended yet.
 
-    The run's newest checkpoint holds its record (agent/record.py: a JSON object with the
-    run's id and terminal status) once the run is final.
+    The run's newest checkpoint holds its record (db/run_record.py: the run's id and, once
+    the run is final, its terminal status).
     """
     async with pool.connection() as conn:
         rows = await langgraph_tables.run_record_checkpoints(conn, job.thread_id, job.run_id, job.tenant_id)
-    record = _record(rows[0]["record"]) if rows else None
-    if record is None or record.get("run_id") != job.run_id or "status" not in record:
+    record = RecordedRun.parse(rows[0]["record"]) if rows else None
+    if record is None or record.run_id != job.run_id or record.status is None:
         return "unfinished"
-    return "answered" if record["status"] == "answered" else "other"
-
-
-def _record(raw: object) -> dict[str, Any] | None:
-    if not isinstance(raw, str) or not raw.startswith("{"):
-        return None
-    try:
-        value = json.loads(raw)
-    except ValueError:
-        return None
-    return value if isinstance(value, dict) else None
+    return "answered" if record.status == "answered" else "other"

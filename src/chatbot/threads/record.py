@@ -1,4 +1,4 @@
-"""The run record: resolve a run's ids-only record (agent/record.py) into what it saw and said.
+"""The run record: resolve a run's ids-only record (db/run_record.py) into what it saw and said.
 
 Where each part is read from (docs/records.md):
 - the record itself, the summary, and the channel versions of profile and facts: the run's
@@ -12,18 +12,19 @@ Where each part is read from (docs/records.md):
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from chatbot.agent.record import decode_record
 from chatbot.agent.state import message_meta
 from chatbot.agent.system_message import SystemCuts, compose_system_text, shorten_question
 from chatbot.db import langgraph_tables
 from chatbot.db.locks import THREAD_LOCKED, Locks
 from chatbot.db.pool import Pool
+from chatbot.db.run_record import ChunkVersion, RecordedRun, WindowByIds
 from chatbot.retrieval.versions import read_chunk_versions
 
 _REMEMBER_PROMPT = "insert into system_prompts (sha256, text) values (%s, %s) on conflict (sha256) do nothing"
@@ -81,8 +82,18 @@ class ResolvedRun:
 
 @dataclass(frozen=True, slots=True)
 class _Snapshot:
-    record: dict[str, Any] | None  # the newest record of this run (full or partial)
+    record: RecordedRun | None  # the newest record of this run (full or partial)
     row: dict[str, Any]  # the checkpoint holding it (or the run's newest)
+
+    @property
+    def status(self) -> str | None:
+        return None if self.record is None else self.record.status
+
+    @property
+    def versions(self) -> dict[str, Any]:
+        """The checkpoint's channel versions."""
+        versions = self.row["versions"]
+        return versions if isinstance(versions, dict) else {}
 
 
 async def _snapshot(pool: Pool, thread_id: str, run_id: str, tenant_id: str) -> _Snapshot | None:
@@ -91,9 +102,9 @@ async def _snapshot(pool: Pool, thread_id: str, run_id: str, tenant_id: str) -> 
     if not rows:
         return None
     for row in rows:
-        record = decode_record(row["record"])
+        record = RecordedRun.parse(row["record"])
         # A checkpoint carries the previous run's record until this run writes its own.
-        if record is not None and record.get("run_id") == run_id:
+        if record is not None and record.run_id == run_id:
             return _Snapshot(record, row)
     return _Snapshot(None, rows[0])
 
@@ -104,11 +115,23 @@ async def _is_newest_run(pool: Pool, thread_id: str, run_id: str) -> bool:
     return newest == run_id
 
 
+async def _settled(
+    pool: Pool, locks: Locks, snap: _Snapshot, thread_id: str, run_id: str, tenant_id: str
+) -> tuple[_Snapshot, str]:
+    """Return the run's snapshot and status: its record's, `running`, or `error` (ended without one)."""
+    if snap.status is not None:
+        return snap, snap.status
+    if await _is_newest_run(pool, thread_id, run_id) and await run_in_flight(pool, locks, thread_id):
+        return snap, "running"
+    # Read again: the run may have ended between the first read and the probe.
+    snap = await _snapshot(pool, thread_id, run_id, tenant_id) or snap
+    return snap, snap.status or "error"
+
+
 async def _memory(
-    pool: Pool, serde: SerializerProtocol, thread_id: str, versions: Any
+    pool: Pool, serde: SerializerProtocol, thread_id: str, versions: dict[str, Any]
 ) -> tuple[dict[str, Any], list[str]]:
     """Return the profile and facts the run loaded (the checkpoint's versions of those channels)."""
-    versions = versions if isinstance(versions, dict) else {}
     async with pool.connection() as conn:
         rows = await langgraph_tables.memory_blobs(conn, thread_id, versions.get("profile"), versions.get("facts"))
     found = {
@@ -123,16 +146,31 @@ async def _memory(
     )
 
 
+def _window_reach(window: WindowByIds | None) -> set[str]:
+    """Return the ids the transcript must be read back to: a span's first, or every listed id."""
+    if window is None:
+        return set()
+    return {window.span[0]} if window.span else set(window.ids)
+
+
+def _messages_newest_first(serde: SerializerProtocol, rows: Iterable[dict[str, Any]]) -> Iterator[BaseMessage]:
+    for row in rows:
+        if row["blob"] is not None and row["type"] != "empty":
+            yield from reversed(serde.loads_typed((row["type"], bytes(row["blob"]))) or [])
+
+
+def _is_input(message: BaseMessage, run_id: str) -> bool:
+    return isinstance(message, HumanMessage) and message_meta(message).get("run_id") == run_id
+
+
 async def _transcript_to(
-    pool: Pool, serde: SerializerProtocol, thread_id: str, turn_version: object, record: dict[str, Any], run_id: str
+    pool: Pool, serde: SerializerProtocol, thread_id: str, turn_version: object, wanted: set[str], run_id: str
 ) -> list[BaseMessage]:
     """Return the transcript up to the run (oldest first), back as far as its window reaches.
 
     The same record threads/transcript.py reads, entered at the run's own version, so a
     record costs what its window holds, not the thread's length (400 turns: ~125 ms read whole).
     """
-    span = record.get("window_span")
-    wanted = {str(span[0])} if isinstance(span, list) and span else {str(i) for i in record.get("window") or []}
     # Versions are "<32-digit counter>.<random>": "~" sorts after every character they use.
     bound = f"{turn_version}~" if isinstance(turn_version, str) else "a"
     seen: dict[str, BaseMessage] = {}
@@ -140,25 +178,28 @@ async def _transcript_to(
     while True:
         async with pool.connection() as conn:
             rows = await langgraph_tables.turn_versions_before(conn, thread_id, bound, 32)
-        for row in rows:
-            if row["blob"] is None or row["type"] == "empty":
-                continue
-            for message in reversed(serde.loads_typed((row["type"], bytes(row["blob"]))) or []):
-                seen.setdefault(str(message.id), message)  # the newest version of a message wins
-                if isinstance(message, HumanMessage) and message_meta(message).get("run_id") == run_id:
-                    input_seen = True
+        for message in _messages_newest_first(serde, rows):
+            seen.setdefault(str(message.id), message)  # the newest version of a message wins
+            input_seen = input_seen or _is_input(message, run_id)
         if len(rows) < 32 or (input_seen and wanted <= seen.keys()):
             return list(seen.values())[::-1]
         bound = rows[-1]["version"]
 
 
-def _answer(record: dict[str, Any], answer: BaseMessage | None) -> dict[str, Any] | None:
+def _run_messages(transcript: list[BaseMessage], run_id: str) -> tuple[BaseMessage | None, BaseMessage | None]:
+    """Return the run's question and its finished answer, when the transcript holds them."""
+    ours = [m for m in transcript if message_meta(m).get("run_id") == run_id]
+    question = next((m for m in ours if isinstance(m, HumanMessage)), None)
+    answer = next((m for m in ours if isinstance(m, AIMessage)), None)
+    return question, answer
+
+
+def _answer(record: RecordedRun, answer: BaseMessage | None) -> dict[str, Any] | None:
     """Return the answer as the user got it: finished (from the transcript), or the shown part of a failed one."""
     if answer is not None:
         return {"id": str(answer.id), "content": str(answer.text), "complete": True}
-    shown = record.get("shown")
-    if isinstance(shown, str) and shown:
-        return {"id": str(record.get("answer_id") or ""), "content": shown, "complete": False}
+    if record.shown:
+        return {"id": record.answer_id or "", "content": record.shown, "complete": False}
     return None
 
 
@@ -167,43 +208,43 @@ def _public(message: BaseMessage, content: str | None = None) -> dict[str, Any]:
     return {"id": str(message.id), "role": role, "content": str(message.text) if content is None else content}
 
 
-def _window_ids(record: dict[str, Any], transcript: list[BaseMessage]) -> list[str]:
+def _window_ids(record: RecordedRun, transcript: list[BaseMessage]) -> list[str]:
     """Return the ids of the window's messages, expanding a span (agent/record.py) on the transcript."""
-    span = record.get("window_span")
-    if not (isinstance(span, list) and len(span) == 2):
-        return [str(i) for i in record.get("window") or []]
+    window = record.window
+    if window is None or window.span is None:
+        return [] if window is None else list(window.ids)
+    first, count = window.span
     ids = [str(m.id) for m in transcript]
-    if span[0] not in ids:
+    if first not in ids:
         return []
-    start = ids.index(span[0])
-    window = ids[start : start + int(span[1])]
+    start = ids.index(first)
+    kept = ids[start : start + count]
     # The span ends on the run's question: anything else means the transcript disagrees.
-    return window if window and window[-1] == record.get("input_id") else []
+    return kept if kept and kept[-1] == record.input_id else []
 
 
-def _window(record: dict[str, Any], transcript: list[BaseMessage]) -> list[dict[str, Any]]:
+def _window(record: RecordedRun, transcript: list[BaseMessage]) -> list[dict[str, Any]]:
     """Return the window's messages as the model got them (the question cut where it was)."""
     by_id = {str(m.id): m for m in transcript}
     ids = _window_ids(record, transcript)
+    cut = record.window.question_chars if record.window is not None else None
     messages = []
     for index, message_id in enumerate(ids):
         message = by_id.get(message_id)
         if message is None:  # not expected: the transcript keeps every message
             continue
-        cut = record.get("question_chars")
-        if index == len(ids) - 1 and isinstance(cut, int):
+        if index == len(ids) - 1 and cut is not None:
             messages.append(_public(message, shorten_question(str(message.text), cut)))
         else:
             messages.append(_public(message))
     return messages
 
 
-async def _retrieved(pool: Pool, tenant_id: str, refs: list[Any]) -> list[dict[str, Any]]:
+async def _retrieved(pool: Pool, tenant_id: str, refs: tuple[ChunkVersion, ...]) -> list[dict[str, Any]]:
     """Return the cited chunk versions in rank order, with their title (for the system message)."""
-    pairs = [(str(r[0]), int(r[1])) for r in refs if isinstance(r, list) and len(r) == 2]
-    rows = await read_chunk_versions(pool, tenant_id, pairs)
+    rows = await read_chunk_versions(pool, tenant_id, list(refs))
     out = []
-    for pair in pairs:
+    for pair in refs:
         row = rows.get(pair)
         out.append(
             {
@@ -218,11 +259,11 @@ async def _retrieved(pool: Pool, tenant_id: str, refs: list[Any]) -> list[dict[s
 
 
 def _system_message(
-    record: dict[str, Any], prompt: str | None, context: dict[str, Any], chunks: list[dict[str, Any]]
+    record: RecordedRun, prompt: str | None, context: dict[str, Any], chunks: list[dict[str, Any]]
 ) -> str | None:
     """Rebuild the system message from the record's parts, as the window built it (agent/system_message.py)."""
-    cuts = record.get("system_cuts")
-    if prompt is None or not isinstance(cuts, dict) or any(c["text"] is None for c in chunks):
+    cuts = record.window.system_cuts if record.window is not None else None
+    if prompt is None or cuts is None or any(c["text"] is None for c in chunks):
         return None
     return compose_system_text(
         prompt,
@@ -234,6 +275,56 @@ def _system_message(
     )
 
 
+@dataclass(frozen=True, slots=True)
+class _Read:
+    """What a run record resolves to before it is shaped into the API body."""
+
+    snap: _Snapshot
+    record: RecordedRun  # empty but for the run id when the run wrote none
+    status: str
+    transcript: list[BaseMessage]
+    profile: dict[str, Any]
+    facts: list[str]
+    chunks: list[dict[str, Any]]
+    prompt: str | None
+
+    @property
+    def complete(self) -> bool:
+        """Whether the run ended with a full record (the window and summary are then known)."""
+        return self.record.status is not None
+
+
+def _context(read: _Read) -> dict[str, Any]:
+    return {
+        "system_prompt_sha256": read.record.system_prompt_sha256,
+        # The summary as given: the same checkpoint's `summary` channel (generate writes both).
+        "summary": (read.snap.row["summary"] or "") if read.complete else "",
+        "profile": read.profile,
+        "facts": read.facts,
+        "messages": _window(read.record, read.transcript) if read.complete else [],
+        "retrieved": [{k: v for k, v in c.items() if k != "title"} for c in read.chunks],
+    }
+
+
+def _body(read: _Read, thread_id: str) -> dict[str, Any]:
+    """Return the API body of a resolved record (responses.py `RunRecord`)."""
+    record = read.record
+    question, answer = _run_messages(read.transcript, record.run_id)
+    created = message_meta(question).get("created_at") if question is not None else None
+    return {
+        "run_id": record.run_id,
+        "thread_id": thread_id,
+        "status": read.status,
+        "created_at": created or read.snap.row["ts"],
+        "model": record.model,
+        "input": None if question is None else {"id": str(question.id), "content": str(question.text)},
+        "answer": _answer(record, answer),
+        "citations": list(message_meta(answer).get("citations", [])) if answer is not None else [],
+        "usage": list(record.usage or ()),
+        "context": _context(read),
+    }
+
+
 async def read_run_record(
     pool: Pool, serde: SerializerProtocol, locks: Locks, thread_id: str, run_id: str, tenant_id: str
 ) -> ResolvedRun | None:
@@ -241,51 +332,21 @@ async def read_run_record(
     snap = await _snapshot(pool, thread_id, run_id, tenant_id)
     if snap is None:
         return None
-    status: str
-    if snap.record is not None and snap.record.get("status"):
-        status = str(snap.record["status"])
-    elif await _is_newest_run(pool, thread_id, run_id) and await run_in_flight(pool, locks, thread_id):
-        status = "running"
-    else:
-        # Read again: the run may have ended between the first read and the probe.
-        snap = await _snapshot(pool, thread_id, run_id, tenant_id) or snap
-        status = str(snap.record["status"]) if snap.record and snap.record.get("status") else "error"
-    record = snap.record or {}
-    complete = bool(record.get("status"))
-    versions = snap.row["versions"] if isinstance(snap.row["versions"], dict) else {}
-    messages = await _transcript_to(pool, serde, thread_id, versions.get("turn"), record, run_id)
-    ours = [m for m in messages if message_meta(m).get("run_id") == run_id]
-    question = next((m for m in ours if isinstance(m, HumanMessage)), None)
-    answer = next((m for m in ours if isinstance(m, AIMessage)), None)
-    profile, facts = await _memory(pool, serde, thread_id, snap.row["versions"]) if record else ({}, [])
-    created = message_meta(question).get("created_at") if question is not None else None
-    chunks = await _retrieved(pool, tenant_id, record.get("retrieved") or [])
-    sha = record.get("system_prompt_sha256")
-    prompt = await prompt_text(pool, str(sha)) if sha else None
-    body = {
-        "run_id": run_id,
-        "thread_id": thread_id,
-        "status": status,
-        "created_at": created or snap.row["ts"],
-        "model": record.get("model"),
-        "input": None if question is None else {"id": str(question.id), "content": str(question.text)},
-        "answer": _answer(record, answer),
-        "citations": list(message_meta(answer).get("citations", [])) if answer is not None else [],
-        "usage": list(record.get("usage") or []),
-        "context": {
-            "system_prompt_sha256": record.get("system_prompt_sha256"),
-            # The summary as given: the same checkpoint's `summary` channel (generate writes both).
-            "summary": (snap.row["summary"] or "") if complete else "",
-            "profile": profile,
-            "facts": facts,
-            "messages": _window(record, messages) if complete else [],
-            "retrieved": [{k: v for k, v in c.items() if k != "title"} for c in chunks],
-        },
-    }
+    snap, status = await _settled(pool, locks, snap, thread_id, run_id, tenant_id)
+    record = snap.record or RecordedRun(run_id)
+    reach = _window_reach(record.window)
+    transcript = await _transcript_to(pool, serde, thread_id, snap.versions.get("turn"), reach, run_id)
+    # Profile and facts as loaded, when the run got as far as writing a record.
+    profile, facts = await _memory(pool, serde, thread_id, snap.versions) if snap.record is not None else ({}, [])
+    chunks = await _retrieved(pool, tenant_id, record.retrieved)
+    sha = record.system_prompt_sha256
+    prompt = await prompt_text(pool, sha) if sha else None
+    read = _Read(snap, record, status, transcript, profile, facts, chunks, prompt)
+    body = _body(read, thread_id)
     return ResolvedRun(
         body,
-        dict(record.get("settings") or {}),
-        list(record.get("shortened") or []),
-        prompt,
-        _system_message(record, prompt, body["context"], chunks) if complete else None,
+        dict(record.settings or {}),
+        list(record.shortened or ()),
+        read.prompt,
+        _system_message(record, read.prompt, body["context"], read.chunks) if read.complete else None,
     )

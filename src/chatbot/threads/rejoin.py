@@ -1,16 +1,17 @@
-"""Rejoining a run's stream from any replica: follow it live, or replay it from the record.
+"""Rejoining a run's stream from any replica: follow it live, or replay it from its end.
 
 - A run executing on this replica: listen to its stream from the client's offset.
-- A run executing on another replica: wait for its end, polling the record and the
+- A run executing on another replica: wait for its end, polling its checkpoints and the
   thread's lock (a few cheap statements per second, only while someone follows it), then
   send the rest of the answer as one token and the end. Chosen over LISTEN/NOTIFY, which
   would cost every run a notification and every replica a session, for a path used only
   after a dropped connection (docs/scaling.md).
 - A finished run: replay its answer and end from its final checkpoint.
 
-The record of a run is its final checkpoint (source "loop", written at the end with
-durability "exit", also when the run failed): the `turn` channel holds the question and
-the answer, `outcome` the status and hand-off, and a failed run left an `__error__` write.
+A run's end is its final checkpoint (source "loop", written at the end with durability
+"exit", also when the run failed), or the update a cancel wrote (threads/cancel.py): the
+`turn` channel holds the question and the answer, `outcome` the status and hand-off, and a
+failed run left an `__error__` write. The run record (db/run_record.py) is not read here.
 """
 
 from __future__ import annotations
@@ -74,7 +75,7 @@ def parse_last_event_id(value: str | None, run_id: str) -> int:
     return int(offset)
 
 
-class RunRecords:
+class RunReplays:
     """Reads of runs' final checkpoints, for rejoins and replays."""
 
     def __init__(self, pool: Pool, serde: SerializerProtocol) -> None:
@@ -82,7 +83,7 @@ class RunRecords:
         self.serde = serde
 
     async def exists(self, thread_id: str, run_id: str) -> bool:
-        """Return True when the thread's record holds the run."""
+        """Return True when the thread has a checkpoint of the run."""
         async with self.pool.connection() as conn:
             return bool(await langgraph_tables.run_checkpoints(conn, thread_id, run_id))
 
@@ -122,7 +123,7 @@ class RunRecords:
         return self.serde.loads_typed((row["type"], bytes(row["blob"])))
 
     async def follow(self, thread_id: str, run_id: str) -> Replayed:
-        """Wait for a run executing elsewhere to end; return it as replayed from the record."""
+        """Wait for a run executing elsewhere to end; return it as replayed from its final checkpoint."""
         while True:
             replayed = await self.replay(thread_id, run_id)
             if replayed is not None:
@@ -137,6 +138,10 @@ class RunRecords:
                 replayed = await self.replay(thread_id, run_id)
                 return replayed or Replayed("", StreamEvent("error", INTERRUPTED.problem(), 0))
             await asyncio.sleep(FOLLOW_POLL_SECONDS)
+
+
+RunRecords = RunReplays
+"""The former name, still imported by app.py and threads/deps.py; remove once they use `RunReplays`."""
 
 
 def _failure(serde: SerializerProtocol, row: dict[str, Any] | None) -> Failure:
@@ -158,14 +163,14 @@ def replay_listener(run_id: str, thread_id: str, delivered: int, replayed: Repla
 
 
 def follower_listener(
-    records: RunRecords, run_id: str, thread_id: str, delivered: int
+    replays: RunReplays, run_id: str, thread_id: str, delivered: int
 ) -> tuple[Listener, asyncio.Task[None]]:
     """Return a listener fed by a task that waits for a run executing on another replica."""
     listener = _rejoining(run_id, thread_id, delivered)
 
     async def feed() -> None:
         try:
-            replayed = await records.follow(thread_id, run_id)
+            replayed = await replays.follow(thread_id, run_id)
         except Exception:
             replayed = Replayed("", StreamEvent("error", Failure("database").problem(), 0))
         _deliver(listener, replayed)

@@ -42,12 +42,13 @@ from psycopg_pool import PoolTimeout
 from chatbot import metrics
 from chatbot.agent.context import Context
 from chatbot.agent.modelcall import ModelFailure
-from chatbot.agent.record import chunk_refs, encode_record
+from chatbot.agent.record import chunk_versions
 from chatbot.agent.state import META_KEY, user_turn
 from chatbot.caller import CallerContext
 from chatbot.db import usage_totals
 from chatbot.db.locks import Fence, Lease, LeaseLost, Locks, UserErasing
 from chatbot.db.pool import Pool
+from chatbot.db.run_record import RecordedRun
 from chatbot.db.saver import fenced
 from chatbot.errors import Problem, database_problem
 from chatbot.failures import Failure
@@ -370,19 +371,17 @@ class RunService:
         """
         assert lease.fence is not None
         usage = context.scratch.get("usage") or []
-        record = encode_record(
-            {
-                "run_id": stream.run_id,
-                "status": "cancelled",
-                "reason": "cancelled",
-                "model": self.model,
-                "answer_id": str(uuid.uuid4()),
-                "shown": stream.shown,
-                "input_id": input_id,
-                "retrieved": chunk_refs(context.scratch.get("chunks") or []),
-                "usage": [call.as_dict() for call in usage],
-            }
-        )
+        record = RecordedRun(
+            stream.run_id,
+            status="cancelled",
+            reason="cancelled",
+            model=self.model,
+            answer_id=str(uuid.uuid4()),
+            shown=stream.shown,
+            input_id=input_id,
+            retrieved=chunk_versions(context.scratch.get("chunks") or []),
+            usage=tuple(call.as_dict() for call in usage),
+        ).dump()
         outcome = {"status": "error", "failure": {"reason": "cancelled", "retry_after": None}}
         fence = Fence(stream.thread_id, cancel.cancel_token(lease.fence.token))
         try:
