@@ -242,12 +242,16 @@ class MemoryWriter:
 
     async def _outcome(self, job: MemoryJob, fresh: bool) -> jobs.RunOutcome:
         """Return how the job's run ended, waiting a little for a fresh job's run to write its end."""
-        outcome = await jobs.run_outcome(self.pool, job)
-        for wait in _SETTLE_WAITS if fresh else ():
-            if outcome != "unfinished":
-                break
+        if not fresh:
+            return await jobs.run_outcome(self.pool, job)
+        # A fresh job is handed over before its run's final write, so a read at once would
+        # almost always find the run unfinished: each read comes after a wait instead.
+        outcome: jobs.RunOutcome = "unfinished"
+        for wait in _SETTLE_WAITS:
             await asyncio.sleep(wait)
             outcome = await jobs.run_outcome(self.pool, job)
+            if outcome != "unfinished":
+                break
         return outcome
 
     async def _apply(
