@@ -29,15 +29,15 @@ from langgraph.constants import START
 from pydantic import SecretStr
 
 from bench._pg import bench_database
+from chatbot.agent.collaborators import AgentDeps
 from chatbot.agent.context import Context
-from chatbot.agent.deps import AgentDeps
 from chatbot.agent.graph import build_graph
 from chatbot.agent.state import META_KEY, user_turn
 from chatbot.app import create_app
 from chatbot.config import Settings
 from chatbot.db.locks import Locks
 from chatbot.db.pool import Pool, connection_kwargs
-from chatbot.db.saver import PooledPostgresSaver
+from chatbot.db.saver import PooledPostgresSaver, apply_library_patches
 from chatbot.memory.jobs import MemoryJob
 from chatbot.memory.writer import MemoryWriter
 from chatbot.ops.retention import purge_stale_threads
@@ -101,6 +101,7 @@ def percentile(values: Sequence[float], q: float) -> float:
 
 async def main(threads: int, jobs: int) -> None:
     """Measure and print."""
+    apply_library_patches()  # as the server does at start-up (db/saver.py)
     async with bench_database("bench_lifecycle") as url:
         settings = Settings(
             environment="test",
@@ -110,8 +111,8 @@ async def main(threads: int, jobs: int) -> None:
         )
         app = create_app(settings)
         async with app.router.lifespan_context(app):
-            pool: Pool = app.state.pool
-            locks: Locks = app.state.locks
+            pool: Pool = app.state.services.pool
+            locks: Locks = app.state.services.locks
             await build_template(pool)
             await asyncio.sleep(1.0)  # everything so far is older than the cut-off below
             cutoff_days = 0.5 / 86400

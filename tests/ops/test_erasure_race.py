@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from tests.fixtures.app import running_app
+from tests.fixtures.app import running_app, services_of
 from tests.fixtures.catalogue import rows_containing, rows_of_threads
 from tests.fixtures.knowledge import load_demo_kb
 from tests.fixtures.sse import parse_blocks
@@ -28,7 +28,7 @@ async def test_a_run_sent_while_the_user_is_being_erased_is_refused_and_counted_
 ) -> None:
     headers = auth(user=USER, locale="en-US")
     async with running_app(isolated_database_url) as client:
-        locks = client.app.state.locks  # type: ignore[attr-defined]
+        locks = services_of(client).locks
         before = await client.get("/metrics")
         # What an erasure holds while it deletes: the user's erasure key, exclusively.
         erasure = await locks.wait_erasure("acme", USER, 5)
@@ -58,8 +58,8 @@ async def test_a_run_started_on_a_new_thread_during_the_erasure_is_refused_or_er
     # Minted here, not at import: a whole suite on a loaded machine outlives a 5-minute token.
     headers = auth(user=USER, locale="en-US")
     async with running_app(isolated_database_url, offline_token_delay_ms=40) as client:
-        runs = client.app.state.runs  # type: ignore[attr-defined]
-        locks = client.app.state.locks  # type: ignore[attr-defined]
+        runs = services_of(client).runs
+        locks = services_of(client).locks
         erasing = asyncio.Event()
         wait_erasure = locks.wait_erasure
 
@@ -90,7 +90,7 @@ async def test_a_run_started_on_a_new_thread_during_the_erasure_is_refused_or_er
         erased = await erasure
         assert (await first).status_code == 200
         assert erased.status_code == 200, erased.text
-        await client.app.state.memory.drain(30)  # type: ignore[attr-defined]  # memory work of both runs
+        await services_of(client).memory.drain(30)  # memory work of both runs
         for thread in ("erase-a", "erase-b"):
             page = await client.get(f"/v1/threads/{thread}/messages", headers=headers)
             assert page.status_code == 404, (thread, page.text)
