@@ -20,9 +20,9 @@ from chatbot.memory.writer import Extractor
 from chatbot.models.chain import load_models
 from chatbot.ops.router import router as users_router
 from chatbot.services import build_services
-from chatbot.threads.record_router import router as record_router
+from chatbot.threads.messages_router import router as messages_router
 from chatbot.threads.router import router as threads_router
-from chatbot.threads.transcript_router import router as transcript_router
+from chatbot.threads.runs_router import router as runs_router
 from chatbot.tracing import tracing_for
 
 
@@ -72,11 +72,11 @@ def create_app(
     )
     install_problem_handlers(app)
     app.include_router(health_router)
+    app.include_router(runs_router)
+    app.include_router(messages_router)
     app.include_router(threads_router)
-    app.include_router(transcript_router)
     app.include_router(memory_router)
     app.include_router(users_router)
-    app.include_router(record_router)
     # Outermost first: 413 before 401 before anything else (the contract's order).
     app.add_middleware(ServiceAuthMiddleware, verifier=TokenVerifier(settings))
     app.add_middleware(BodySizeLimitMiddleware, read_timeout=settings.request_read_timeout_seconds)
