@@ -41,6 +41,7 @@ FOUNDATION = frozenset(
         "responses",  # the contract's response bodies, shared with the typed client
         "openapi",  # what every router documents (problem responses, SSE media type)
         "openapi_examples",
+        "tasks",  # stopping a background asyncio task
     }
 )
 FEATURES = frozenset({"agent", "models", "memory", "retrieval", "threads", "tracing", "client"})
