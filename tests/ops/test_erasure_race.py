@@ -58,7 +58,6 @@ async def test_a_run_started_on_a_new_thread_during_the_erasure_is_refused_or_er
     # Minted here, not at import: a whole suite on a loaded machine outlives a 5-minute token.
     headers = auth(user=USER, locale="en-US")
     async with running_app(isolated_database_url, offline_token_delay_ms=40) as client:
-        runs = services_of(client).runs
         locks = services_of(client).locks
         erasing = asyncio.Event()
         wait_erasure = locks.wait_erasure
@@ -68,6 +67,18 @@ async def test_a_run_started_on_a_new_thread_during_the_erasure_is_refused_or_er
             return await wait_erasure(*args, **kwargs)
 
         monkeypatch.setattr(locks, "wait_erasure", erasure_started)
+        # `runs.in_flight` counts a run still on its way to the lock too: wait for the lock itself,
+        # or an erasure that gets there first refuses the first run (409) on a loaded machine.
+        locked = asyncio.Event()
+        try_run = locks.try_run
+
+        async def run_locked(*args: Any, **kwargs: Any) -> Any:
+            lease = await try_run(*args, **kwargs)
+            if lease is not None:
+                locked.set()
+            return lease
+
+        monkeypatch.setattr(locks, "try_run", run_locked)
         first = asyncio.create_task(
             client.post(
                 "/v1/threads/erase-a/runs",
@@ -75,7 +86,7 @@ async def test_a_run_started_on_a_new_thread_during_the_erasure_is_refused_or_er
                 headers=headers,
             )
         )
-        await wait_until(lambda: runs.in_flight or first.done(), what="the first run admitted")
+        await wait_until(lambda: locked.is_set() or first.done(), what="the first run holding its thread lock")
         assert not first.done(), (await first).text  # the first run must still be in flight
         erasure = asyncio.create_task(client.delete(f"/v1/users/{USER}", headers=headers))
         await asyncio.wait_for(erasing.wait(), 30)  # the erasure is under way, waiting for the first run
