@@ -33,8 +33,8 @@ from pydantic import SecretStr
 
 from bench._pg import bench_database
 from chatbot import metrics
+from chatbot.agent.collaborators import AgentDeps
 from chatbot.agent.context import Context
-from chatbot.agent.deps import AgentDeps
 from chatbot.agent.graph import build_graph
 from chatbot.agent.state import META_KEY, user_turn
 from chatbot.app import create_app
@@ -42,7 +42,7 @@ from chatbot.cli.common import mint_token
 from chatbot.config import Settings
 from chatbot.db.locks import Locks
 from chatbot.db.pool import Pool, connection_kwargs
-from chatbot.db.saver import PooledPostgresSaver
+from chatbot.db.saver import PooledPostgresSaver, apply_library_patches
 from chatbot.memory.items import utcnow
 from chatbot.memory.jobs import MemoryJob
 from chatbot.memory.jobs import insert as insert_job
@@ -125,6 +125,7 @@ def percentile(values: Sequence[float], q: float) -> float:
 
 async def main(threads: int, jobs: int) -> None:
     """Measure and print."""
+    apply_library_patches()  # as the server does at start-up (db/saver.py)
     async with bench_database("bench_lifecycle") as url:
         settings = Settings(
             environment="test",
@@ -134,8 +135,8 @@ async def main(threads: int, jobs: int) -> None:
         )
         app = create_app(settings)
         async with app.router.lifespan_context(app):
-            pool: Pool = app.state.pool
-            locks: Locks = app.state.locks
+            pool: Pool = app.state.services.pool
+            locks: Locks = app.state.services.locks
             await build_template(pool)
             await asyncio.sleep(1.0)  # everything so far is older than the cut-off below
             cutoff_days = 0.5 / 86400

@@ -37,8 +37,8 @@ from langgraph.constants import START
 from pydantic import SecretStr
 
 from bench._pg import bench_database
+from chatbot.agent.collaborators import AgentDeps
 from chatbot.agent.context import Context
-from chatbot.agent.deps import AgentDeps
 from chatbot.agent.graph import build_graph
 from chatbot.agent.state import META_KEY, user_turn
 from chatbot.app import create_app
@@ -46,7 +46,7 @@ from chatbot.caller import CallerContext
 from chatbot.cli.common import mint_token
 from chatbot.config import Settings
 from chatbot.db.pool import Pool
-from chatbot.db.saver import PooledPostgresSaver
+from chatbot.db.saver import PooledPostgresSaver, apply_library_patches
 from chatbot.retrieval.ingest import ingest_paths
 from chatbot.retrieval.search import search_knowledge
 from chatbot.threads.deletion import delete_threads
@@ -121,10 +121,10 @@ async def measure(
             raise RuntimeError(f"unexpected page: {response.status_code} {response.text[:200]}")
         size = len(response.content)
         started = time.perf_counter()
-        await app.state.graph.aget_state(config)
+        await app.state.services.graph.aget_state(config)
         raw_elapsed = time.perf_counter() - started
         started = time.perf_counter()
-        await read_messages(app.state.pool, app.state.saver.serde, thread)
+        await read_messages(app.state.services.pool, app.state.services.saver.serde, thread)
         record_elapsed = time.perf_counter() - started
         if i >= 3:
             endpoint.append(elapsed * 1000)
@@ -135,6 +135,7 @@ async def measure(
 
 async def main(depths: Sequence[int], samples: int) -> None:
     """Build the threads, measure them and print the table."""
+    apply_library_patches()  # as the server does at start-up (db/saver.py)
     begun = time.perf_counter()
     async with bench_database("bench_messages") as url:
         settings = Settings(
@@ -147,7 +148,7 @@ async def main(depths: Sequence[int], samples: int) -> None:
         )
         app = create_app(settings)
         async with app.router.lifespan_context(app):
-            pool: Pool = app.state.pool
+            pool: Pool = app.state.services.pool
             await ingest_paths(pool, TENANT, [KB])
             writer = build_graph(AgentDeps(retriever=cached_retriever(pool))).compile(
                 checkpointer=PooledPostgresSaver(pool)  # no store: memory plays no part in a transcript read

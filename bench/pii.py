@@ -117,7 +117,7 @@ async def stall(runs: int) -> None:
                     body = {"message": {"content": words[i % len(words)]}}
                     response = await client.post(f"/v1/threads/bench-pii-{i}/runs", json=body, headers=headers)
                     assert response.status_code == 200, response.text
-                await app.state.memory.drain(60)  # the writer's extraction and guard calls run here
+                await app.state.services.memory.drain(60)  # the writer's extraction and guard calls run here
                 done.set()
                 await asyncio.gather(*watchers)
                 print(f"runs: {runs} adversarial 8,000-character messages (JSON), memory writer drained")

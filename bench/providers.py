@@ -86,7 +86,7 @@ async def calls_per_turn(url: str, double: ProviderDouble, turns: int) -> dict[s
             content = STATEMENTS.get(turn, f"بیمه سفر هزینه‌های درمان در خارج از کشور را پوشش می‌دهد؟ ({turn})")
             terminal, _ = await run(client, "calls-per-turn", content, "u-calls")
             answered += terminal == "end"
-        await app.state.memory.drain(10)
+        await app.state.services.memory.drain(10)
     finally:
         await client.aclose()
         await context.__aexit__(None, None, None)

@@ -68,7 +68,7 @@ async def main(depths: Sequence[int], samples: int) -> None:
         )
         app = create_app(settings)
         async with app.router.lifespan_context(app):
-            await ingest_paths(app.state.pool, TENANT, [KB])
+            await ingest_paths(app.state.services.pool, TENANT, [KB])
             token = mint_token(settings, tenant=TENANT, user="u1", locale="en-US", ttl=3600)
             headers = {"Authorization": f"Bearer {token}"}
             prefix = f"bench-records-{uuid.uuid4().hex[:8]}"
@@ -86,13 +86,13 @@ async def main(depths: Sequence[int], samples: int) -> None:
                                 headers={"Accept": "application/json", **headers},
                             )
                             run_ids.append(response.json()["run_id"])
-                        async with app.state.pool.connection() as conn:
+                        async with app.state.services.pool.connection() as conn:
                             sizes = [r["n"] for r in await (await conn.execute(_RECORD_BYTES, (thread,))).fetchall()]
                         newest = await timed_get(client, f"/v1/threads/{thread}/runs/{run_ids[-1]}", headers, samples)
                         first = await timed_get(client, f"/v1/threads/{thread}/runs/{run_ids[0]}", headers, samples)
                         rows.append((depth, sizes, newest, first))
             finally:
-                await delete_threads(app.state.pool, list(threads.values()))
+                await delete_threads(app.state.services.pool, list(threads.values()))
     print(f"run records, {samples} GETs per cell, in-process; bytes and ms")
     print(f"{'turns':>6} | {'record bytes mean':>17} {'max':>6} | {'GET newest p50':>14} | {'GET first p50':>13}")
     for depth, sizes, newest, first in rows:

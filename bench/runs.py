@@ -34,7 +34,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_type_hints
 
 import httpx
 from langchain_core.messages import HumanMessage
@@ -43,10 +43,10 @@ from langgraph.constants import START
 from langgraph.store.postgres.aio import AsyncPostgresStore
 from pydantic import SecretStr
 
-import chatbot.app
+import chatbot.services
 from bench._pg import bench_database
+from chatbot.agent.collaborators import AgentDeps
 from chatbot.agent.context import Context
-from chatbot.agent.deps import AgentDeps
 from chatbot.agent.graph import build_graph
 from chatbot.agent.state import META_KEY, user_turn
 from chatbot.caller import CallerContext
@@ -54,7 +54,7 @@ from chatbot.cli.common import mint_token
 from chatbot.config import Settings
 from chatbot.db.locks import Locks
 from chatbot.db.pool import Pool, connection_kwargs, make_pool
-from chatbot.db.saver import PooledPostgresSaver
+from chatbot.db.saver import PooledPostgresSaver, apply_library_patches
 from chatbot.memory.writer import MemoryWriter
 from chatbot.retrieval.ingest import ingest_paths
 from chatbot.retrieval.search import search_knowledge
@@ -307,6 +307,7 @@ async def rows_per_run(pool: Pool, run: RunOnce, label: str, questions: list[tup
 
 async def main(args: argparse.Namespace) -> None:
     """Set up the database, the server and the in-process graphs; measure; print."""
+    apply_library_patches()  # as the server does at start-up (db/saver.py)
     questions = load_questions()
     secret = secrets.token_urlsafe(48)
     settings = Settings(service_secret=SecretStr(secret), database_url="postgresql:///unused")
@@ -354,8 +355,9 @@ async def main(args: argparse.Namespace) -> None:
 
 
 def _server_saver() -> str:
-    """Return which saver class `chatbot.app` builds (the server runs the same code)."""
-    return "PooledPostgresSaver" if "PooledPostgresSaver" in chatbot.app.__dict__ else "AsyncPostgresSaver"
+    """Return which saver class the app's services build (the server runs the same code)."""
+    saver = get_type_hints(chatbot.services.Services)["saver"]
+    return "PooledPostgresSaver" if issubclass(saver, PooledPostgresSaver) else "AsyncPostgresSaver"
 
 
 async def measure(

@@ -40,8 +40,8 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, Spa
 from pydantic import SecretStr
 
 from bench._pg import bench_database
+from chatbot.agent.collaborators import AgentDeps
 from chatbot.agent.context import Context
-from chatbot.agent.deps import AgentDeps
 from chatbot.agent.graph import build_graph
 from chatbot.app import create_app
 from chatbot.cli.common import mint_token
@@ -125,7 +125,7 @@ async def app_client(
     app = create_app(settings, tracer_provider=provider)
     async with app.router.lifespan_context(app):
         if tracing is not None:
-            app.state.runs.tracing = tracing
+            app.state.services.runs.tracing = tracing
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1", timeout=60) as client:
             yield client

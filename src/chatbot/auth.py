@@ -10,7 +10,7 @@ import re
 from typing import Annotated, Any
 
 import jwt
-from fastapi import Depends, Request
+from fastapi import Depends, Path, Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from chatbot.caller import CallerContext, is_caller_id
@@ -118,3 +118,13 @@ async def current_caller(request: Request) -> CallerContext:
 
 
 CallerDep = Annotated[CallerContext, Depends(current_caller)]
+
+# The user routes (`/v1/users/{user_id}...`, memory/ and ops/) act only on the token's own user.
+# Any other user than the token's is a 403, whatever its spelling: no pattern check here.
+UserId = Annotated[str, Path(min_length=1, max_length=512, description="Must be the token's `user_id` (else 403).")]
+
+
+def require_self(user_id: str, caller: CallerContext) -> None:
+    """Refuse (403) a call about another user than the token's."""
+    if user_id != caller.user_id:
+        raise Problem(403, "a token may only read or change its own user's data")

@@ -4,15 +4,17 @@ Handlers name what they need (`pool: PoolDep`, `runs: RunsDep`) instead of readi
 `request.app.state` themselves, so a handler's signature says what it touches and a test
 or a later refactor can swap one service without hunting for attribute reads.
 
-This module sits below the features and names only what the lifespan builds from
-infrastructure (settings, pool, locks, saver, store). A feature's own services have their
-dependency beside them (`threads/deps.py`: runs and run records; `memory/deps.py`: the
-memory writer), so no import here points up at a feature.
+The lifespan keeps one typed object, `chatbot.services.Services`, on `app.state.services`.
+This module sits below the features (and below `services.py`), so it names the part it
+reads as a protocol, `Infrastructure` (settings, pool, locks, saver, store). A feature's
+own services have their dependency beside them (`threads/deps.py`: runs and run records;
+`memory/deps.py`: the memory writer), read the same way, so no import here points up.
 """
 
 from __future__ import annotations
 
-from typing import Annotated
+from collections.abc import Awaitable, Callable
+from typing import Annotated, Any, Protocol, TypeVar
 
 from fastapi import Depends, Request, Security
 from fastapi.security import HTTPBearer
@@ -34,42 +36,40 @@ service_token = HTTPBearer(
 )
 AUTHENTICATED = [Security(service_token)]
 
-# Every dependency is `async def`, though none awaits: FastAPI runs a plain `def` one in a
-# worker thread, a thread hop per dependency per request (a run asked for five).
+
+T = TypeVar("T")
 
 
-async def app_settings(request: Request) -> Settings:
-    """Return the settings the app was created with."""
-    settings: Settings = request.app.state.settings
-    return settings
+def service(read: Callable[[Any], T]) -> Callable[[Request], Awaitable[T]]:
+    """Return a dependency handing a handler `read(services)`: the one place `app.state` is read."""
+
+    # `async def`, though it awaits nothing: FastAPI runs a plain `def` dependency in a
+    # worker thread, a thread hop per dependency per request (a run asked for five).
+    async def dependency(request: Request) -> T:
+        return read(request.app.state.services)
+
+    return dependency
 
 
-async def app_pool(request: Request) -> Pool:
-    """Return the replica's connection pool."""
-    pool: Pool = request.app.state.pool
-    return pool
+class Infrastructure(Protocol):
+    """The part of the replica's services (`chatbot.services.Services`) this module reads."""
+
+    settings: Settings
+    pool: Pool
+    locks: Locks
+    saver: FencedPostgresSaver
+    store: AsyncPostgresStore
 
 
-async def app_locks(request: Request) -> Locks:
-    """Return the replica's thread and user locks."""
-    locks: Locks = request.app.state.locks
-    return locks
+def infrastructure(read: Callable[[Infrastructure], T]) -> Callable[[Request], Awaitable[T]]:
+    """Return a dependency on one infrastructure service (`read` is checked against the protocol)."""
+    return service(read)
 
 
-async def app_saver(request: Request) -> FencedPostgresSaver:
-    """Return the checkpointer (its serializer reads transcripts and records)."""
-    saver: FencedPostgresSaver = request.app.state.saver
-    return saver
-
-
-async def app_store(request: Request) -> AsyncPostgresStore:
-    """Return the long-term memory store."""
-    store: AsyncPostgresStore = request.app.state.store
-    return store
-
-
-SettingsDep = Annotated[Settings, Depends(app_settings)]
-PoolDep = Annotated[Pool, Depends(app_pool)]
-LocksDep = Annotated[Locks, Depends(app_locks)]
-SaverDep = Annotated[FencedPostgresSaver, Depends(app_saver)]
-StoreDep = Annotated[AsyncPostgresStore, Depends(app_store)]
+SettingsDep = Annotated[Settings, Depends(infrastructure(lambda s: s.settings))]
+PoolDep = Annotated[Pool, Depends(infrastructure(lambda s: s.pool))]
+LocksDep = Annotated[Locks, Depends(infrastructure(lambda s: s.locks))]
+SaverDep = Annotated[FencedPostgresSaver, Depends(infrastructure(lambda s: s.saver))]
+"""The checkpointer (its serializer reads transcripts and records)."""
+StoreDep = Annotated[AsyncPostgresStore, Depends(infrastructure(lambda s: s.store))]
+"""The long-term memory store."""

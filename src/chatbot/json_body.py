@@ -6,7 +6,7 @@ first bytes and lets the last of two equal keys win. A UTF-16 body (even one lab
 recorded whichever came last: a client bug answered as a success. The contract calls any
 body that is not valid UTF-8 JSON a request-shape error (422).
 
-Routes with a JSON body use `StrictJsonRoute` (threads/router.py, threads/transcript_router.py;
+Routes with a JSON body use `StrictJsonRoute` (threads/runs_router.py;
 a test walks the app's routes so a new body route cannot miss it). It decodes the body as
 UTF-8 (a leading byte-order mark is allowed, as RFC 8259 permits a parser to ignore it) and
 parses it once, refusing duplicate keys at any depth and the non-JSON constants `NaN` and

@@ -12,6 +12,8 @@ from __future__ import annotations
 from http import HTTPStatus
 from typing import Any
 
+from pydantic import BaseModel
+
 from chatbot.errors import DATABASE_UNAVAILABLE, PROBLEM_JSON
 from chatbot.responses import ProblemDetails
 
@@ -165,6 +167,29 @@ def problems(*statuses: int) -> dict[int | str, dict[str, Any]]:
 def v1_problems(*statuses: int) -> dict[int | str, dict[str, Any]]:
     """Return the problem responses of a `/v1/` operation: the common ones and `statuses`."""
     return problems(*V1_STATUSES, *statuses)
+
+
+def json_answer(
+    examples: dict[str, Any], *statuses: int, model: type[BaseModel] | None = None
+) -> dict[int | str, dict[str, Any]]:
+    """Return the responses of a `/v1/` operation answering 200 with JSON, then its problems."""
+    answer: dict[str, Any] = {"content": {"application/json": {"examples": examples}}}
+    return {200: ({"model": model} | answer) if model is not None else answer, **v1_problems(*statuses)}
+
+
+def json_as_returned(model: type[BaseModel], examples: dict[str, Any], *statuses: int) -> dict[str, Any]:
+    """Return a route's keywords for a JSON answer `model` documents but the handler's dict is sent as is.
+
+    `response_model=None`: the dict goes out unchanged, byte for byte (a response model would
+    re-serialise it, rewriting `created_at`'s milliseconds for one). `statuses` are the problems
+    the operation can answer besides every `/v1/` operation's own.
+    """
+    return {"response_model": None, "responses": json_answer(examples, *statuses, model=model)}
+
+
+def no_content(description: str, *statuses: int) -> dict[str, Any]:
+    """Return a route's keywords for an operation answering 204 (`description`), with its problems."""
+    return {"status_code": 204, "responses": {204: {"description": description}, **v1_problems(*statuses)}}
 
 
 SSE_MEDIA = "text/event-stream"

@@ -15,7 +15,7 @@ from langchain_core.outputs import ChatGenerationChunk
 from chatbot.caller import CallerContext
 from chatbot.db.pool import make_pool
 from chatbot.retrieval.search import search_knowledge
-from tests.fixtures.app import running_app
+from tests.fixtures.app import running_app, services_of
 from tests.fixtures.knowledge import load_demo_kb
 from tests.fixtures.models import ScriptedChatModel, StreamingChatModel
 from tests.fixtures.postgres import settings_for
@@ -85,7 +85,7 @@ def rows_holding(url: str, needle: str) -> list[str]:
 async def fail_by_raising(url: str, thread: str) -> dict[str, Any]:
     model = ScriptedChatModel(mode="fail")
     async with running_app(url, agent_overrides={"chat_model": model}) as client:
-        run = await client.app.state.runs.start(thread, CALLER, QUESTION)  # type: ignore[attr-defined]
+        run = await services_of(client).runs.start(thread, CALLER, QUESTION)
         result = await run.terminal()
     assert result.event == "error" and result.data["status"] == 502
     return {"run_id": run.run_id}
@@ -94,7 +94,7 @@ async def fail_by_raising(url: str, thread: str) -> dict[str, Any]:
 async def fail_by_timing_out(url: str, thread: str) -> dict[str, Any]:
     overrides = {"chat_model": ScriptedChatModel(mode="hang"), "model_timeout_seconds": 0.5}
     async with running_app(url, model_timeout_seconds=0.5, agent_overrides=overrides) as client:
-        run = await client.app.state.runs.start(thread, CALLER, QUESTION)  # type: ignore[attr-defined]
+        run = await services_of(client).runs.start(thread, CALLER, QUESTION)
         result = await run.terminal()
     assert result.event == "error" and result.data["status"] == 504
     return {"run_id": run.run_id}
@@ -103,7 +103,7 @@ async def fail_by_timing_out(url: str, thread: str) -> dict[str, Any]:
 async def fail_by_cancelling_mid_stream(url: str, thread: str) -> dict[str, Any]:
     overrides = {"chat_model": StallingModel(mode="answer")}
     async with running_app(url, shutdown_grace_seconds=0.2, agent_overrides=overrides) as client:
-        run = await client.app.state.runs.start(thread, CALLER, QUESTION)  # type: ignore[attr-defined]
+        run = await services_of(client).runs.start(thread, CALLER, QUESTION)
         while (await asyncio.wait_for(run.queue.get(), 10)).event != "token":
             pass
         # Leaving the app shuts it down: the grace period passes and the run is cancelled.

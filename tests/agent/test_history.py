@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from langchain_core.runnables import RunnableConfig
+
 from chatbot.agent.state import RECENT_MESSAGES
-from tests.fixtures.app import running_app
+from tests.fixtures.app import running_app, services_of
 from tests.fixtures.tokens import auth
 
 
@@ -31,8 +33,8 @@ async def test_long_threads_keep_the_whole_record_and_bound_what_runs_load(isola
         assert len(pages) == 2 * turns  # nothing persisted was trimmed
         assert [m["content"] for m in pages[::2]] == [f"question {t} about car body cover" for t in range(1, turns + 1)]
 
-        graph = client.app.state.graph  # type: ignore[attr-defined]
-        config = {"configurable": {"thread_id": "replay"}}
+        graph = services_of(client).graph
+        config: RunnableConfig = {"configurable": {"thread_id": "replay"}}
         recent = (await graph.aget_state(config)).values["messages"]
         ids = [m["id"] for m in pages]
         assert [m.id for m in recent] == ids[-RECENT_MESSAGES:]  # runs load a bounded list

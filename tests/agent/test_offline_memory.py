@@ -8,8 +8,8 @@ import pytest
 from langchain_core.messages import HumanMessage
 from langgraph.checkpoint.memory import InMemorySaver
 
+from chatbot.agent.collaborators import AgentDeps
 from chatbot.agent.context import Context
-from chatbot.agent.deps import AgentDeps
 from chatbot.agent.graph import build_graph
 from chatbot.caller import CallerContext
 from chatbot.memory.jobs import MemoryJob

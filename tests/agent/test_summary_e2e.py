@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from langchain_core.messages import BaseMessage
 
-from tests.fixtures.app import running_app
+from tests.fixtures.app import running_app, services_of
 from tests.fixtures.sse import parse_sse
 from tests.fixtures.tokens import auth
 
@@ -31,7 +31,7 @@ async def test_a_60_turn_thread_is_summarised_into_the_window_and_the_handoff(is
             body = {"message": {"content": question}}
             response = await client.post("/v1/threads/long/runs", json=body, headers=headers)
             assert response.status_code == 200
-        state = (await client.app.state.graph.aget_state({"configurable": {"thread_id": "long"}})).values  # type: ignore[attr-defined]
+        state = (await services_of(client).graph.aget_state({"configurable": {"thread_id": "long"}})).values
         summary = state["summary"]
         assert summary and state["summarized_through"]
         assert "Question number" in summary
@@ -47,7 +47,7 @@ async def test_a_60_turn_thread_is_summarised_into_the_window_and_the_handoff(is
         )
         end = parse_sse(escalation.text)[-1][1]
         assert end["status"] == "escalate"
-        after = (await client.app.state.graph.aget_state({"configurable": {"thread_id": "long"}})).values  # type: ignore[attr-defined]
+        after = (await services_of(client).graph.aget_state({"configurable": {"thread_id": "long"}})).values
         assert end["handoff_context"]["conversation_summary"] == after["summary"]
         # Nothing persisted was trimmed: the transcript still holds every turn.
         page = (await client.get("/v1/threads/long/messages", params={"limit": 100}, headers=headers)).json()
@@ -71,7 +71,7 @@ async def test_a_raising_summariser_leaves_every_run_successful(isolated_databas
             response = await client.post("/v1/threads/no-summary/runs", json=body, headers=headers)
             assert parse_sse(response.text)[-1][0] == "end"
             assert parse_sse(response.text)[-1][1]["status"] == "answered"
-        state = (await client.app.state.graph.aget_state({"configurable": {"thread_id": "no-summary"}})).values  # type: ignore[attr-defined]
+        state = (await services_of(client).graph.aget_state({"configurable": {"thread_id": "no-summary"}})).values
         assert _failed_folds(await client.get("/metrics")) > failed_folds_before  # folds were tried
     assert state.get("summary", "") == ""  # every fold failed, so the old (empty) summary stayed
     assert state["turns"] == 15

@@ -28,7 +28,7 @@ from chatbot.db.migrate import migrate
 from chatbot.db.placement import citus_sql, placement_of
 from tests.db.statement_rules import Finding, StatementAudit
 from tests.db.statement_rules import Path as StatementPath
-from tests.fixtures.app import running_app
+from tests.fixtures.app import running_app, services_of
 from tests.fixtures.knowledge import DEMO_KB, load_demo_kb
 from tests.fixtures.messages import send_for_answer, send_for_events
 from tests.fixtures.postgres import create_database
@@ -132,8 +132,8 @@ async def _runs(url: str, thread: str, other: str) -> dict[str, str]:
         response = await client.post(f"/v1/threads/{thread}/runs/{first}/feedback", json=feedback, headers=auth())
         assert response.status_code == 204
         # A follower on a replica that is not running the run: one replay and one poll.
-        await client.app.state.run_records.follow(thread, "0" * 8 + "-0000-4000-8000-" + "0" * 12)  # type: ignore[attr-defined]
-        await client.app.state.memory.drain(10)  # type: ignore[attr-defined]
+        await services_of(client).run_records.follow(thread, "0" * 8 + "-0000-4000-8000-" + "0" * 12)
+        await services_of(client).memory.drain(10)
     return {"run": first}
 
 

@@ -72,4 +72,4 @@ def test_the_reader_notices_a_disagreement() -> None:
     text = DOC.read_text("utf-8")
     moved = text.replace("| `threads` | `agent` `retrieval` `tracing` |", "| `threads` | `agent` `retrieval` |")
     assert feature_imports_in_doc(moved)["threads"] == {"agent", "retrieval"}
-    assert layers_in_doc(text.replace("`app` `cli`", "`cli`"))["composition"] == set(COMPOSITION) - {"app"}
+    assert layers_in_doc(text.replace("`app` `services`", "`services`"))["composition"] == set(COMPOSITION) - {"app"}

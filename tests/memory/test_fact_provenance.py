@@ -11,7 +11,7 @@ import psycopg
 from chatbot.memory.extraction import MemoryCandidates
 from chatbot.memory.jobs import MemoryJob
 from chatbot.memory.writer import offline_extractor
-from tests.fixtures.app import running_app
+from tests.fixtures.app import running_app, services_of
 from tests.fixtures.catalogue import rows_containing
 from tests.fixtures.tokens import auth
 from tests.memory.test_memory_e2e import memory_of, say
@@ -90,7 +90,7 @@ async def test_an_erasure_while_memory_work_is_pending_leaves_no_job_row_and_no_
         assert erased.status_code == 200, erased.text
         assert _job_rows(isolated_database_url, "u-erase") == 0
         release.set()
-        await client.app.state.memory.drain(15)  # type: ignore[attr-defined]
+        await services_of(client).memory.drain(15)
         assert (await memory_of(client, user="u-erase", **EN))["facts"] == []
     assert rows_containing(isolated_database_url, "u-erase") == {}
     assert rows_containing(isolated_database_url, "Tabriz") == {}
@@ -114,10 +114,10 @@ async def test_a_left_job_is_done_once_by_whichever_replica_claims_it_and_only_f
         # An answered run (its own memory written first, then its row is left again below).
         answered = _run_id(await say(a, "left-1", "remember that I like green tea", user="u-left", **EN))
         escalated = _run_id(await say(a, "left-2", "I want to talk to a human", user="u-left", **EN))
-        await a.app.state.memory.drain(10)  # type: ignore[attr-defined]
+        await services_of(a).memory.drain(10)
         _leave_job(isolated_database_url, "left-1", answered, "u-left", "remember that my boat is called Nilufar")
         _leave_job(isolated_database_url, "left-2", escalated, "u-left", "remember that my bike is called Simorgh")
-        writers = [a.app.state.memory, b.app.state.memory]  # type: ignore[attr-defined]
+        writers = [services_of(a).memory, services_of(b).memory]
         claimed = await asyncio.gather(*(w.pick_up() for w in writers))
         assert sum(claimed) == 2  # each row claimed by one replica only
         for writer in writers:

@@ -15,7 +15,7 @@ from langchain_core.messages import BaseMessage
 from chatbot.memory.extraction import MemoryCandidates
 from chatbot.memory.jobs import MemoryJob
 from chatbot.memory.writer import offline_extractor
-from tests.fixtures.app import parse_sse, running_app
+from tests.fixtures.app import parse_sse, running_app, services_of
 from tests.fixtures.catalogue import rows_containing
 from tests.fixtures.memory_pii_corpus import BENIGN_MESSAGES, PII_MESSAGES, PII_NEEDLES, contains_needle
 from tests.fixtures.tokens import Caller, auth
@@ -75,7 +75,7 @@ async def test_pii_never_reaches_the_store_and_benign_facts_do(isolated_database
             await say(client, f"pii-{i % 5}", message, user="pii-user")
         for i, (message, _) in enumerate(BENIGN_MESSAGES):
             await say(client, f"benign-{i}", message, user=f"benign-{i}")
-        await client.app.state.memory.drain(30)  # type: ignore[attr-defined]
+        await services_of(client).memory.drain(30)
         for i, (_, fact) in enumerate(BENIGN_MESSAGES):
             texts = [f["text"] for f in (await memory_of(client, user=f"benign-{i}"))["facts"]]
             assert any(fact in t for t in texts), (fact, texts)
@@ -162,7 +162,7 @@ async def test_erasure_leaves_no_row_with_the_user_or_their_words(isolated_datab
         report = erased.json()
         assert report["threads_deleted"] == 2 and report["feedback_deleted"] == 1
         await asyncio.sleep(1.0)  # pending memory work would land here
-        await client.app.state.memory.drain(5)  # type: ignore[attr-defined]
+        await services_of(client).memory.drain(5)
         kept = await memory_of(client, tenant="globex", user="erase-me")
         assert any("Shiraz" in f["text"] for f in kept["facts"])  # the other tenant's user is untouched
     # Every table the catalogue lists, not a list of the tables known today (issue 13):

@@ -12,7 +12,7 @@ import psycopg
 from chatbot.memory.extraction import MemoryCandidates
 from chatbot.memory.jobs import MemoryJob
 from chatbot.memory.writer import offline_extractor
-from tests.fixtures.app import running_app
+from tests.fixtures.app import running_app, services_of
 from tests.fixtures.tokens import Caller
 from tests.memory.test_memory_e2e import memory_of, say, wait_for_fact
 
@@ -56,7 +56,7 @@ async def test_memory_work_in_flight_on_another_replica_never_lands_after_a_rese
         await asyncio.wait_for(extracting.wait(), 5)
         reset = await replica_b.delete("/v1/users/u1/memory", headers={"Authorization": _bearer()})
         assert reset.status_code == 204
-        await replica_a.app.state.memory.drain(15)  # type: ignore[attr-defined]
+        await services_of(replica_a).memory.drain(15)
         assert await memory_of(replica_b, **EN) == {"user_id": "u1", "profile": {}, "facts": []}
         assert store_rows(isolated_database_url, "u1") == []
         assert writes(await replica_a.get("/metrics"), "dropped_gone") - dropped_before == 2

@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 
-from tests.fixtures.app import running_app
+from tests.fixtures.app import running_app, services_of
 from tests.fixtures.catalogue import rows_of_threads, rows_under_namespace
 from tests.fixtures.tokens import auth
 
@@ -22,7 +22,7 @@ def test_erase_user_command_removes_the_users_threads_in_one_tenant(isolated_dat
                     json={"message": {"content": "remember that I live in Yazd"}},
                 )
                 assert response.status_code == 200
-            await client.app.state.memory.drain(5)  # type: ignore[attr-defined]
+            await services_of(client).memory.drain(5)
 
     asyncio.run(converse())
     env = {**os.environ, "CHATBOT_DATABASE_URL": isolated_database_url}

@@ -11,7 +11,7 @@ import json
 
 import psycopg
 
-from tests.fixtures.app import running_app
+from tests.fixtures.app import running_app, services_of
 from tests.fixtures.catalogue import rows_containing, rows_of_threads, rows_under_namespace
 from tests.fixtures.messages import send_for_answer
 from tests.fixtures.tokens import auth
@@ -55,7 +55,7 @@ async def test_erasure_empties_tables_keyed_by_thread_or_prefix_that_no_code_nam
             f"/v1/threads/cat-1/runs/{run_id}/feedback", json={"score": "up"}, headers=auth(**VICTIM)
         )
         assert feedback.status_code == 204
-        await client.app.state.memory.drain(5)  # type: ignore[attr-defined]
+        await services_of(client).memory.drain(5)
         add_future_rows(url)
         bystander_threads = rows_of_threads(url, ["by-1"])
         bystander_memory = rows_under_namespace(url, ("acme", "user", BYSTANDER))

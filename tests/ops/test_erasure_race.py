@@ -7,8 +7,7 @@ from typing import Any
 
 import pytest
 
-from chatbot.db.locks import thread_locked
-from tests.fixtures.app import running_app
+from tests.fixtures.app import running_app, services_of
 from tests.fixtures.catalogue import rows_containing, rows_of_threads
 from tests.fixtures.knowledge import load_demo_kb
 from tests.fixtures.sse import parse_blocks
@@ -29,7 +28,7 @@ async def test_a_run_sent_while_the_user_is_being_erased_is_refused_and_counted_
 ) -> None:
     headers = auth(user=USER, locale="en-US")
     async with running_app(isolated_database_url) as client:
-        locks = client.app.state.locks  # type: ignore[attr-defined]
+        locks = services_of(client).locks
         before = await client.get("/metrics")
         # What an erasure holds while it deletes: the user's erasure key, exclusively.
         erasure = await locks.wait_erasure("acme", USER, 5)
@@ -59,7 +58,7 @@ async def test_a_run_started_on_a_new_thread_during_the_erasure_is_refused_or_er
     # Minted here, not at import: a whole suite on a loaded machine outlives a 5-minute token.
     headers = auth(user=USER, locale="en-US")
     async with running_app(isolated_database_url, offline_token_delay_ms=40) as client:
-        locks = client.app.state.locks  # type: ignore[attr-defined]
+        locks = services_of(client).locks
         erasing = asyncio.Event()
         wait_erasure = locks.wait_erasure
 
@@ -68,6 +67,18 @@ async def test_a_run_started_on_a_new_thread_during_the_erasure_is_refused_or_er
             return await wait_erasure(*args, **kwargs)
 
         monkeypatch.setattr(locks, "wait_erasure", erasure_started)
+        # `runs.in_flight` counts a run still on its way to the lock too: wait for the lock itself,
+        # or an erasure that gets there first refuses the first run (409) on a loaded machine.
+        locked = asyncio.Event()
+        try_run = locks.try_run
+
+        async def run_locked(*args: Any, **kwargs: Any) -> Any:
+            lease = await try_run(*args, **kwargs)
+            if lease is not None:
+                locked.set()
+            return lease
+
+        monkeypatch.setattr(locks, "try_run", run_locked)
         first = asyncio.create_task(
             client.post(
                 "/v1/threads/erase-a/runs",
@@ -75,14 +86,7 @@ async def test_a_run_started_on_a_new_thread_during_the_erasure_is_refused_or_er
                 headers=headers,
             )
         )
-
-        # Admitted means holding its thread lock and the shared erasure key: counting it in
-        # flight comes before the lock, and an erasure started in between refuses it (409).
-        async def first_admitted() -> bool:
-            async with client.app.state.pool.connection() as conn:  # type: ignore[attr-defined]
-                return first.done() or await thread_locked(conn, "erase-a")
-
-        await wait_until(first_admitted, what="the first run's locks taken")
+        await wait_until(lambda: locked.is_set() or first.done(), what="the first run holding its thread lock")
         assert not first.done(), (await first).text  # the first run must still be in flight
         erasure = asyncio.create_task(client.delete(f"/v1/users/{USER}", headers=headers))
         await asyncio.wait_for(erasing.wait(), 30)  # the erasure is under way, waiting for the first run
@@ -97,7 +101,7 @@ async def test_a_run_started_on_a_new_thread_during_the_erasure_is_refused_or_er
         erased = await erasure
         assert (await first).status_code == 200
         assert erased.status_code == 200, erased.text
-        await client.app.state.memory.drain(30)  # type: ignore[attr-defined]  # memory work of both runs
+        await services_of(client).memory.drain(30)  # memory work of both runs
         for thread in ("erase-a", "erase-b"):
             page = await client.get(f"/v1/threads/{thread}/messages", headers=headers)
             assert page.status_code == 404, (thread, page.text)

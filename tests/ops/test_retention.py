@@ -14,7 +14,7 @@ import psycopg
 from chatbot.db.locks import Locks
 from chatbot.db.pool import connection_kwargs
 from chatbot.ops.retention import purge_stale_threads
-from tests.fixtures.app import running_app
+from tests.fixtures.app import running_app, services_of
 from tests.fixtures.messages import send_for_events
 from tests.fixtures.postgres import settings_for
 from tests.fixtures.tokens import auth
@@ -37,7 +37,7 @@ async def test_retention_deletes_idle_threads_and_skips_busy_ones(isolated_datab
         busy = await locks.try_thread("busy")  # a run in flight, from retention's point of view
         assert busy is not None
         try:
-            pool = client.app.state.pool  # type: ignore[attr-defined]
+            pool = services_of(client).pool
             dry = await purge_stale_threads(pool, locks, cutoff, dry_run=True)
             assert (dry.stale, dry.deleted) == (3, 0)
             assert _threads(isolated_database_url) == {"old-1", "old-2", "busy", "fresh"}

@@ -17,7 +17,7 @@ import pytest
 from chatbot.db.locks import Lease, Locks
 from chatbot.db.pool import connection_kwargs
 from chatbot.ops.sweeper import RetentionSweeper
-from tests.fixtures.app import Replica, running_app
+from tests.fixtures.app import Replica, running_app, services_of
 from tests.fixtures.messages import send_for_events
 from tests.fixtures.postgres import settings_for
 from tests.fixtures.tokens import auth
@@ -92,7 +92,8 @@ async def test_two_replicas_sweep_old_threads_one_at_a_time_skipping_busy_ones(
         metrics = (await replica_b.get("/metrics")).text
     lines = sweeps(caplog)
     holders = {r.holder for r in lines}  # type: ignore[attr-defined]
-    assert holders <= {replica_a.app.state.retention.lease.holder, replica_b.app.state.retention.lease.holder}  # type: ignore[attr-defined]
+    sweepers = [services_of(replica_a).retention, services_of(replica_b).retention]
+    assert holders <= {s.lease.holder for s in sweepers if s is not None}
     assert sum(r.threads_deleted for r in lines) == 3  # type: ignore[attr-defined]
     # One at a time: no sweep began before the previous one had finished.
     spans = sorted((r.created - r.duration_ms / 1000, r.created) for r in lines)  # type: ignore[attr-defined]
@@ -115,11 +116,11 @@ def _counter(metrics: str, sample: str) -> float:
 async def test_a_held_lease_keeps_every_replica_from_sweeping_until_it_runs_out(isolated_database_url: str) -> None:
     url = isolated_database_url
     async with running_app(url) as client:  # no retention setting: no sweeper of its own
-        assert client.app.state.retention is None  # type: ignore[attr-defined]
+        assert services_of(client).retention is None
         for thread in ("t-1", "t-2", "t-3"):
             await turn(client, thread)
         await asyncio.sleep(1.0)
-        pool, locks = client.app.state.pool, client.app.state.locks  # type: ignore[attr-defined]
+        pool, locks = services_of(client).pool, services_of(client).locks
         replicas = [
             RetentionSweeper(pool=pool, locks=locks, days=0.5 / SECONDS_PER_DAY, interval_minutes=60, holder=name)
             for name in ("replica-x", "replica-y")

@@ -16,7 +16,7 @@ import pytest
 
 from chatbot.caller import CallerContext
 from chatbot.threads.stream import Listener, StreamEvent
-from tests.fixtures.app import running_app
+from tests.fixtures.app import running_app, services_of
 from tests.fixtures.provider_double import Behaviour, ProviderDouble
 from tests.fixtures.tokens import auth
 
@@ -33,7 +33,7 @@ async def slow_client(migrated_database_url: str) -> AsyncIterator[httpx.AsyncCl
 
 
 def runs_of(client: httpx.AsyncClient) -> Any:
-    return client.app.state.runs  # type: ignore[attr-defined]
+    return services_of(client).runs
 
 
 async def until_token(listener: Listener) -> list[StreamEvent]:
@@ -88,7 +88,7 @@ async def test_a_run_cancelled_mid_answer_ends_cancelled_keeps_what_was_shown_an
     ours = [m for m in messages if m["run_id"] == listener.run_id]
     assert [m["role"] for m in ours] == ["user"]  # the question stays, the cut answer is not in it
     await runs_of(slow_client).drain(5)
-    await slow_client.app.state.memory.drain(5)  # type: ignore[attr-defined]
+    await services_of(slow_client).memory.drain(5)
     memory = (await slow_client.get("/v1/users/u1/memory", headers=auth(**EN))).json()
     assert memory["facts"] == []  # nothing the cancelled turn asked to remember was kept
 
@@ -205,7 +205,7 @@ async def test_a_cancel_whose_notice_is_lost_still_ends_the_run_cancelled_at_its
         running_app(migrated_database_url, offline_token_delay_ms=20) as a,
         running_app(migrated_database_url) as b,
     ):
-        await a.app.state.cancels.stop()  # type: ignore[attr-defined]
+        await services_of(a).cancels.stop()
         listener = await runs_of(a).start("stop-6", CALLER, "What does travel insurance cover?")
         seen = await until_token(listener)
         assert (await b.post(cancel_url("stop-6", listener.run_id), headers=auth(**EN))).status_code == 202

@@ -9,7 +9,7 @@ import httpx
 import psycopg
 
 from chatbot.db.locks import Lease, Locks
-from tests.fixtures.app import running_app
+from tests.fixtures.app import running_app, services_of
 from tests.fixtures.sse import parse_blocks
 from tests.fixtures.tokens import auth
 
@@ -45,8 +45,8 @@ async def test_a_first_run_that_reaches_the_lock_after_another_caller_created_th
 ) -> None:
     gate, reached = asyncio.Event(), asyncio.Event()
     async with running_app(isolated_database_url) as late, running_app(isolated_database_url) as early:
-        runs = late.app.state.runs  # type: ignore[attr-defined]
-        runs.locks = _HeldAtTheLock(runs.locks, gate, reached)
+        runs = services_of(late).runs
+        runs.locks = _HeldAtTheLock(runs.locks, gate, reached)  # type: ignore[assignment]
         intruder = asyncio.create_task(
             late.post("/v1/threads/contested/runs", json=QUESTION, headers=auth("globex", "g1"))
         )

@@ -16,7 +16,7 @@ from chatbot.db.pool import make_pool
 from chatbot.retrieval.ingest import ingest_paths
 from chatbot.retrieval.versions import prune_superseded_chunks, read_chunk_versions
 from chatbot.threads.record import prompt_text, read_run_record
-from tests.fixtures.app import running_app
+from tests.fixtures.app import running_app, services_of
 from tests.fixtures.messages import send_for_answer
 from tests.fixtures.models import ScriptedChatModel
 from tests.fixtures.postgres import settings_for
@@ -60,9 +60,9 @@ async def test_the_record_shows_the_window_the_model_was_given_before_and_after_
         for turn in range(16):
             ends.append(await send_for_answer(client, "record-folds", QUESTIONS[turn % len(QUESTIONS)], **EN))
             if turn == 1:
-                await client.app.state.memory.drain(30)  # type: ignore[attr-defined]  # the remembered fact lands
+                await services_of(client).memory.drain(30)  # the remembered fact lands
         records = [await record_of(client, "record-folds", end["run_id"], **EN) for end in ends]
-        state = client.app.state  # type: ignore[attr-defined]
+        state = services_of(client)
         prompt = await prompt_text(state.pool, records[0]["context"]["system_prompt_sha256"])
         # What the command-line replay also shows: the system message rebuilt from the record.
         rebuilt = [
@@ -162,7 +162,7 @@ async def test_a_run_in_flight_is_running_and_a_failed_one_is_an_error_with_its_
     model = ScriptedChatModel(mode="hang")
     overrides = {"chat_model": model, "model_timeout_seconds": 3.0}
     async with running_app(kb_database_url, model_timeout_seconds=3.0, agent_overrides=overrides) as client:
-        runs = client.app.state.runs  # type: ignore[attr-defined]
+        runs = services_of(client).runs
         run = await runs.start("record-running", CallerContext("acme", "u1", "en-US"), QUESTIONS[3])
         running = await record_of(client, "record-running", run.run_id, **EN)
         assert running["status"] == "running" and running["answer"] is None

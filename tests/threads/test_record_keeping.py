@@ -9,7 +9,7 @@ from pathlib import Path
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from langgraph.checkpoint.postgres.shallow import AsyncShallowPostgresSaver, ShallowPostgresSaver
 
-from tests.fixtures.app import running_app
+from tests.fixtures.app import running_app, services_of
 from tests.fixtures.tokens import auth
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -20,7 +20,7 @@ DESTROYERS = re.compile(r"keep_latest|ShallowPostgresSaver|\.a?prune\(|delete_fo
 
 async def test_the_running_service_keeps_every_checkpoint_of_every_run(isolated_database_url: str) -> None:
     async with running_app(isolated_database_url) as client:
-        saver = client.app.state.graph.checkpointer  # type: ignore[attr-defined]
+        saver = services_of(client).graph.checkpointer
         # A full saver: one checkpoint per run stays, and with it the run's record.
         assert isinstance(saver, AsyncPostgresSaver)
         assert not isinstance(saver, AsyncShallowPostgresSaver | ShallowPostgresSaver)

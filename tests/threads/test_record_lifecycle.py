@@ -13,7 +13,7 @@ from chatbot.ops.erasure import erase_user
 from chatbot.ops.retention import purge_stale_threads
 from chatbot.retrieval.ingest import ingest_paths
 from chatbot.retrieval.versions import read_chunk_versions
-from tests.fixtures.app import running_app
+from tests.fixtures.app import running_app, services_of
 from tests.fixtures.postgres import settings_for
 from tests.fixtures.retrieval_kb import write_docs
 from tests.fixtures.tokens import auth
@@ -54,7 +54,7 @@ async def test_retention_and_erasure_prune_the_versions_only_their_threads_cited
         async with running_app(url) as client:
             travel = await cited_version(client, "erased-user-thread", "leaving", "medical costs abroad covered up to?")
             home = await cited_version(client, "stale-thread", "staying", "fire damage to the building covered?")
-            locks = client.app.state.locks  # type: ignore[attr-defined]
+            locks = services_of(client).locks
             for name, text in DOCS.items():
                 (root / name).write_text(text.replace("covered", "now covered"), encoding="utf-8")
             await ingest_paths(pool, "acme", [root])

@@ -11,7 +11,7 @@ from rich.console import Console
 from chatbot.agent.prompts import system_prompt
 from chatbot.cli.replay import record_sections, render
 from chatbot.threads.record import read_run_record
-from tests.fixtures.app import running_app
+from tests.fixtures.app import running_app, services_of
 from tests.fixtures.postgres import TEST_SECRET
 from tests.fixtures.tokens import auth
 
@@ -75,7 +75,7 @@ async def test_replay_draws_panels_on_a_terminal(kb_database_url: str) -> None:
                 headers={"Accept": "application/json", **auth(locale="en-US")},
             )
         ).json()
-        state = client.app.state  # type: ignore[attr-defined]
+        state = services_of(client)
         record = await read_run_record(
             state.pool, state.saver.serde, state.locks, "replay-panels", end["run_id"], "acme"
         )

@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.fixtures.app import running_app
+from tests.fixtures.app import running_app, services_of
 from tests.fixtures.catalogue import rows_of_threads
 from tests.fixtures.messages import send_for_events
 from tests.fixtures.models import ScriptedChatModel, StreamingChatModel
@@ -129,7 +129,7 @@ async def test_a_second_run_on_a_busy_thread_gets_409_and_the_thread_is_free_aft
     async with running_app(kb_database_url, offline_token_delay_ms=20) as client:
         body = {"message": {"content": "What does travel insurance cover for medical costs abroad?"}}
         first = asyncio.create_task(client.post("/v1/threads/busy/runs", json=body, headers=auth(**EN)))
-        locks = client.app.state.locks  # type: ignore[attr-defined]
+        locks = services_of(client).locks
         await wait_until(lambda: locks.holds_thread("busy") or first.done(), what="the first run holding the thread")
         second = await client.post("/v1/threads/busy/runs", json=body, headers=auth(**EN))
         assert second.status_code == 409

@@ -13,7 +13,7 @@ import psycopg
 import pytest
 from psycopg.rows import dict_row
 
-from tests.fixtures.app import running_app
+from tests.fixtures.app import running_app, services_of
 from tests.fixtures.catalogue import rows_of_threads
 from tests.fixtures.knowledge import load_demo_kb
 from tests.fixtures.messages import send_for_answer
@@ -164,7 +164,7 @@ async def test_newest_page_holds_the_newest_messages_oldest_first(
 async def test_summary_and_system_text_never_appear(
     paging_threads: dict[int, list[dict[str, Any]]], client: httpx.AsyncClient
 ) -> None:
-    state = await client.app.state.graph.aget_state({"configurable": {"thread_id": "paging-250"}})  # type: ignore[attr-defined]
+    state = await services_of(client).graph.aget_state({"configurable": {"thread_id": "paging-250"}})
     summary = state.values.get("summary")
     assert summary  # 250 turns are well past the point where older turns are summarised
     pages = await walk(client, "paging-250", 100, auth(**thread_token(250)))

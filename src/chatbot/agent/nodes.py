@@ -12,8 +12,8 @@ from langgraph.config import get_stream_writer
 from langgraph.runtime import Runtime
 
 from chatbot import metrics
+from chatbot.agent.collaborators import AgentDeps
 from chatbot.agent.context import Context
-from chatbot.agent.deps import AgentDeps
 from chatbot.agent.modelcall import ModelAnswer, ModelFailure, TimeLimits, ask_model
 from chatbot.agent.prompts import system_prompt
 from chatbot.agent.record import chunk_refs, chunk_versions, prompt_sha256, shortened_parts, window_by_ids

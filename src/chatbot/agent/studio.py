@@ -17,8 +17,8 @@ from typing import Any
 
 from langgraph.graph.state import CompiledStateGraph
 
+from chatbot.agent.collaborators import AgentDeps
 from chatbot.agent.context import Context
-from chatbot.agent.deps import AgentDeps
 from chatbot.agent.graph import build_graph
 from chatbot.caller import CallerContext
 from chatbot.retrieval.chunking import document_title, split_document

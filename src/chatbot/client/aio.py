@@ -4,25 +4,29 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, Literal
+from typing import Literal, Unpack
 
 import httpx
 
 from chatbot.client import api
-from chatbot.client.errors import StreamInterrupted, error_from_event, error_from_response, retry_after_seconds
+from chatbot.client._core import (
+    DEFAULT_LIMITS,
+    ClientCore,
+    ClientOptions,
+    RequestParts,
+    rejoin_request,
+)
+from chatbot.client.errors import error_from_event
 from chatbot.client.events import Event, RunFollower, SSEDecoder
-from chatbot.client.sync import DEFAULT_LIMITS, DEFAULT_TIMEOUT
-from chatbot.client.tokens import TokenSource, token_source, user_of
+from chatbot.client.tokens import TokenSource
 from chatbot.responses import ErasureReport, MessagesPage, RunEnd, RunRecord, UserMemory
 
 
-class AsyncChatbotClient:
+class AsyncChatbotClient(ClientCore):
     """Call the conversational agent service from asyncio code; the twin of `ChatbotClient`.
 
-    Construct it with `token` (a string, or a callable returning one per request) or with
-    `secret`, `tenant_id`, `user_id` and `locale` to mint HS256 service tokens here.
-    Problem answers raise `ChatbotError` (`ConflictError` for 409, `RateLimitedError` for
-    429); 429 and 503 are retried as `retries` says, 409 never.
+    It takes the same options (`ChatbotClient` says what each does); `transport` is an
+    `httpx.AsyncBaseTransport` and `sleep` a coroutine function.
     """
 
     def __init__(
@@ -30,26 +34,15 @@ class AsyncChatbotClient:
         base_url: str,
         token: TokenSource | None = None,
         *,
-        secret: str | None = None,
-        tenant_id: str | None = None,
-        user_id: str | None = None,
-        locale: str | None = None,
-        issuer: str = "main-backend",
-        audience: str = "chatbot-agent",
-        timeout: float | httpx.Timeout = DEFAULT_TIMEOUT,
-        retries: api.Retries | None = None,
-        resumes: int = 1,
         transport: httpx.AsyncBaseTransport | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        **options: Unpack[ClientOptions],
     ) -> None:
-        self._token = token_source(
-            token, secret=secret, tenant_id=tenant_id, user_id=user_id, locale=locale, issuer=issuer, audience=audience
-        )
-        self._user_id = user_id
-        self._retries = retries or api.Retries()
-        self._resumes = resumes
+        super().__init__(token, **options)
         self._sleep = sleep
-        self._http = httpx.AsyncClient(base_url=base_url, timeout=timeout, transport=transport, limits=DEFAULT_LIMITS)
+        self._http = httpx.AsyncClient(
+            base_url=base_url, timeout=self._timeout, transport=transport, limits=DEFAULT_LIMITS
+        )
 
     async def aclose(self) -> None:
         """Close the connections."""
@@ -140,48 +133,22 @@ class AsyncChatbotClient:
 
     # Plumbing ---------------------------------------------------------------------------
 
-    def _user(self) -> str:
-        return self._user_id or user_of(self._token())
-
     async def _send(
-        self,
-        method: str,
-        path: str,
-        *,
-        json: Any = None,
-        params: dict[str, Any] | None = None,
-        headers: dict[str, str] | None = None,
-        stream: bool = False,
+        self, method: str, path: str, *, stream: bool = False, **parts: Unpack[RequestParts]
     ) -> httpx.Response:
         attempt = 0
         while True:
-            request = self._http.build_request(
-                method,
-                path,
-                json=json,
-                params=params,
-                headers={"Authorization": f"Bearer {self._token()}", **(headers or {})},
-            )
-            response = await self._http.send(request, stream=stream)
+            response = await self._http.send(self._request(self._http, method, path, parts), stream=stream)
             if response.is_success:
                 return response
             await response.aread()
             await response.aclose()
-            wait = self._retries.delay(
-                attempt, response.status_code, retry_after_seconds(response.headers.get("retry-after"))
-            )
-            if wait is None:
-                raise error_from_response(response)
-            await self._sleep(wait)
+            await self._sleep(self._wait_before_retry(response, attempt))
             attempt += 1
 
     async def _rejoin(self, follower: RunFollower) -> httpx.Response:
-        assert follower.run_id is not None
-        # `<run_id>:0` asks for the whole stream, as no header does.
-        headers = {"Accept": api.SSE, "Last-Event-ID": follower.last_event_id or f"{follower.run_id}:0"}
-        return await self._send(
-            "GET", api.stream_path(follower.thread_id, follower.run_id), headers=headers, stream=True
-        )
+        path, headers = rejoin_request(follower)
+        return await self._send("GET", path, headers=headers, stream=True)
 
     async def _follow(self, response: httpx.Response, follower: RunFollower) -> AsyncIterator[Event]:
         resumes = self._resumes
@@ -201,7 +168,5 @@ class AsyncChatbotClient:
                 broken = exc
             finally:
                 await response.aclose()  # also when the consumer stops early: the run goes on without us
-            if follower.run_id is None or resumes <= 0:
-                raise StreamInterrupted(follower.thread_id, follower.run_id, follower.last_event_id) from broken
-            resumes -= 1
+            resumes = self._resumes_after(follower, resumes, broken)
             response = await self._rejoin(follower)

@@ -4,30 +4,33 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from typing import Any, Literal
+from typing import Literal, Unpack
 
 import httpx
 
 from chatbot.client import api
-from chatbot.client.errors import StreamInterrupted, error_from_event, error_from_response, retry_after_seconds
+from chatbot.client._core import (
+    DEFAULT_LIMITS,
+    ClientCore,
+    ClientOptions,
+    RequestParts,
+    rejoin_request,
+)
+from chatbot.client.errors import error_from_event
 from chatbot.client.events import Event, RunFollower, SSEDecoder
-from chatbot.client.tokens import TokenSource, token_source, user_of
+from chatbot.client.tokens import TokenSource
 from chatbot.responses import ErasureReport, MessagesPage, RunEnd, RunRecord, UserMemory
 
-DEFAULT_TIMEOUT = httpx.Timeout(30.0, connect=5.0)  # reads: the service sends a keep-alive every 10 s
-# Idle connections are dropped before the service closes them (CHATBOT_KEEP_ALIVE_SECONDS,
-# default 5): with both at 5 s a request sent as the service hangs up gets no answer
-# (the soak met it once in 22,734 requests).
-DEFAULT_LIMITS = httpx.Limits(keepalive_expiry=2.0)
 
-
-class ChatbotClient:
+class ChatbotClient(ClientCore):
     """Call the conversational agent service: runs, streams, transcripts, feedback, memory, erasure.
 
     Construct it with `token` (a string, or a callable returning one per request) or with
-    `secret`, `tenant_id`, `user_id` and `locale` to mint HS256 service tokens here.
-    Problem answers raise `ChatbotError` (`ConflictError` for 409, `RateLimitedError` for
-    429); 429 and 503 are retried as `retries` says, 409 never.
+    `secret`, `tenant_id`, `user_id` and `locale` (and `issuer`, `audience`) to mint HS256
+    service tokens here. Problem answers raise `ChatbotError` (`ConflictError` for 409,
+    `RateLimitedError` for 429); 429 and 503 are retried as `retries` says, 409 never. A
+    broken stream is rejoined `resumes` times (once by default). `timeout` bounds each read
+    (30 s; the service sends a keep-alive every 10 s); `transport` and `sleep` are for tests.
     """
 
     def __init__(
@@ -35,26 +38,13 @@ class ChatbotClient:
         base_url: str,
         token: TokenSource | None = None,
         *,
-        secret: str | None = None,
-        tenant_id: str | None = None,
-        user_id: str | None = None,
-        locale: str | None = None,
-        issuer: str = "main-backend",
-        audience: str = "chatbot-agent",
-        timeout: float | httpx.Timeout = DEFAULT_TIMEOUT,
-        retries: api.Retries | None = None,
-        resumes: int = 1,
         transport: httpx.BaseTransport | None = None,
         sleep: Callable[[float], None] = time.sleep,
+        **options: Unpack[ClientOptions],
     ) -> None:
-        self._token = token_source(
-            token, secret=secret, tenant_id=tenant_id, user_id=user_id, locale=locale, issuer=issuer, audience=audience
-        )
-        self._user_id = user_id
-        self._retries = retries or api.Retries()
-        self._resumes = resumes
+        super().__init__(token, **options)
         self._sleep = sleep
-        self._http = httpx.Client(base_url=base_url, timeout=timeout, transport=transport, limits=DEFAULT_LIMITS)
+        self._http = httpx.Client(base_url=base_url, timeout=self._timeout, transport=transport, limits=DEFAULT_LIMITS)
 
     def close(self) -> None:
         """Close the connections."""
@@ -141,46 +131,20 @@ class ChatbotClient:
 
     # Plumbing ---------------------------------------------------------------------------
 
-    def _user(self) -> str:
-        return self._user_id or user_of(self._token())
-
-    def _send(
-        self,
-        method: str,
-        path: str,
-        *,
-        json: Any = None,
-        params: dict[str, Any] | None = None,
-        headers: dict[str, str] | None = None,
-        stream: bool = False,
-    ) -> httpx.Response:
+    def _send(self, method: str, path: str, *, stream: bool = False, **parts: Unpack[RequestParts]) -> httpx.Response:
         attempt = 0
         while True:
-            request = self._http.build_request(
-                method,
-                path,
-                json=json,
-                params=params,
-                headers={"Authorization": f"Bearer {self._token()}", **(headers or {})},
-            )
-            response = self._http.send(request, stream=stream)
+            response = self._http.send(self._request(self._http, method, path, parts), stream=stream)
             if response.is_success:
                 return response
             response.read()
             response.close()
-            wait = self._retries.delay(
-                attempt, response.status_code, retry_after_seconds(response.headers.get("retry-after"))
-            )
-            if wait is None:
-                raise error_from_response(response)
-            self._sleep(wait)
+            self._sleep(self._wait_before_retry(response, attempt))
             attempt += 1
 
     def _rejoin(self, follower: RunFollower) -> httpx.Response:
-        assert follower.run_id is not None
-        # `<run_id>:0` asks for the whole stream, as no header does.
-        headers = {"Accept": api.SSE, "Last-Event-ID": follower.last_event_id or f"{follower.run_id}:0"}
-        return self._send("GET", api.stream_path(follower.thread_id, follower.run_id), headers=headers, stream=True)
+        path, headers = rejoin_request(follower)
+        return self._send("GET", path, headers=headers, stream=True)
 
     def _follow(self, response: httpx.Response, follower: RunFollower) -> Iterator[Event]:
         resumes = self._resumes
@@ -196,7 +160,5 @@ class ChatbotClient:
                 broken = exc
             finally:
                 response.close()  # also when the consumer stops early: the run goes on without us
-            if follower.run_id is None or resumes <= 0:
-                raise StreamInterrupted(follower.thread_id, follower.run_id, follower.last_event_id) from broken
-            resumes -= 1
+            resumes = self._resumes_after(follower, resumes, broken)
             response = self._rejoin(follower)

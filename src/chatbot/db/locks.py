@@ -34,6 +34,8 @@ from typing import Any
 import psycopg
 from psycopg import AsyncConnection
 
+from chatbot.tasks import stop_task
+
 log = logging.getLogger(__name__)
 
 # hashtextextended(namespace || id) -> bigint: thread locks cannot collide with the
@@ -254,10 +256,7 @@ class Locks:
 
     async def close(self) -> None:
         """Stop watching and close the sessions (Postgres releases whatever they held)."""
-        if self._pinger is not None:
-            self._pinger.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._pinger
+        await stop_task(self._pinger)
         for session in self._sessions:
             await session.close()
 

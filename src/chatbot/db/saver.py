@@ -9,6 +9,10 @@ concurrent runs it cost us throughput and latency (docs/performance.md, "Runs").
 The store (`AsyncPostgresStore`) already skips its lock for pools; the same change for
 the saver is proposed upstream (langchain-ai/langgraph#7259, PR #7269).
 
+Two more changes patch the library module itself, process-wide: `apply_library_patches`
+does both, once, at start-up (`create_app`, and the commands and benches that build a
+saver without the app), never from a constructor.
+
 This relies on library internals, so it is pinned: constructing the saver fails when
 the installed langgraph-checkpoint-postgres is outside the versions we verified, and
 tests/db/test_saver.py fails when the library stops doing what we rely on. When the
@@ -93,16 +97,25 @@ def _serialise_on_the_loop() -> None:
     library.asyncio = _ThreadlessAsyncio()  # type: ignore[assignment]
 
 
+def apply_library_patches() -> None:
+    """Patch langgraph-checkpoint-postgres for the whole process: smaller delta walks, serialising on the loop.
+
+    Called once at start-up, before any saver runs; calling it again changes nothing.
+    Refuses library versions the patches were not verified on.
+    """
+    langgraph_tables.check_version()
+    _tune_delta_walk_page()
+    _serialise_on_the_loop()
+
+
 class PooledPostgresSaver(AsyncPostgresSaver):
     """Checkpoint to Postgres like `AsyncPostgresSaver`, letting calls on a pool run concurrently."""
 
     def __init__(self, conn: Conn, pipe: AsyncPipeline | None = None, serde: SerializerProtocol | None = None) -> None:
         """Build the saver; on a pool, replace the instance lock by one that never waits."""
-        # One check for this module's patches and the statements on the library's tables
+        # One check for the lock replaced below and the statements on the library's tables
         # (db/langgraph_tables.py): the app builds its saver once, at start-up.
         langgraph_tables.check_version()
-        _tune_delta_walk_page()
-        _serialise_on_the_loop()
         super().__init__(conn, pipe, serde)
         # Only on a pool: a single shared connection (and a pipeline, which the library
         # allows only on one) still needs the lock to keep coroutines off it.

@@ -5,17 +5,22 @@ Beside the feature rather than in `chatbot.deps`, which sits below every feature
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Protocol
 
-from fastapi import Depends, Request
+from fastapi import Depends
 
+from chatbot.deps import service
 from chatbot.memory.writer import MemoryWriter
 
 
-async def app_memory(request: Request) -> MemoryWriter:
-    """Return the background memory writer."""
-    memory: MemoryWriter = request.app.state.memory
-    return memory
+class MemoryServices(Protocol):
+    """The part of the replica's services (`chatbot.services.Services`) this feature reads."""
+
+    memory: MemoryWriter
 
 
-MemoryDep = Annotated[MemoryWriter, Depends(app_memory)]
+def _memory(services: MemoryServices) -> MemoryWriter:
+    return services.memory
+
+
+MemoryDep = Annotated[MemoryWriter, Depends(service(_memory))]

@@ -7,40 +7,26 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path, Response
 
 from chatbot import openapi_examples as examples
-from chatbot.auth import CallerDep
-from chatbot.caller import CallerContext
+from chatbot.auth import CallerDep, UserId, require_self
 from chatbot.deps import AUTHENTICATED, PoolDep, SettingsDep
 from chatbot.errors import Problem
 from chatbot.memory.deps import MemoryDep
 from chatbot.memory.read import read_memory as read_user_memory
 from chatbot.memory.resets import forget_fact as forget_user_fact
 from chatbot.memory.resets import reset_memory as reset_user_memory
-from chatbot.openapi import v1_problems
+from chatbot.openapi import json_as_returned, no_content
 from chatbot.responses import UserMemory
 from chatbot.timestamps import rfc3339
 
-router = APIRouter(prefix="/v1/users", tags=["memory"], dependencies=AUTHENTICATED)
+router = APIRouter(prefix="/v1/users/{user_id}/memory", tags=["memory"], dependencies=AUTHENTICATED)
 
-# Any other user than the token's is a 403, whatever its spelling: no pattern check here.
-UserId = Annotated[str, Path(min_length=1, max_length=512, description="Must be the token's `user_id` (else 403).")]
 FactId = Annotated[str, Path(min_length=1, max_length=512, description="A fact's `id`, as `GET …/memory` shows it.")]
 
 
-def require_self(user_id: str, caller: CallerContext) -> None:
-    """Refuse (403) a call about another user than the token's."""
-    if user_id != caller.user_id:
-        raise Problem(403, "a token may only read or change its own user's data")
-
-
-# `response_model=None`: the model documents the body, the handler's dict goes out unchanged.
 @router.get(
-    "/{user_id}/memory",
-    response_model=None,
+    "",
     summary="Read what is remembered about the user",
-    responses={
-        200: {"model": UserMemory, "content": {"application/json": {"examples": examples.USER_MEMORY}}},
-        **v1_problems(403),
-    },
+    **json_as_returned(UserMemory, examples.USER_MEMORY, 403),
 )
 async def read_memory(
     user_id: UserId, caller: CallerDep, pool: PoolDep, settings: SettingsDep, memory: MemoryDep
@@ -74,13 +60,9 @@ def _source(value: object) -> dict[str, str] | None:
 
 
 @router.delete(
-    "/{user_id}/memory/facts/{fact_id}",
-    status_code=204,
+    "/facts/{fact_id}",
     summary="Forget one remembered fact",
-    responses={
-        204: {"description": "The fact is gone; the user's other facts and profile stay."},
-        **v1_problems(403, 404),
-    },
+    **no_content("The fact is gone; the user's other facts and profile stay.", 403, 404),
 )
 async def forget_fact(user_id: UserId, fact_id: FactId, caller: CallerDep, pool: PoolDep) -> Response:
     """Remove one of the user's facts in the token's tenant (404 when the user has no such fact)."""
@@ -91,10 +73,9 @@ async def forget_fact(user_id: UserId, fact_id: FactId, caller: CallerDep, pool:
 
 
 @router.delete(
-    "/{user_id}/memory",
-    status_code=204,
+    "",
     summary="Forget the user's profile and facts",
-    responses={204: {"description": "The user's memory in the token's tenant is gone."}, **v1_problems(403)},
+    **no_content("The user's memory in the token's tenant is gone.", 403),
 )
 async def reset_memory(user_id: UserId, caller: CallerDep, pool: PoolDep, memory: MemoryDep) -> Response:
     """Remove the user's profile and facts in the token's tenant.

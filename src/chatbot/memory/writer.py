@@ -17,7 +17,6 @@ already did, is never worked, and a job lands once.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import random
@@ -41,6 +40,7 @@ from chatbot.memory.jobs import MemoryJob
 from chatbot.memory.namespaces import PROFILE_KEY, facts_namespace, profile_namespace
 from chatbot.memory.pii import rejection_reason
 from chatbot.memory.resets import hold_for_write
+from chatbot.tasks import stop_task
 
 log = logging.getLogger(__name__)
 
@@ -147,11 +147,8 @@ class MemoryWriter:
 
     async def stop(self) -> None:
         """Stop looking for jobs (the queued ones are left to `drain`)."""
-        if self._poller is not None:
-            self._poller.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._poller
-            self._poller = None
+        await stop_task(self._poller)
+        self._poller = None
 
     async def drain(self, timeout: float) -> None:
         """Finish queued work (graceful shutdown), up to `timeout` seconds; rows left are picked up elsewhere."""

@@ -7,12 +7,11 @@ from typing import Any
 from fastapi import APIRouter
 
 from chatbot import openapi_examples as examples
-from chatbot.auth import CallerDep
+from chatbot.auth import CallerDep, UserId, require_self
 from chatbot.deps import AUTHENTICATED, LocksDep, PoolDep
 from chatbot.errors import Problem
 from chatbot.memory.deps import MemoryDep
-from chatbot.memory.router import UserId, require_self
-from chatbot.openapi import v1_problems
+from chatbot.openapi import json_answer
 from chatbot.ops.erasure import ErasureBusy, erase_user
 from chatbot.responses import ErasureReport
 
@@ -24,10 +23,7 @@ router = APIRouter(prefix="/v1/users", tags=["users"], dependencies=AUTHENTICATE
     "/{user_id}",
     response_model=ErasureReport,
     summary="Erase the user in the token's tenant",
-    responses={
-        200: {"content": {"application/json": {"examples": examples.ERASURE_REPORT}}},
-        **v1_problems(403, 409),
-    },
+    responses=json_answer(examples.ERASURE_REPORT, 403, 409),
 )
 async def erase(
     user_id: UserId, caller: CallerDep, pool: PoolDep, locks: LocksDep, memory: MemoryDep

@@ -23,6 +23,7 @@ from chatbot.db.locks import Locks
 from chatbot.db.pool import Pool
 from chatbot.ops.lease import MaintenanceLease, MaintenanceLeaseLost, replica_name
 from chatbot.ops.retention import RetentionReport, purge_stale_threads
+from chatbot.tasks import stop_task
 
 log = logging.getLogger(__name__)
 
@@ -84,11 +85,7 @@ class RetentionSweeper:
     async def stop(self) -> None:
         """Stop the loop; a sweep in progress stops between statements and its lease is released."""
         task, self._task = self._task, None
-        if task is None:
-            return
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        await stop_task(task)
 
     async def _loop(self) -> None:
         period = self.interval / WAKES_PER_INTERVAL

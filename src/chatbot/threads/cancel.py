@@ -23,7 +23,6 @@ then, only later.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import uuid
@@ -36,6 +35,7 @@ from psycopg import AsyncConnection
 from chatbot.db import langgraph_tables
 from chatbot.db.locks import THREAD_LOCKED, Locks
 from chatbot.db.pool import Pool
+from chatbot.tasks import stop_task
 
 log = logging.getLogger(__name__)
 
@@ -136,10 +136,7 @@ class CancelListener:
 
     async def stop(self) -> None:
         """Stop listening and close the session."""
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await stop_task(self._task)
 
     async def _run(self) -> None:
         attempt = 0

@@ -4,7 +4,7 @@ A thread's checkpoints, blobs and writes go through the saver's own `adelete_thr
 (db/langgraph_tables.py); then every other table the catalogue shows with a `thread_id`
 column (feedback, the thread's lock fence, and whatever a later library version or
 migration adds) loses the thread's rows, in the same transaction. Callers hold the threads'
-locks, so no run writes meanwhile (threads/transcript_router.py, ops/).
+locks, so no run writes meanwhile (threads/router.py, ops/).
 
 Unknown tables are cleaned rather than refused: in this database a `thread_id` can only
 name one of the backend's chat sessions (there is no mapping table), so its rows

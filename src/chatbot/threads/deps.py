@@ -6,25 +6,29 @@ cannot name their services without pointing up at them.
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Protocol
 
-from fastapi import Depends, Request
+from fastapi import Depends
 
+from chatbot.deps import service
 from chatbot.threads.rejoin import RunRecords
 from chatbot.threads.runs import RunService
 
 
-async def app_runs(request: Request) -> RunService:
-    """Return the run service."""
-    runs: RunService = request.app.state.runs
-    return runs
+class ThreadServices(Protocol):
+    """The part of the replica's services (`chatbot.services.Services`) this feature reads."""
+
+    runs: RunService
+    run_records: RunRecords
 
 
-async def app_run_records(request: Request) -> RunRecords:
-    """Return the reader of runs' final checkpoints (rejoins and replays)."""
-    records: RunRecords = request.app.state.run_records
-    return records
+def _runs(services: ThreadServices) -> RunService:
+    return services.runs
 
 
-RunsDep = Annotated[RunService, Depends(app_runs)]
-RecordsDep = Annotated[RunRecords, Depends(app_run_records)]
+def _run_records(services: ThreadServices) -> RunRecords:
+    return services.run_records
+
+
+RunsDep = Annotated[RunService, Depends(service(_runs))]
+RecordsDep = Annotated[RunRecords, Depends(service(_run_records))]

@@ -1,199 +1,42 @@
-"""HTTP endpoints of runs: start one (this module's POST) and rejoin its stream."""
+"""`DELETE /v1/threads/{thread_id}`: the thread itself (its runs and messages have routers of their own)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Annotated, Any
+from fastapi import APIRouter, Response
 
-from fastapi import APIRouter, Body, Depends, Header
-from fastapi.responses import JSONResponse, StreamingResponse
-from starlette.responses import Response
-
-from chatbot import openapi_examples as examples
 from chatbot.auth import CallerDep
-from chatbot.deps import AUTHENTICATED, SettingsDep
-from chatbot.errors import PROBLEM_JSON, Problem, database_problem
-from chatbot.failures import Failure
-from chatbot.json_body import StrictJsonRoute
-from chatbot.openapi import SSE_MEDIA, SSE_SCHEMA, STREAM_HEADERS, v1_problems
-from chatbot.responses import RunEnd
-from chatbot.threads.deps import RecordsDep, RunsDep
-from chatbot.threads.ownership import check_thread_access
-from chatbot.threads.rejoin import follower_listener, parse_last_event_id, replay_listener
-from chatbot.threads.runs import DATABASE_ERRORS
-from chatbot.threads.schemas import NOT_A_RUN, RunId, RunRequest, ThreadId, run_not_found
-from chatbot.threads.sse import SSE_MEDIA_TYPE, sse_body, wants_json
-from chatbot.threads.stream import Listener
+from chatbot.deps import AUTHENTICATED, LocksDep, PoolDep
+from chatbot.errors import Problem
+from chatbot.openapi import no_content
+from chatbot.threads.deletion import delete_threads
+from chatbot.threads.ownership import belongs_to_another, thread_owner
+from chatbot.threads.schemas import ThreadId
 
-# Bodies are read as strict UTF-8 JSON (json_body.py).
-router = APIRouter(prefix="/v1/threads", tags=["threads"], dependencies=AUTHENTICATED, route_class=StrictJsonRoute)
+router = APIRouter(prefix="/v1/threads", tags=["threads"], dependencies=AUTHENTICATED)
 
 
-@dataclass(frozen=True, slots=True)
-class StreamTiming:
-    """How streams pace their output: keep-alive comments and token flushes, in seconds."""
-
-    keepalive: float
-    flush: float
-
-
-async def stream_timing(settings: SettingsDep) -> StreamTiming:
-    """Return the streams' pacing from the settings."""
-    return StreamTiming(settings.sse_keepalive_seconds, settings.sse_flush_ms / 1000)
-
-
-TimingDep = Annotated[StreamTiming, Depends(stream_timing)]
-
-
-def stream_location(thread_id: str, run_id: str) -> str:
-    """Return where a run's stream can be rejoined."""
-    return f"/v1/threads/{thread_id}/runs/{run_id}/stream"
-
-
-def _sse_response(
-    listener: Listener, timing: StreamTiming, on_close: Callable[[], object] | None = None
-) -> StreamingResponse:
-    return StreamingResponse(
-        sse_body(listener, timing.keepalive, timing.flush, on_close),
-        media_type=SSE_MEDIA_TYPE,
-        headers={
-            "Cache-Control": "no-cache",
-            "X-Accel-Buffering": "no",
-            "Location": stream_location(listener.thread_id, listener.run_id),
-        },
-    )
-
-
-_RUN_RESPONSES: dict[int | str, dict[str, Any]] = {
-    200: {
-        "description": "The run: an event stream (the default), or its `end` object when `Accept` prefers JSON.",
-        "model": RunEnd,
-        "headers": STREAM_HEADERS,
-        "content": {
-            "application/json": {"examples": examples.RUN_END},
-            SSE_MEDIA: {"schema": SSE_SCHEMA, "examples": examples.RUN_STREAM},
-        },
-    },
-    **v1_problems(404, 409, 429, 502, 504),
-}
-_REJOIN_RESPONSES: dict[int | str, dict[str, Any]] = {
-    200: {
-        "description": "The run's events from the `Last-Event-ID` offset on: `metadata`, the rest of the answer, "
-        "then `end` (or `error`).",
-        "headers": STREAM_HEADERS,
-        "content": {SSE_MEDIA: {"schema": SSE_SCHEMA, "examples": examples.REJOIN_STREAM}},
-    },
-    **v1_problems(404),
-}
-
-
-@router.post(
-    "/{thread_id}/runs",
-    response_model=None,
-    summary="Send the user's message: start a run",
-    responses=_RUN_RESPONSES,
+@router.delete(
+    "/{thread_id}",
+    summary="Delete a thread",
+    **no_content("Deleted, or there was nothing of the caller's to delete.", 409),
 )
-async def create_run(
-    thread_id: ThreadId,
-    body: Annotated[RunRequest, Body(openapi_examples=examples.RUN_REQUEST)],
-    caller: CallerDep,
-    runs: RunsDep,
-    timing: TimingDep,
-    accept: Annotated[
-        str | None,
-        Header(description="`text/event-stream` (the default, also `*/*`) or `application/json` to wait for `end`."),
-    ] = None,
-    traceparent: Annotated[
-        str | None,
-        Header(
-            description="W3C trace context of the backend's request (optional): with tracing on, the run's span "
-            "joins that trace. A malformed value is ignored."
-        ),
-    ] = None,
-    tracestate: Annotated[str | None, Header(description="W3C `tracestate`, passed on with `traceparent`.")] = None,
-) -> Response:
-    """Run the graph on the user's message; stream it (SSE) or answer with its `end` object."""
-    trace_parent = None
-    if traceparent:
-        trace_parent = {"traceparent": traceparent} | ({"tracestate": tracestate} if tracestate else {})
-    listener = await runs.start(thread_id, caller, body.message.content, trace_parent)
-    if wants_json(accept):
-        result = await listener.terminal()
-        location = {"Location": stream_location(thread_id, listener.run_id)}
-        if result.event == "end":
-            return JSONResponse(result.data, headers=location)
-        headers = location | Failure.from_problem(result.data).headers()
-        return JSONResponse(result.data, status_code=result.data["status"], media_type=PROBLEM_JSON, headers=headers)
-    return _sse_response(listener, timing)
-
-
-@router.get(
-    "/{thread_id}/runs/{run_id}/stream",
-    response_model=None,
-    response_class=StreamingResponse,
-    summary="Rejoin a run's event stream",
-    responses=_REJOIN_RESPONSES,
-)
-async def rejoin_run(
-    thread_id: ThreadId,
-    run_id: RunId,
-    caller: CallerDep,
-    runs: RunsDep,
-    records: RecordsDep,
-    timing: TimingDep,
-    last_event_id: Annotated[
-        str | None,
-        Header(
-            max_length=200,
-            description="`<run_id>:<offset>`, the last event id received; the answer is sent "
-            "from that offset on (from its start without the header).",
-        ),
-    ] = None,
-) -> Response:
-    """Rejoin a run's stream from the offset of `Last-Event-ID`: live, followed, or replayed."""
-    await check_thread_access(records.pool, thread_id, caller, must_exist=True)
-    if run_id == NOT_A_RUN:
-        raise run_not_found()
-    delivered = parse_last_event_id(last_event_id, run_id)
-    local = runs.local(thread_id, run_id)
-    if local is not None:
-        listener = local.listen(delivered)
-        return _sse_response(listener, timing, lambda: local.leave(listener))
-    replayed = await records.replay(thread_id, run_id)
-    if replayed is not None:
-        return _sse_response(replay_listener(run_id, thread_id, delivered, replayed), timing)
-    if not await records.exists(thread_id, run_id):
-        raise run_not_found()
-    listener, feeder = follower_listener(records, run_id, thread_id, delivered)
-    return _sse_response(listener, timing, feeder.cancel)
-
-
-@router.post(
-    "/{thread_id}/runs/{run_id}/cancel",
-    status_code=202,
-    response_model=None,
-    response_class=Response,
-    summary='Stop a run in flight ("stop generating")',
-    responses={
-        202: {
-            "description": "The run was in flight and is stopped: its stream (and every rejoin) ends with the "
-            "`cancelled` error (409) and the thread is free again. Answered once the thread is free (within a "
-            "second)."
-        },
-        **v1_problems(404, 409),
-    },
-)
-async def cancel_run(
-    thread_id: ThreadId, run_id: RunId, caller: CallerDep, runs: RunsDep, records: RecordsDep
-) -> Response:
-    """Stop the run's model call and end the run as `cancelled`, from any replica; 409 when it had already ended."""
+async def delete_thread(thread_id: ThreadId, caller: CallerDep, pool: PoolDep, locks: LocksDep) -> Response:
+    """Purge the thread's checkpoints, blobs, writes and feedback (204 even if absent)."""
+    owner = await thread_owner(pool, thread_id)
+    if owner is None or belongs_to_another(owner, caller):
+        # Nothing of the caller's to delete. Another caller's thread and a thread that does not
+        # exist end here alike, after the same one statement and without the thread's lock:
+        # neither the answer nor its timing tells them apart (docs/reliability.md), and another caller's
+        # refused request never makes the owner's runs meet a 409. A first run that holds the
+        # lock but has not written yet is a thread that does not exist yet: 204 (docs/api.md).
+        return Response(status_code=204)
+    lease = await locks.try_thread(thread_id)
+    if lease is None:
+        raise Problem(409, "a run is in flight on this thread")
     try:
-        await check_thread_access(records.pool, thread_id, caller, must_exist=True)
-        if run_id == NOT_A_RUN or not await records.exists(thread_id, run_id):
-            raise run_not_found()
-    except DATABASE_ERRORS:
-        raise database_problem() from None
-    if not await runs.cancel(thread_id, run_id):
-        raise Problem(409, "the run has already ended")
-    return Response(status_code=202)
+        # Again under the lock: the thread may have been deleted and begun again by another caller since.
+        if not belongs_to_another(await thread_owner(pool, thread_id), caller):
+            await delete_threads(pool, [thread_id])
+    finally:
+        await lease.release()
+    return Response(status_code=204)

@@ -1,4 +1,8 @@
-"""Request and response bodies of the thread endpoints."""
+"""Request bodies and path types of the thread endpoints (`ThreadId`, `RunId`).
+
+Their response bodies are in `chatbot/responses.py`: the typed client (`chatbot.client`), a
+feature that may import no other, parses answers into the same models.
+"""
 
 from __future__ import annotations
 

@@ -211,43 +211,19 @@ class GraphSpans(BaseCallbackHandler):
         self._models[run_id] = span
 
     def on_llm_end(
-        self,
-        response: LLMResult,
-        *,
-        run_id: UUID,
-        parent_run_id: UUID | None = None,
-        tags: list[str] | None = None,
-        **kwargs: Any,
+        self, response: LLMResult, *, run_id: UUID, parent_run_id: UUID | None = None, **kwargs: Any
     ) -> None:
         """Close a model call's span as done, with its token counts when the provider gave them."""
-        span = self._models.pop(run_id, None)
-        if span is None:
-            return
-        usage = _usage(response)
-        if usage is not None:
-            span.set_attribute("gen_ai.usage.input_tokens", int(usage.get("input_tokens", 0)))
-            span.set_attribute("gen_ai.usage.output_tokens", int(usage.get("output_tokens", 0)))
-        span.set_attribute("chatbot.status", "ok")
-        span.end()
+        usage = _usage(response) or {}
+        counts = {f"gen_ai.usage.{k}": int(usage.get(k, 0)) for k in ("input_tokens", "output_tokens")}
+        self._end_model(run_id, None, counts if usage else {})
 
     def on_llm_error(
-        self,
-        error: BaseException,
-        *,
-        run_id: UUID,
-        parent_run_id: UUID | None = None,
-        tags: list[str] | None = None,
-        **kwargs: Any,
+        self, error: BaseException, *, run_id: UUID, parent_run_id: UUID | None = None, **kwargs: Any
     ) -> None:
         """Close a model call's span as failed: the error's class and the provider's HTTP status."""
-        span = self._models.pop(run_id, None)
-        if span is None:
-            return
         status = http_status(error)
-        if status is not None:
-            span.set_attribute("http.response.status_code", status)
-        _mark(span, error)
-        span.end()
+        self._end_model(run_id, error, {} if status is None else {"http.response.status_code": status})
 
     def close(self, error: BaseException | None) -> None:
         """End every span still open (a cancelled run) and ignore whatever is reported later."""
@@ -257,15 +233,16 @@ class GraphSpans(BaseCallbackHandler):
         self._nodes.clear()
         self._node_by_namespace.clear()
         for span in left:
-            _mark(span, error or _Unfinished())
-            span.end()
+            _end(span, error or _Unfinished())
 
     def _end_node(self, run_id: UUID, error: BaseException | None) -> None:
-        span = self._nodes.pop(run_id, None)
-        if span is None:
-            return
-        _mark(span, error)
-        span.end()
+        _end(self._nodes.pop(run_id, None), error)
+
+    def _end_model(self, run_id: UUID, error: BaseException | None, attributes: dict[str, int]) -> None:
+        span = self._models.pop(run_id, None)
+        if span is not None:
+            span.set_attributes(attributes)
+        _end(span, error)
 
 
 class _Unfinished(Exception):
@@ -278,6 +255,13 @@ class _RecordedFailure(Exception):
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
+
+
+def _end(span: Span | None, error: BaseException | None) -> None:
+    """Mark and end a span that is still open (None: already closed, or never opened)."""
+    if span is not None:
+        _mark(span, error)
+        span.end()
 
 
 def _mark(span: Span, error: BaseException | None) -> None:

@@ -1,0 +1,29 @@
+"""The graph's retriever: the caller's tenant's knowledge chunks for a question, bounded in time."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any
+
+from langchain_core.embeddings import Embeddings
+
+from chatbot.caller import CallerContext
+from chatbot.db.pool import Pool
+from chatbot.retrieval.search import search_knowledge
+
+
+@dataclass(frozen=True)
+class KnowledgeRetriever:
+    """Search the knowledge base for the graph's `retrieve` node, as state-ready chunks."""
+
+    pool: Pool
+    timeout_seconds: float
+    """Bounded like a model's first token: an embeddings provider can hang too."""
+    embeddings: Embeddings | None = None
+
+    async def __call__(self, caller: CallerContext, query: str) -> list[dict[str, Any]]:
+        """Return the caller's tenant's most relevant chunks for `query`, best first."""
+        async with asyncio.timeout(self.timeout_seconds):
+            found = await search_knowledge(self.pool, caller, query, embeddings=self.embeddings)
+        return [c.to_state() for c in found]
