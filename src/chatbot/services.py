@@ -40,7 +40,7 @@ from chatbot.threads.cancel import CancelListener
 from chatbot.threads.deps import ThreadServices
 from chatbot.threads.ratelimit import RateLimiter
 from chatbot.threads.record import SystemPromptsTable
-from chatbot.threads.rejoin import RunRecords
+from chatbot.threads.rejoin import RunReplays
 from chatbot.threads.runs import RunService
 from chatbot.tracing import Tracing
 
@@ -60,7 +60,7 @@ class Services:
     graph: CompiledStateGraph[Any, Any, Any, Any]
     memory: MemoryWriter
     runs: RunService
-    run_records: RunRecords
+    run_replays: RunReplays
     cancels: CancelListener
     """Cancels decided on any replica reach the run's own: one LISTEN session, on the lock
     URL (a session feature), counted in the connection budget (config.py)."""
@@ -156,7 +156,7 @@ async def build_services(
         pool=pool,
         locks=locks,
         saver=saver,
-        run_records=RunRecords(pool, saver.serde),
+        run_replays=RunReplays(pool, saver.serde),
         store=store,
         retriever=retriever,
         graph=graph,

@@ -132,7 +132,7 @@ async def _runs(url: str, thread: str, other: str) -> dict[str, str]:
         response = await client.post(f"/v1/threads/{thread}/runs/{first}/feedback", json=feedback, headers=auth())
         assert response.status_code == 204
         # A follower on a replica that is not running the run: one replay and one poll.
-        await services_of(client).run_records.follow(thread, "0" * 8 + "-0000-4000-8000-" + "0" * 12)
+        await services_of(client).run_replays.follow(thread, "0" * 8 + "-0000-4000-8000-" + "0" * 12)
         await services_of(client).memory.drain(10)
     return {"run": first}
 

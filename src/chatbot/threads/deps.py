@@ -11,7 +11,7 @@ from typing import Annotated, Protocol
 from fastapi import Depends
 
 from chatbot.deps import service
-from chatbot.threads.rejoin import RunRecords
+from chatbot.threads.rejoin import RunReplays
 from chatbot.threads.runs import RunService
 
 
@@ -19,16 +19,16 @@ class ThreadServices(Protocol):
     """The part of the replica's services (`chatbot.services.Services`) this feature reads."""
 
     runs: RunService
-    run_records: RunRecords
+    run_replays: RunReplays
 
 
 def _runs(services: ThreadServices) -> RunService:
     return services.runs
 
 
-def _run_records(services: ThreadServices) -> RunRecords:
-    return services.run_records
+def _run_replays(services: ThreadServices) -> RunReplays:
+    return services.run_replays
 
 
 RunsDep = Annotated[RunService, Depends(service(_runs))]
-RecordsDep = Annotated[RunRecords, Depends(service(_run_records))]
+ReplaysDep = Annotated[RunReplays, Depends(service(_run_replays))]

@@ -140,10 +140,6 @@ class RunReplays:
             await asyncio.sleep(FOLLOW_POLL_SECONDS)
 
 
-RunRecords = RunReplays
-"""The former name, still imported by app.py and threads/deps.py; remove once they use `RunReplays`."""
-
-
 def _failure(serde: SerializerProtocol, row: dict[str, Any] | None) -> Failure:
     if row is None or row["blob"] is None:
         return INTERRUPTED

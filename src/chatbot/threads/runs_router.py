@@ -20,7 +20,7 @@ from chatbot.failures import Failure
 from chatbot.json_body import StrictJsonRoute
 from chatbot.openapi import SSE_MEDIA, SSE_SCHEMA, STREAM_HEADERS, json_as_returned, no_content, v1_problems
 from chatbot.responses import RunEnd, RunRecord
-from chatbot.threads.deps import RecordsDep, RunsDep
+from chatbot.threads.deps import ReplaysDep, RunsDep
 from chatbot.threads.feedback import run_exists, save_feedback
 from chatbot.threads.ownership import check_thread_access
 from chatbot.threads.record import read_run_record
@@ -146,7 +146,7 @@ async def rejoin_run(
     run_id: RunId,
     caller: CallerDep,
     runs: RunsDep,
-    records: RecordsDep,
+    replays: ReplaysDep,
     timing: TimingDep,
     last_event_id: Annotated[
         str | None,
@@ -158,7 +158,7 @@ async def rejoin_run(
     ] = None,
 ) -> Response:
     """Rejoin a run's stream from the offset of `Last-Event-ID`: live, followed, or replayed."""
-    await check_thread_access(records.pool, thread_id, caller, must_exist=True)
+    await check_thread_access(replays.pool, thread_id, caller, must_exist=True)
     if run_id == NOT_A_RUN:
         raise run_not_found()
     delivered = parse_last_event_id(last_event_id, run_id)
@@ -166,12 +166,12 @@ async def rejoin_run(
     if local is not None:
         listener = local.listen(delivered)
         return _sse_response(listener, timing, lambda: local.leave(listener))
-    replayed = await records.replay(thread_id, run_id)
+    replayed = await replays.replay(thread_id, run_id)
     if replayed is not None:
         return _sse_response(replay_listener(run_id, thread_id, delivered, replayed), timing)
-    if not await records.exists(thread_id, run_id):
+    if not await replays.exists(thread_id, run_id):
         raise run_not_found()
-    listener, feeder = follower_listener(records, run_id, thread_id, delivered)
+    listener, feeder = follower_listener(replays, run_id, thread_id, delivered)
     return _sse_response(listener, timing, feeder.cancel)
 
 
@@ -191,12 +191,12 @@ async def rejoin_run(
     },
 )
 async def cancel_run(
-    thread_id: ThreadId, run_id: RunId, caller: CallerDep, runs: RunsDep, records: RecordsDep
+    thread_id: ThreadId, run_id: RunId, caller: CallerDep, runs: RunsDep, replays: ReplaysDep
 ) -> Response:
     """Stop the run's model call and end the run as `cancelled`, from any replica; 409 when it had already ended."""
     try:
-        await check_thread_access(records.pool, thread_id, caller, must_exist=True)
-        if run_id == NOT_A_RUN or not await records.exists(thread_id, run_id):
+        await check_thread_access(replays.pool, thread_id, caller, must_exist=True)
+        if run_id == NOT_A_RUN or not await replays.exists(thread_id, run_id):
             raise run_not_found()
     except DATABASE_ERRORS:
         raise database_problem() from None
