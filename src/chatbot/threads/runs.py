@@ -30,6 +30,7 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
 from typing import Any, cast
 
 import psycopg
@@ -79,34 +80,24 @@ def failure_of(exc: BaseException) -> Failure:
     return Failure("internal")
 
 
+@dataclass(kw_only=True, eq=False)
 class RunService:
     """Start runs on threads, one at a time per thread, across every replica."""
 
-    def __init__(
-        self,
-        *,
-        pool: Pool,
-        locks: Locks,
-        graph: CompiledStateGraph[Any, Any, Any, Any],
-        limiter: RateLimiter,
-        max_in_flight: int = 1000,
-        tracing: Tracing = NO_TRACING,
-        model: str | None = None,
-    ) -> None:
-        self.pool = pool
-        self.locks = locks
-        self.graph = graph
-        self.limiter = limiter
-        self.max_in_flight = max_in_flight
-        self.tracing = tracing
-        self.model = model
-        """The configured model, named in a cancelled run's record."""
-        self._starting = 0
-        self._runs: dict[str, RunStream] = {}
-        self._tasks: set[asyncio.Task[None]] = set()
-        # Runs whose graph is still executing, by run id: a cancel may still cancel their task.
-        self._graphs: dict[str, asyncio.Task[None]] = {}
-        self._cancelled: set[str] = set()
+    pool: Pool
+    locks: Locks
+    graph: CompiledStateGraph[Any, Any, Any, Any]
+    limiter: RateLimiter
+    max_in_flight: int = 1000
+    tracing: Tracing = NO_TRACING
+    model: str | None = None
+    """The configured model, named in a cancelled run's record."""
+    _starting: int = field(default=0, init=False)
+    _runs: dict[str, RunStream] = field(default_factory=dict, init=False)
+    _tasks: set[asyncio.Task[None]] = field(default_factory=set, init=False)
+    _graphs: dict[str, asyncio.Task[None]] = field(default_factory=dict, init=False)
+    """Runs whose graph is still executing, by run id: a cancel may still cancel their task."""
+    _cancelled: set[str] = field(default_factory=set, init=False)
 
     @property
     def in_flight(self) -> int:
