@@ -18,10 +18,14 @@ neither holds: old and new side by side in one run, under the same load.
 The client is measurement apparatus and is kept cheap, since it shares the cores it
 measures: it reads each response's raw bytes and looks for the `event: token`, `event: end`
 and `event: error` lines (a name cut between two reads is still seen), never parsing an
-event's JSON. The first read holding a token line is the time to first token.
+event's JSON. The first read holding a token line is the time to first token. By default
+(`--client raw`) each run is one HTTP/1.1 request written on a connection of its own
+(`Connection: close`) and read with asyncio's streams, about half of httpx's CPU per
+run; `--client httpx` sends them through httpx as the earlier figures did.
 
     .venv/bin/python -m bench.capacity [--seconds 60] [--start 2] [--step 2] [--path json_schema]
         [--baseline REV]   # also REV's src/, rate by rate beside this tree's
+        [--client raw|httpx]
 
 Uses CHATBOT_DATABASE_URL (migrated here) or an embedded Postgres in a temp dir.
 """
@@ -118,40 +122,93 @@ def sockets(pid: int) -> int:
     return count
 
 
-async def one_run(client: httpx.AsyncClient, settings: Settings, first_byte: float, result: Rate,
-                  live: list[int]) -> None:  # fmt: skip
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    """Where the replica listens, and how this client talks to it."""
+
+    host: str
+    port: int
+    client: httpx.AsyncClient
+    raw: bool
+
+
+async def one_run(endpoint: Endpoint, settings: Settings, first_byte: float, result: Rate, live: list[int]) -> None:
     """Run one question on a fresh thread; record its first-token overhead or its failure."""
     question, locale = QUESTIONS["fa"]
     user = f"cap-{uuid.uuid4().hex[:10]}"
     token = mint_token(settings, tenant=TENANT, user=user, locale=locale, ttl=3600)
-    headers = {"Authorization": f"Bearer {token}", "Accept": "text/event-stream"}
+    path = f"/v1/threads/t-{user}/runs"
+    body = json.dumps({"message": {"content": question}}).encode()
     live[0] += 1
     result.peak_runs = max(result.peak_runs, live[0])
     started = time.perf_counter()
-    first: float | None = None
-    ended = errored = False
-    tail = b""
     try:
-        async with client.stream("POST", f"/v1/threads/t-{user}/runs", json={"message": {"content": question}},
-                                 headers=headers) as response:  # fmt: skip
-            async for chunk in response.aiter_raw():
-                window = tail + chunk  # an event name cut between two chunks is still seen
-                if first is None and b"event: token" in window:
-                    first = time.perf_counter() - started
-                ended = ended or b"event: end" in window
-                errored = errored or b"event: error" in window
-                tail = window[-16:]
-        if response.status_code != 200 or errored or not ended or first is None:
+        read = _raw_run if endpoint.raw else _httpx_run
+        status, first, ended, errored = await read(endpoint, path, token, body, started)
+        if status != 200 or errored or not ended or first is None:
             result.failed += 1
         else:
             result.overheads.append((first - first_byte) * 1000)
-    except httpx.HTTPError:
+    except (httpx.HTTPError, OSError, ValueError):
         result.failed += 1
     finally:
         live[0] -= 1
 
 
-async def at_rate(client: httpx.AsyncClient, settings: Settings, pid: int, rate: float, seconds: float,
+class _Scan:
+    """Notes the first token, the end and an error in a response's bytes, without parsing events."""
+
+    def __init__(self, started: float) -> None:
+        self.started = started
+        self.first: float | None = None
+        self.ended = self.errored = False
+        self._tail = b""
+
+    def feed(self, chunk: bytes) -> None:
+        window = self._tail + chunk  # an event name cut between two reads is still seen
+        if self.first is None and b"event: token" in window:
+            self.first = time.perf_counter() - self.started
+        self.ended = self.ended or b"event: end" in window
+        self.errored = self.errored or b"event: error" in window
+        self._tail = window[-16:]
+
+
+async def _httpx_run(endpoint: Endpoint, path: str, token: str, body: bytes,
+                     started: float) -> tuple[int, float | None, bool, bool]:  # fmt: skip
+    """Send the run through httpx (`--client httpx`, the client of the earlier figures)."""
+    scan = _Scan(started)
+    headers = {"Authorization": f"Bearer {token}", "Accept": "text/event-stream", "Content-Type": "application/json"}
+    async with endpoint.client.stream("POST", path, content=body, headers=headers) as response:
+        async for chunk in response.aiter_raw():
+            scan.feed(chunk)
+    return response.status_code, scan.first, scan.ended, scan.errored
+
+
+async def _raw_run(endpoint: Endpoint, path: str, token: str, body: bytes,
+                   started: float) -> tuple[int, float | None, bool, bool]:  # fmt: skip
+    """Send the run on a connection of its own and read the bytes until the replica closes it.
+
+    `Connection: close` ends the response with the connection, so the chunked framing need
+    not be read: each SSE flush is one chunk, so no event name is cut by a chunk header.
+    """
+    scan = _Scan(started)
+    reader, writer = await asyncio.open_connection(endpoint.host, endpoint.port)
+    try:
+        writer.write(
+            f"POST {path} HTTP/1.1\r\nHost: {endpoint.host}:{endpoint.port}\r\nAuthorization: Bearer {token}\r\n"
+            f"Accept: text/event-stream\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n"
+            "Connection: close\r\n\r\n".encode()
+            + body
+        )
+        status = int((await reader.readline()).split()[1])
+        while chunk := await reader.read(65536):
+            scan.feed(chunk)
+    finally:
+        writer.close()
+    return status, scan.first, scan.ended, scan.errored
+
+
+async def at_rate(endpoint: Endpoint, settings: Settings, pid: int, rate: float, seconds: float,
                   first_byte: float, rng: random.Random, double_pid: int) -> Rate:  # fmt: skip
     """Send Poisson arrivals at `rate` for `seconds`; wait for every run to end."""
     result = Rate(rate)
@@ -167,7 +224,7 @@ async def at_rate(client: httpx.AsyncClient, settings: Settings, pid: int, rate:
 
     sampler = asyncio.create_task(sample())
     while time.monotonic() < end:
-        tasks.append(asyncio.create_task(one_run(client, settings, first_byte, result, live)))
+        tasks.append(asyncio.create_task(one_run(endpoint, settings, first_byte, result, live)))
         await asyncio.sleep(rng.expovariate(rate))
     await asyncio.gather(*tasks)
     sampler.cancel()
@@ -205,7 +262,7 @@ class Target:
 
     label: str
     pid: int
-    client: httpx.AsyncClient
+    endpoint: Endpoint
     best: Rate | None = None
     done: bool = False
 
@@ -245,10 +302,12 @@ async def main(args: argparse.Namespace, port: int, double_pid: int, old_src: Pa
         for label, tree_env in trees:
             base = await stack.enter_async_context(server(url, secret, **tree_env))  # type: ignore[arg-type]
             client = await stack.enter_async_context(httpx.AsyncClient(base_url=base, timeout=120, limits=limits))
-            targets.append(Target(label, SERVER_PIDS[base], client))
+            address = httpx.URL(base)
+            endpoint = Endpoint(address.host, address.port or 80, client, raw=args.client == "raw")
+            targets.append(Target(label, SERVER_PIDS[base], endpoint))
         rng = random.Random(8)
         for target in targets:
-            await at_rate(target.client, settings, target.pid, 2, 3, first_byte, rng, double_pid)  # warm
+            await at_rate(target.endpoint, settings, target.pid, 2, 3, first_byte, rng, double_pid)  # warm
         print(
             f"{args.path}, {args.chars} Persian chars, a piece every {args.piece_ms:g} ms, first byte at "
             f"{args.first_byte_ms:g} ms, first answer character at {first_byte * 1000:.0f} ms (subtracted), "
@@ -266,7 +325,7 @@ async def main(args: argparse.Namespace, port: int, double_pid: int, old_src: Pa
             for target in order:
                 if target.done:
                     continue
-                result = await at_rate(target.client, settings, target.pid, rate, args.seconds, first_byte, rng,
+                result = await at_rate(target.endpoint, settings, target.pid, rate, args.seconds, first_byte, rng,
                                        double_pid)  # fmt: skip
                 print(
                     f"{target.label:>12} {rate:7.1f} {result.started:5d} {result.failed:6d} {result.p(0.5):14.1f} "
@@ -305,6 +364,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--chars", type=int, default=1500)
     parser.add_argument("--piece-ms", type=float, default=30.0)
     parser.add_argument("--first-byte-ms", type=float, default=200.0)
+    parser.add_argument("--client", default="raw", choices=["raw", "httpx"], help="how runs are sent and read")
     parser.add_argument("--baseline", default=None, help="a git revision: measure its src/ too, rate by rate")
     parser.add_argument("--serve-double", action="store_true", help=argparse.SUPPRESS)
     return parser.parse_args()
