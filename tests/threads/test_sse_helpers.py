@@ -7,12 +7,16 @@ negotiation (q-values, wildcards, malformed parameters), which a substring test 
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import pytest
 
+from chatbot.agent.outcome import GraphOutcome, StageProgress, Token
+from chatbot.failures import Failure
+from chatbot.threads.runs import end_event
 from chatbot.threads.sse import SSE_MEDIA_TYPE, _quality, coalesce, encode_events, wants_json
-from chatbot.threads.stream import Listener, StreamEvent
+from chatbot.threads.stream import Listener, RunStream, StreamEvent
 
 
 @pytest.mark.parametrize(
@@ -135,3 +139,63 @@ def test_progress_reaches_only_the_listener_that_asked_and_other_events_always_d
     assert [e.event for e in _queued(quiet)] == ["metadata", "end"]
     assert [e.event for e in _queued(starter)] == ["metadata", "progress", "end"]
     assert quiet.delivered == starter.delivered == 0
+
+
+def test_every_event_is_built_in_the_wire_format_of_the_contract() -> None:
+    outcome = GraphOutcome("escalate", answer="hi", message_id="m1", citations=["c1"], handoff_context={"reason": "x"})
+    run = RunStream("r", "t")
+    starter = run.listen(from_start=True)
+    run.publish(StageProgress("retrieval", status="started"))
+    run.publish(StageProgress("retrieval", chunks=2))
+    run.publish(Token("سل"))
+    run.publish(Token("ام"))
+    run.end(outcome)
+    assert [(e.event, e.data, e.offset) for e in _queued(starter)] == [
+        ("metadata", {"run_id": "r", "thread_id": "t"}, 0),
+        ("progress", {"stage": "retrieval", "status": "started"}, 0),
+        ("progress", {"stage": "retrieval", "chunks": 2}, 0),
+        ("token", {"content": "سل"}, 2),
+        ("token", {"content": "ام"}, 4),
+        (
+            "end",
+            {
+                "run_id": "r",
+                "thread_id": "t",
+                "status": "escalate",
+                "message": {"id": "m1", "content": "hi"},
+                "citations": ["c1"],
+                "handoff_context": {"reason": "x"},
+            },
+            4,
+        ),
+    ]
+    failed = RunStream("r2", "t")
+    listener = failed.listen()
+    failed.fail(Failure("model_timeout"))
+    assert _queued(listener)[-1] == StreamEvent("error", Failure("model_timeout").problem(), 0)
+    # A replayed run's end (threads/rejoin.py) is the same event, read from the stored outcome.
+    assert end_event("r", "t", outcome.stored(), "hi") == _queued(run.listen())[-1].data
+
+
+async def test_held_tokens_wait_for_the_flush_and_a_terminal_event_ends_the_hold_at_once() -> None:
+    listener = Listener("r", "t", delivered=0, progress=False)
+    listener.offer(_token("a", 1))
+    batch = await listener.next_batch()
+
+    async def later() -> None:
+        await asyncio.sleep(0)
+        listener.offer(_token("b", 2))
+        listener.offer(_token("c", 3))
+
+    feeder = asyncio.create_task(later())
+    # Only tokens arrive: the hold lasts its whole time and takes them all.
+    held = await listener.hold(batch, 0.05)
+    await feeder
+    assert [e.data["content"] for e in held] == ["a", "b", "c"]
+
+    listener.offer(_token("d", 4))
+    batch = await listener.next_batch()
+    asyncio.get_running_loop().call_soon(listener.offer, StreamEvent("end", {}, 4))
+    # The end is never held: it ends an hour's hold (wait_for only keeps a broken hold from hanging).
+    held = await asyncio.wait_for(listener.hold(batch, 3600), 10)
+    assert [e.event for e in held] == ["token", "end"]

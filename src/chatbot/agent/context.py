@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from chatbot.agent.outcome import EventSink
 from chatbot.caller import CallerContext
 
 
@@ -34,6 +35,9 @@ class Context:
     scratch: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
     """Working memory of this run's nodes, never persisted: the retrieved chunks' text goes
     from `retrieve` to `generate` here, so no checkpoint (nor a failed run's writes) holds it."""
+
+    events: EventSink | None = field(default=None, compare=False, repr=False)
+    """Where the run's events go as they happen (agent/outcome.py); None: the graph's custom stream."""
 
     @property
     def caller(self) -> CallerContext:

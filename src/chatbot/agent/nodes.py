@@ -15,6 +15,7 @@ from chatbot import metrics
 from chatbot.agent.collaborators import AgentDeps
 from chatbot.agent.context import Context
 from chatbot.agent.modelcall import ModelAnswer, ModelFailure, TimeLimits, ask_model
+from chatbot.agent.outcome import EventSink, GraphOutcome, StageProgress, Token, custom_stream_sink
 from chatbot.agent.prompts import system_prompt
 from chatbot.agent.record import chunk_refs, chunk_versions, prompt_sha256, shortened_parts, window_by_ids
 from chatbot.agent.state import (
@@ -22,12 +23,12 @@ from chatbot.agent.state import (
     META_KEY,
     WINDOW_HISTORY,
     ConversationState,
-    Outcome,
 )
 from chatbot.agent.summary import fold_summary, messages_to_fold, offline_summary
 from chatbot.agent.tokens import token_counter_for
 from chatbot.agent.window import Window, WindowInputs, build_window
 from chatbot.db.run_record import RecordedRun
+from chatbot.failures import Failure
 from chatbot.memory.extraction import MemoryCandidates, extract_offline
 from chatbot.memory.jobs import MemoryJob
 from chatbot.memory.namespaces import PROFILE_KEY, facts_namespace, profile_namespace, user_prefix
@@ -76,11 +77,11 @@ class Nodes:
 
     async def retrieve(self, state: ConversationState, runtime: Runtime[Context]) -> dict[str, Any]:
         """Find this turn's knowledge chunks for the user's question."""
-        writer = get_stream_writer()
-        writer({"event": "progress", "data": {"stage": "retrieval", "status": "started"}})
+        emit = _events(runtime.context)
+        emit(StageProgress("retrieval", status="started"))
         question = str(state["messages"][-1].text)
         chunks = [dict(c) for c in await self.deps.retriever(runtime.context.caller, question)]
-        writer({"event": "progress", "data": {"stage": "retrieval", "chunks": len(chunks)}})
+        emit(StageProgress("retrieval", chunks=len(chunks)))
         # The text stays in this run's memory; state (and so any checkpoint) gets ids only.
         runtime.context.scratch["chunks"] = chunks
         refs = chunk_refs(chunks)
@@ -119,7 +120,7 @@ class Nodes:
                 unanswered_streak=streak,
                 memory_request=_memory_request(candidates),
             )
-            await self._stream_offline(reply.content)
+            await self._stream_offline(reply.content, _events(ctx))
             self._usage(ctx).append(Usage("answer", model))
         else:
             try:
@@ -140,14 +141,15 @@ class Nodes:
                 }
             },
         )
-        outcome: Outcome = {
-            "status": reply.status,
-            "message_id": str(answer.id),
-            "citations": reply.citations,
-            "handoff_context": self._handoff(reply, state, question, summary, ctx.language)
+        outcome = GraphOutcome(
+            reply.status,
+            answer=reply.content,
+            message_id=str(answer.id),
+            citations=reply.citations,
+            handoff_context=self._handoff(reply, state, question, summary, ctx.language)
             if reply.status == "escalate"
             else None,
-        }
+        )
         ending = RecordedRun(
             ctx.run_id, status=reply.status, model=model, answer_id=str(answer.id), usage=self._usage_record(ctx)
         )
@@ -156,7 +158,7 @@ class Nodes:
             "turns": turns,
             "messages": [answer],
             "turn": [question, answer],
-            "outcome": outcome,
+            "outcome": outcome.stored(),
             "record": record,
             "unanswered_streak": 0 if reply.status == "answered" else streak + 1,
         }
@@ -180,10 +182,7 @@ class Nodes:
         """
         self._usage(ctx).extend(failure.usage)
         ctx.scratch["failure"] = failure
-        outcome: Outcome = {
-            "status": "error",
-            "failure": {"reason": failure.reason, "retry_after": failure.retry_after},
-        }
+        outcome = GraphOutcome("error", failure=Failure(failure.reason, failure.retry_after))
         ending = RecordedRun(
             ctx.run_id,
             status="error",
@@ -195,7 +194,7 @@ class Nodes:
         )
         return {
             "turns": turns,
-            "outcome": outcome,
+            "outcome": outcome.stored(),
             "record": self._record(ctx, ending, question, window, prompt_sha, chunks, history),
         }
 
@@ -345,16 +344,15 @@ class Nodes:
             metrics.WINDOW_SHORTENED.labels("question").inc()
         return window
 
-    async def _stream_offline(self, content: str) -> None:
-        writer = get_stream_writer()
+    async def _stream_offline(self, content: str, emit: EventSink) -> None:
         delay = self.settings.offline_token_delay_ms / 1000
         for piece in split_tokens(content):
-            writer({"event": "token", "data": {"content": piece}})
+            emit(Token(piece))
             if delay:
                 await asyncio.sleep(delay)
 
     async def _ask_model(self, window: Window, chunks: list[dict[str, Any]], ctx: Context) -> ModelAnswer:
-        writer = get_stream_writer()
+        emit = _events(ctx)
         settings = self.settings
         return await ask_model(
             self.deps.answer_chain(),
@@ -366,7 +364,7 @@ class Nodes:
                 idle=settings.model_idle_timeout_seconds,
                 total=settings.model_timeout_seconds,
             ),
-            on_delta=lambda delta: writer({"event": "token", "data": {"content": delta}}),
+            on_delta=lambda delta: emit(Token(delta)),
         )
 
     def _handoff(
@@ -382,6 +380,11 @@ class Nodes:
                 {"role": "user" if isinstance(m, HumanMessage) else "assistant", "content": str(m.text)} for m in recent
             ],
         }
+
+
+def _events(ctx: Context) -> EventSink:
+    """Return where this run's events go: the caller's sink, else the graph's custom stream."""
+    return ctx.events if ctx.events is not None else custom_stream_sink(get_stream_writer())
 
 
 def _memory_request(candidates: MemoryCandidates) -> MemoryRequest | None:

@@ -24,6 +24,7 @@ from chatbot.agent.collaborators import AgentDeps
 from chatbot.agent.context import Context
 from chatbot.agent.graph import build_graph
 from chatbot.agent.modelcall import ModelFailure
+from chatbot.agent.outcome import GraphEvent, GraphOutcome, Token, outcome_of
 from chatbot.agent.state import ConversationState
 from chatbot.caller import CallerContext
 from chatbot.config import Settings
@@ -121,45 +122,51 @@ async def run_case(
     if case.window is not None and case.window.summary:
         state["summary"] = case.window.summary
     thread_id = f"eval-{uuid.uuid4()}"
-    context = Context(
-        tenant_id=tenant_id, user_id=EVAL_USER, locale=case.locale, run_id=str(uuid.uuid4()), thread_id=thread_id
-    )
     started = time.perf_counter()
-    first_token: float | None = None
-    outcome: dict[str, Any] = {}
-    answer: str | None = None
+    first_token: list[float] = []
+
+    def on_event(event: GraphEvent) -> None:
+        if not first_token and isinstance(event, Token):
+            first_token.append(time.perf_counter())
+
+    context = Context(
+        tenant_id=tenant_id,
+        user_id=EVAL_USER,
+        locale=case.locale,
+        run_id=str(uuid.uuid4()),
+        thread_id=thread_id,
+        events=on_event,
+    )
+    outcome: GraphOutcome | None = None
     error: str | None = None
     try:
         config: RunnableConfig = {"configurable": {"thread_id": thread_id}}
-        events = graph.astream(state, config, context=context, stream_mode=["custom", "updates"])
-        async for mode, chunk in cast(AsyncIterator[tuple[str, dict[str, Any]]], events):
-            if mode == "custom":
-                if first_token is None and chunk.get("event") == "token":
-                    first_token = time.perf_counter()
-            elif "generate" in chunk:
-                outcome = chunk["generate"].get("outcome") or {}
-                messages = chunk["generate"].get("messages") or []
-                answer = str(messages[0].text) if messages else None
+        events = graph.astream(state, config, context=context, stream_mode="updates")
+        async for update in cast(AsyncIterator[dict[str, Any]], events):
+            outcome = outcome_of(update) or outcome
     except asyncio.CancelledError:
         raise
     except Exception as exc:  # a failed case is reported; the evaluation goes on
         error = failure_of(exc).reason
-        outcome = {"status": "error"}
     elapsed = time.perf_counter() - started
-    status = str(outcome.get("status") or "error")
-    if status == "error" and error is None:
-        failure = context.scratch.get("failure")
-        error = str((outcome.get("failure") or {}).get("reason") or "internal")
-        if isinstance(failure, ModelFailure) and failure.shown:
-            answer = failure.shown
+    answer: str | None = outcome.answer if outcome is not None and outcome.failure is None else None
+    if error is not None or outcome is None or outcome.failure is not None:
+        status = "error"
+        if error is None:
+            error = outcome.failure.reason if outcome is not None and outcome.failure is not None else "internal"
+            failure = context.scratch.get("failure")
+            if isinstance(failure, ModelFailure) and failure.shown:
+                answer = failure.shown
+    else:
+        status = outcome.status
     return CaseResult(
         case_id=case.id,
         model=candidate.name,
         status=status,
-        citations=[str(c) for c in outcome.get("citations") or []],
+        citations=[str(c) for c in outcome.citations] if outcome is not None and error is None else [],
         answer=answer,
         error=error,
         latency_ms=round(elapsed * 1000, 1),
-        ttft_ms=None if first_token is None else round((first_token - started) * 1000, 1),
+        ttft_ms=round((first_token[0] - started) * 1000, 1) if first_token else None,
         usage=list(context.scratch.get("usage") or []),
     )

@@ -14,7 +14,8 @@ from `open_stream`: the caller reads it through LangChain.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -80,6 +81,41 @@ async def _data_lines(response: Any) -> AsyncIterator[tuple[str | None, str]]:
         yield event, "\n".join(data)
 
 
+@dataclass(frozen=True, slots=True)
+class _Errors:
+    """One SDK's exceptions, and LangChain's mapping of them (what its chat model would raise)."""
+
+    api_error: type[Exception]
+    bad_request: type[Exception]
+    connection_error: Callable[..., Exception]
+    on_bad_request: Callable[[Any], None]
+    on_api_error: Callable[[Any], None]
+
+
+@contextmanager
+def _request_errors(errors: _Errors) -> Iterator[None]:
+    """Map the SDK's status errors as LangChain's model does (its exception classes, same causes)."""
+    try:
+        yield
+    except errors.bad_request as exc:
+        errors.on_bad_request(exc)
+        raise
+    except errors.api_error as exc:
+        errors.on_api_error(exc)
+        raise
+
+
+@contextmanager
+def _body_errors(errors: _Errors, request: Any) -> Iterator[None]:
+    """Raise what is not already the SDK's error while reading the body as its connection error."""
+    try:
+        yield
+    except errors.api_error:
+        raise
+    except Exception as exc:  # a dropped connection or a garbled body
+        raise errors.connection_error(request=request) from exc
+
+
 # -- OpenAI Chat Completions ----------------------------------------------------------------
 
 
@@ -101,11 +137,19 @@ def _openai(model: Any, messages: Sequence[BaseMessage], schema: dict[str, Any],
     payload = model._get_request_payload(list(messages), **kwargs)
     tools = method == "tools"
 
+    errors = _Errors(
+        openai.APIError,
+        openai.BadRequestError,
+        openai.APIConnectionError,
+        lc_openai._handle_openai_bad_request,
+        lc_openai._handle_openai_api_error,
+    )
+
     async def read(progress: Progress) -> AsyncGenerator[str, None]:
-        try:
+        with _request_errors(errors):
             async with model.async_client.with_streaming_response.create(**payload) as response:
                 http = response.http_response
-                try:
+                with _body_errors(errors, http.request):
                     async for _, data in _data_lines(http):
                         if data.startswith("[DONE]"):
                             break
@@ -119,16 +163,6 @@ def _openai(model: Any, messages: Sequence[BaseMessage], schema: dict[str, Any],
                                 body=error,
                             )
                         yield _openai_chunk(chunk, tools, progress)
-                except openai.APIError:
-                    raise
-                except Exception as exc:  # a dropped connection or a garbled body
-                    raise openai.APIConnectionError(request=http.request) from exc
-        except openai.BadRequestError as exc:
-            lc_openai._handle_openai_bad_request(exc)
-            raise
-        except openai.APIError as exc:
-            lc_openai._handle_openai_api_error(exc)
-            raise
 
     return read
 
@@ -175,12 +209,20 @@ def _anthropic(model: Any, messages: Sequence[BaseMessage], schema: dict[str, An
     client = model._async_client
     endpoint = client.beta.messages if "betas" in payload else client.messages
 
+    errors = _Errors(
+        anthropic.APIError,
+        anthropic.BadRequestError,
+        anthropic.APIConnectionError,
+        lc_anthropic._handle_anthropic_bad_request,
+        lc_anthropic._handle_anthropic_api_error,
+    )
+
     async def read(progress: Progress) -> AsyncGenerator[str, None]:
-        try:
+        with _request_errors(errors):
             async with endpoint.with_streaming_response.create(**payload) as response:
                 http = response.http_response
                 started: dict[str, Any] = {}
-                try:
+                with _body_errors(errors, http.request):
                     async for event, data in _data_lines(http):
                         if event is None or event == "ping":
                             continue
@@ -191,16 +233,6 @@ def _anthropic(model: Any, messages: Sequence[BaseMessage], schema: dict[str, An
                                 body = data
                             raise client._make_status_error(str(body), body=body, response=http)
                         yield _anthropic_event(json.loads(data), started, progress)
-                except anthropic.APIError:
-                    raise
-                except Exception as exc:  # a dropped connection or a garbled body
-                    raise anthropic.APIConnectionError(request=http.request) from exc
-        except anthropic.BadRequestError as exc:
-            lc_anthropic._handle_anthropic_bad_request(exc)
-            raise
-        except anthropic.APIError as exc:
-            lc_anthropic._handle_anthropic_api_error(exc)
-            raise
 
     return read
 

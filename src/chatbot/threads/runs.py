@@ -30,6 +30,7 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
 from typing import Any, cast
 
 import psycopg
@@ -42,6 +43,7 @@ from psycopg_pool import PoolTimeout
 from chatbot import metrics
 from chatbot.agent.context import Context
 from chatbot.agent.modelcall import ModelFailure
+from chatbot.agent.outcome import GraphEvent, GraphOutcome, Token, outcome_of
 from chatbot.agent.record import chunk_versions
 from chatbot.agent.state import META_KEY, user_turn
 from chatbot.caller import CallerContext
@@ -56,7 +58,7 @@ from chatbot.threads import cancel
 from chatbot.threads.deletion import forget_unwritten_thread
 from chatbot.threads.ownership import check_thread_access
 from chatbot.threads.ratelimit import RateLimiter
-from chatbot.threads.stream import Listener, RunStream
+from chatbot.threads.stream import Listener, RunStream, end_data
 from chatbot.timestamps import now_rfc3339
 from chatbot.tracing import NO_TRACING, Tracing
 
@@ -79,34 +81,24 @@ def failure_of(exc: BaseException) -> Failure:
     return Failure("internal")
 
 
+@dataclass(kw_only=True, eq=False)
 class RunService:
     """Start runs on threads, one at a time per thread, across every replica."""
 
-    def __init__(
-        self,
-        *,
-        pool: Pool,
-        locks: Locks,
-        graph: CompiledStateGraph[Any, Any, Any, Any],
-        limiter: RateLimiter,
-        max_in_flight: int = 1000,
-        tracing: Tracing = NO_TRACING,
-        model: str | None = None,
-    ) -> None:
-        self.pool = pool
-        self.locks = locks
-        self.graph = graph
-        self.limiter = limiter
-        self.max_in_flight = max_in_flight
-        self.tracing = tracing
-        self.model = model
-        """The configured model, named in a cancelled run's record."""
-        self._starting = 0
-        self._runs: dict[str, RunStream] = {}
-        self._tasks: set[asyncio.Task[None]] = set()
-        # Runs whose graph is still executing, by run id: a cancel may still cancel their task.
-        self._graphs: dict[str, asyncio.Task[None]] = {}
-        self._cancelled: set[str] = set()
+    pool: Pool
+    locks: Locks
+    graph: CompiledStateGraph[Any, Any, Any, Any]
+    limiter: RateLimiter
+    max_in_flight: int = 1000
+    tracing: Tracing = NO_TRACING
+    model: str | None = None
+    """The configured model, named in a cancelled run's record."""
+    _starting: int = field(default=0, init=False)
+    _runs: dict[str, RunStream] = field(default_factory=dict, init=False)
+    _tasks: set[asyncio.Task[None]] = field(default_factory=set, init=False)
+    _graphs: dict[str, asyncio.Task[None]] = field(default_factory=dict, init=False)
+    """Runs whose graph is still executing, by run id: a cancel may still cancel their task."""
+    _cancelled: set[str] = field(default_factory=set, init=False)
 
     @property
     def in_flight(self) -> int:
@@ -262,8 +254,8 @@ class RunService:
         trace_parent: Mapping[str, str] | None = None,
     ) -> None:
         started = time.perf_counter()
-        first_token: float | None = None
-        terminal: tuple[str, dict[str, Any]] | None = None
+        sink = _RunSink(stream, started)
+        terminal: GraphOutcome | Failure | None = None
         status = "error"
         context = Context(
             tenant_id=caller.tenant_id,
@@ -271,6 +263,7 @@ class RunService:
             locale=caller.locale,
             run_id=stream.run_id,
             thread_id=stream.thread_id,
+            events=sink,
         )
         failure: BaseException | None = None
         trace = self.tracing.start_run(
@@ -279,29 +272,20 @@ class RunService:
         traced = trace.configure(config)
         user_cancelled = False
         try:
-            outcome: dict[str, Any] = {}
-            content = ""
-            events = self.graph.astream(
-                None, traced, context=context, stream_mode=["custom", "updates"], durability="exit"
-            )
-            async for mode, chunk in cast(AsyncIterator[tuple[str, dict[str, Any]]], events):
-                if mode == "custom":
-                    if first_token is None and chunk["event"] == "token":
-                        first_token = time.perf_counter()
-                        metrics.RUN_TTFT_SECONDS.observe(first_token - started)
-                    stream.publish(chunk["event"], chunk["data"])
-                elif "generate" in chunk:
-                    outcome = chunk["generate"]["outcome"]
-                    messages = chunk["generate"].get("messages") or []
-                    content = str(messages[0].text) if messages else ""
+            outcome: GraphOutcome | None = None
+            events = self.graph.astream(None, traced, context=context, stream_mode="updates", durability="exit")
+            async for update in cast(AsyncIterator[dict[str, Any]], events):
+                outcome = outcome_of(update) or outcome
             self._graphs.pop(stream.run_id, None)  # over: a cancel can no longer cancel it
-            if outcome["status"] == "error":
+            if outcome is None:
+                raise RuntimeError("the graph ended without an outcome")
+            if outcome.failure is not None:
                 # The model failed and the graph recorded it (agent/nodes.py): a typed outcome.
                 failure = context.scratch.get("failure")
-                terminal = ("error", Failure.from_problem(outcome.get("failure") or {}).problem())
+                terminal = outcome.failure
             else:
-                status = outcome["status"]
-                terminal = ("end", end_event(stream.run_id, stream.thread_id, outcome, content))
+                status = outcome.status
+                terminal = outcome
         except BaseException as exc:
             self._graphs.pop(stream.run_id, None)
             if stream.run_id in self._cancelled:
@@ -318,9 +302,9 @@ class RunService:
                     user_cancelled = await cancel.was_cancelled(self.pool, stream.thread_id, lease.fence.token)
             if user_cancelled:
                 status = "cancelled"
-                terminal = ("error", Failure("cancelled").problem())
+                terminal = Failure("cancelled")
             else:
-                terminal = ("error", failure_of(exc).problem())
+                terminal = failure_of(exc)
                 failure = exc
                 if not isinstance(exc, Exception):  # cancelled: shutdown went past its grace period
                     raise
@@ -336,11 +320,13 @@ class RunService:
             # Before the terminal event: `chatbot usage` read right after `end` includes this run.
             await self._add_usage(caller.tenant_id, context.scratch.get("usage") or [])
             metrics.RUNS.labels(status).inc()
-            if terminal is not None:
-                stream.publish(*terminal)
+            if isinstance(terminal, Failure):
+                stream.fail(terminal)
+            elif terminal is not None:
+                stream.end(terminal)
             elapsed = time.perf_counter() - started
             metrics.RUN_SECONDS.observe(elapsed)
-            ttft_ms = None if first_token is None else round((first_token - started) * 1000, 1)
+            ttft_ms = sink.ttft_ms
             trace.end(status=status, ttft_ms=ttft_ms, error=failure)
             log.log(
                 logging.WARNING if failure else logging.INFO,
@@ -353,11 +339,11 @@ class RunService:
                     "tenant_id": caller.tenant_id,
                     "status": status,
                     "error": None if failure is None else type(failure).__name__,
-                    "reason": None if terminal is None or terminal[0] != "error" else terminal[1].get("reason"),
+                    "reason": terminal.reason if isinstance(terminal, Failure) else None,
                     "model_error": getattr(failure, "error_class", None),
                     "model_status": getattr(failure, "status", None),
                     "duration_ms": round(elapsed * 1000, 1),
-                    "ttft_ms": None if first_token is None else round((first_token - started) * 1000, 1),
+                    "ttft_ms": ttft_ms,
                 },
             )
 
@@ -382,7 +368,7 @@ class RunService:
             retrieved=chunk_versions(context.scratch.get("chunks") or []),
             usage=tuple(call.as_dict() for call in usage),
         ).dump()
-        outcome = {"status": "error", "failure": {"reason": "cancelled", "retry_after": None}}
+        outcome = GraphOutcome("error", failure=Failure("cancelled")).stored()
         fence = Fence(stream.thread_id, cancel.cancel_token(lease.fence.token))
         try:
             await asyncio.shield(
@@ -423,15 +409,30 @@ class RunService:
 
 
 def end_event(run_id: str, thread_id: str, outcome: dict[str, Any], content: str) -> dict[str, Any]:
-    """Return the `end` event's data for a run's outcome and answer text."""
-    return {
-        "run_id": run_id,
-        "thread_id": thread_id,
-        "status": outcome["status"],
-        "message": {"id": outcome["message_id"], "content": content},
-        "citations": outcome.get("citations", []),
-        "handoff_context": outcome.get("handoff_context"),
-    }
+    """Return the `end` event's data for a stored outcome and the answer's text (a replayed run)."""
+    return end_data(run_id, thread_id, GraphOutcome.from_stored(outcome, content))
+
+
+class _RunSink:
+    """Takes the graph's events on the node's task and publishes them to the run's stream at once."""
+
+    __slots__ = ("first_token", "started", "stream")
+
+    def __init__(self, stream: RunStream, started: float) -> None:
+        self.stream = stream
+        self.started = started
+        self.first_token: float | None = None
+
+    def __call__(self, event: GraphEvent) -> None:
+        if self.first_token is None and isinstance(event, Token):
+            self.first_token = time.perf_counter()
+            metrics.RUN_TTFT_SECONDS.observe(self.first_token - self.started)
+        self.stream.publish(event)
+
+    @property
+    def ttft_ms(self) -> float | None:
+        """Return the time to the first token, in milliseconds, if one was sent."""
+        return None if self.first_token is None else round((self.first_token - self.started) * 1000, 1)
 
 
 def _rate_limited(retry: int) -> Problem:

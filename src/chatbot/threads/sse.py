@@ -35,7 +35,7 @@ def coalesce(events: Sequence[StreamEvent]) -> list[StreamEvent]:
     for event in events:
         if event.event == "token" and merged and merged[-1].event == "token":
             pieces.append(event.data["content"])
-            merged[-1] = StreamEvent("token", {"content": "".join(pieces)}, event.offset)
+            merged[-1] = StreamEvent.token("".join(pieces), event.offset)
             continue
         merged.append(event)
         pieces = [event.data["content"]] if event.event == "token" else []
@@ -61,7 +61,6 @@ async def sse_body(
     """
     # If the client goes away this generator is cancelled; the run's own task goes on
     # and persists the turn, and its lock is released when it ends.
-    loop = asyncio.get_running_loop()
     streaming = False
     try:
         while True:
@@ -71,8 +70,9 @@ async def sse_body(
             except TimeoutError:
                 yield KEEP_ALIVE
                 continue
-            if streaming and flush > 0:
-                await _hold_tokens(listener, batch, loop.time() + flush)
+            if streaming and flush > 0 and batch[-1].event == "token":
+                # Held until the flush is due or a non-token (the end, say) is queued.
+                batch = await listener.hold(batch, flush)
             yield encode_events(listener.run_id, batch)
             if batch[-1].event in TERMINAL:
                 return
@@ -80,17 +80,6 @@ async def sse_body(
     finally:
         if on_close is not None:
             on_close()
-
-
-async def _hold_tokens(listener: Listener, batch: list[StreamEvent], until: float) -> None:
-    """Add to a batch ending in a token what arrives before `until` (or up to a non-token event)."""
-    loop = asyncio.get_running_loop()
-    while batch[-1].event == "token" and (remaining := until - loop.time()) > 0:
-        try:
-            async with asyncio.timeout(remaining):
-                batch.extend(await listener.next_batch())
-        except TimeoutError:
-            return
 
 
 def _quality(accept: str, media: str) -> float:
