@@ -244,7 +244,9 @@ async def pending_memory_job(url: str, thread: str, run_id: str) -> None:
 async def memory_jobs_of_run(url: str, thread: str, run_id: str) -> int:
     """Count the memory jobs of one run."""
     async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
-        cur = await conn.execute("select count(*) from memory_jobs where thread_id = %s and run_id = %s", (thread, run_id))
+        cur = await conn.execute(
+            "select count(*) from memory_jobs where thread_id = %s and run_id = %s", (thread, run_id)
+        )
         row = await cur.fetchone()
     assert row is not None
     return int(row[0])
