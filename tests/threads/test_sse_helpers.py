@@ -14,7 +14,6 @@ import pytest
 
 from chatbot.agent.outcome import GraphOutcome, StageProgress, Token
 from chatbot.failures import Failure
-from chatbot.threads.runs import end_event
 from chatbot.threads.sse import SSE_MEDIA_TYPE, _quality, coalesce, encode_events, wants_json
 from chatbot.threads.stream import Listener, RunStream, StreamEvent
 
@@ -174,7 +173,8 @@ def test_every_event_is_built_in_the_wire_format_of_the_contract() -> None:
     failed.fail(Failure("model_timeout"))
     assert _queued(listener)[-1] == StreamEvent("error", Failure("model_timeout").problem(), 0)
     # A replayed run's end (threads/rejoin.py) is the same event, read from the stored outcome.
-    assert end_event("r", "t", outcome.stored(), "hi") == _queued(run.listen())[-1].data
+    replayed = GraphOutcome.from_stored(outcome.stored(), "hi")
+    assert StreamEvent.end("r", "t", replayed, 2).data == _queued(run.listen())[-1].data
 
 
 async def test_held_tokens_wait_for_the_flush_and_a_terminal_event_ends_the_hold_at_once() -> None:

@@ -25,6 +25,7 @@ from typing import Any
 from langchain_core.messages import AIMessage
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
+from chatbot.agent.outcome import GraphOutcome
 from chatbot.agent.state import message_meta
 from chatbot.db import langgraph_tables
 from chatbot.db.locks import thread_locked
@@ -32,7 +33,6 @@ from chatbot.db.pool import Pool
 from chatbot.errors import Problem
 from chatbot.failures import Failure, FailureReason
 from chatbot.threads import cancel
-from chatbot.threads.runs import end_event
 from chatbot.threads.schemas import canonical_run_id
 from chatbot.threads.stream import Listener, StreamEvent
 
@@ -105,14 +105,14 @@ class RunReplays:
         answer = next(
             (m for m in turn or [] if isinstance(m, AIMessage) and message_meta(m).get("run_id") == run_id), None
         )
-        if error is None and answer is not None and outcome and outcome.get("message_id") == answer.id:
-            content = str(answer.text)
-            return Replayed(content, StreamEvent("end", end_event(run_id, thread_id, outcome, content), len(content)))
-        if error is None and outcome and outcome.get("status") == "error":
-            failure = Failure.from_problem(outcome.get("failure") or {})
+        ended = GraphOutcome.from_stored(outcome, str(answer.text) if answer is not None else "") if outcome else None
+        if error is None and ended is not None and answer is not None and ended.message_id == answer.id:
+            return Replayed(ended.answer, StreamEvent.end(run_id, thread_id, ended, len(ended.answer)))
+        if error is None and ended is not None and ended.failure is not None:
+            failure = ended.failure
         else:
             failure = _failure(self.serde, error)
-        return Replayed("", StreamEvent("error", failure.problem(), 0))
+        return Replayed("", StreamEvent.error(failure, 0))
 
     async def _channel(self, conn: Any, thread_id: str, channel: str, version: str | None) -> Any:
         if version is None:
@@ -136,7 +136,7 @@ class RunReplays:
                 # Over without a final checkpoint? Read once more: the end is written before
                 # the lock is released, possibly between the two reads above.
                 replayed = await self.replay(thread_id, run_id)
-                return replayed or Replayed("", StreamEvent("error", INTERRUPTED.problem(), 0))
+                return replayed or Replayed("", StreamEvent.error(INTERRUPTED, 0))
             await asyncio.sleep(FOLLOW_POLL_SECONDS)
 
 
@@ -168,7 +168,7 @@ def follower_listener(
         try:
             replayed = await replays.follow(thread_id, run_id)
         except Exception:
-            replayed = Replayed("", StreamEvent("error", Failure("database").problem(), 0))
+            replayed = Replayed("", StreamEvent.error(Failure("database"), 0))
         _deliver(listener, replayed)
 
     return listener, asyncio.create_task(feed(), name=f"follow-{run_id}")
@@ -176,12 +176,12 @@ def follower_listener(
 
 def _rejoining(run_id: str, thread_id: str, delivered: int) -> Listener:
     listener = Listener(run_id, thread_id, delivered, progress=False)
-    listener.queue.put_nowait(StreamEvent("metadata", {"run_id": run_id, "thread_id": thread_id}, delivered))
+    listener.queue.put_nowait(StreamEvent.metadata(run_id, thread_id, delivered))
     return listener
 
 
 def _deliver(listener: Listener, replayed: Replayed) -> None:
     if replayed.answer:
-        listener.offer(StreamEvent("token", {"content": replayed.answer}, len(replayed.answer)))
+        listener.offer(StreamEvent.token(replayed.answer, len(replayed.answer)))
     terminal = replayed.terminal
     listener.offer(StreamEvent(terminal.event, terminal.data, max(terminal.offset, listener.delivered)))

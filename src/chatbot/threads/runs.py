@@ -58,7 +58,7 @@ from chatbot.threads import cancel
 from chatbot.threads.deletion import forget_unwritten_thread
 from chatbot.threads.ownership import check_thread_access
 from chatbot.threads.ratelimit import RateLimiter
-from chatbot.threads.stream import Listener, RunStream, end_data
+from chatbot.threads.stream import Listener, RunStream
 from chatbot.timestamps import now_rfc3339
 from chatbot.tracing import NO_TRACING, Tracing
 
@@ -406,11 +406,6 @@ class RunService:
             task.cancel()
         if pending:
             await asyncio.wait(pending, timeout=5)
-
-
-def end_event(run_id: str, thread_id: str, outcome: dict[str, Any], content: str) -> dict[str, Any]:
-    """Return the `end` event's data for a stored outcome and the answer's text (a replayed run)."""
-    return end_data(run_id, thread_id, GraphOutcome.from_stored(outcome, content))
 
 
 class _RunSink:
