@@ -98,6 +98,37 @@ async def thread_locked(conn: AsyncConnection[Any], thread_id: str) -> bool:
     return bool(row and row["locked"])
 
 
+# The fence row outside the lock's own upsert: a cancel locks it, reads it and revokes the
+# run's token (threads/cancel.py); a refused first run deletes the row its lock set
+# (threads/deletion.py), only while the row still holds that lock's token.
+_LOCK_FENCE = "select token from thread_fences where thread_id = %(thread)s for update"
+_REVOKE_FENCE = "update thread_fences set token = %(token)s where thread_id = %(thread)s"
+_FENCE_TOKEN = "select token from thread_fences where thread_id = %(thread)s"
+_FORGET_FENCE = "delete from thread_fences where thread_id = %s and token = %s"
+
+
+async def lock_fence(conn: AsyncConnection[Any], thread_id: str) -> str | None:
+    """Lock the thread's fence row until the transaction ends; return its token, None without a row."""
+    row = await (await conn.execute(_LOCK_FENCE, {"thread": thread_id})).fetchone()
+    return None if row is None else str(row["token"])
+
+
+async def revoke_fence(conn: AsyncConnection[Any], thread_id: str, token: str) -> None:
+    """Replace the thread's fence token with `token` (a cancel's)."""
+    await conn.execute(_REVOKE_FENCE, {"thread": thread_id, "token": token})
+
+
+async def fence_token(conn: AsyncConnection[Any], thread_id: str) -> str | None:
+    """Return the thread's fence token, None without a row."""
+    row = await (await conn.execute(_FENCE_TOKEN, {"thread": thread_id})).fetchone()
+    return None if row is None else str(row["token"])
+
+
+async def forget_fence(conn: AsyncConnection[Any], thread_id: str, token: str) -> None:
+    """Delete the thread's fence row if it still holds `token`."""
+    await conn.execute(_FORGET_FENCE, (thread_id, token))
+
+
 PING_SECONDS = 1.0
 
 
