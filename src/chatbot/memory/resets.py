@@ -24,7 +24,7 @@ from psycopg import AsyncConnection
 
 from chatbot.db import langgraph_tables
 from chatbot.db.pool import Pool
-from chatbot.memory import items, jobs
+from chatbot.memory import items, queries
 from chatbot.memory.namespaces import facts_namespace, profile_namespace, user_prefix
 
 _KEY = "hashtextextended('chatbot/memory-reset/' || %s || '/' || %s, 0)"
@@ -38,7 +38,7 @@ async def reset_memory(pool: Pool, tenant_id: str, user_id: str) -> int:
     """Delete the user's profile, facts and pending memory jobs; return how many items went."""
     async with pool.connection() as conn, conn.transaction():
         await _hold_exclusive(conn, tenant_id, user_id)
-        await jobs.delete_of_user(conn, tenant_id, user_id)
+        await queries.delete_jobs_of_user(conn, tenant_id, user_id)
         # One statement per namespace: each names one store prefix.
         deleted = await items.delete_namespace(conn, profile_namespace(tenant_id, user_id))
         return deleted + await items.delete_namespace(conn, facts_namespace(tenant_id, user_id))
@@ -56,11 +56,6 @@ async def hold_for_write(conn: AsyncConnection[Any], tenant_id: str, user_id: st
     await conn.execute(f"select pg_advisory_xact_lock_shared({_KEY})", (tenant_id, user_id))
 
 
-async def forget_resets(conn: AsyncConnection[Any], tenant_id: str, user_id: str) -> None:
-    """Delete the user's reset row (erasure: no row may keep the user's id)."""
-    await conn.execute("delete from memory_resets where tenant_id = %s and user_id = %s", (tenant_id, user_id))
-
-
 async def erase_memory(conn: AsyncConnection[Any], tenant_id: str, user_id: str) -> int:
     """Delete everything stored under the user's namespace, their pending memory jobs and reset row.
 
@@ -70,7 +65,7 @@ async def erase_memory(conn: AsyncConnection[Any], tenant_id: str, user_id: str)
     (ops/erasure.py), so no memory write interleaves; a job claimed before finds its row
     gone and drops itself.
     """
-    await jobs.delete_of_user(conn, tenant_id, user_id)
+    await queries.delete_jobs_of_user(conn, tenant_id, user_id)
     items_deleted = await langgraph_tables.delete_store_tree(conn, user_prefix(tenant_id, user_id))
-    await forget_resets(conn, tenant_id, user_id)
+    await queries.forget_resets(conn, tenant_id, user_id)
     return items_deleted
