@@ -20,9 +20,9 @@ HOMES: dict[str, frozenset[str]] = {
     "thread_fences": frozenset({"db/locks.py"}),
     "memory_jobs": frozenset({"memory/queries.py"}),
     "memory_resets": frozenset({"memory/queries.py"}),
-    "kb_documents": frozenset({"retrieval/ingest.py", "retrieval/search.py", "retrieval/versions.py"}),
-    "kb_chunks": frozenset({"retrieval/ingest.py", "retrieval/search.py", "retrieval/versions.py"}),
-    "kb_terms": frozenset({"retrieval/ingest.py", "retrieval/search.py"}),
+    "kb_documents": frozenset({"retrieval/queries.py"}),
+    "kb_chunks": frozenset({"retrieval/queries.py"}),
+    "kb_terms": frozenset({"retrieval/queries.py"}),
     "maintenance_leases": frozenset({"ops/lease.py"}),
     "model_usage_daily": frozenset({"db/usage_totals.py"}),
 }
