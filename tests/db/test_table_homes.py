@@ -23,7 +23,7 @@ HOMES: dict[str, frozenset[str]] = {
     "kb_documents": frozenset({"retrieval/queries.py"}),
     "kb_chunks": frozenset({"retrieval/queries.py"}),
     "kb_terms": frozenset({"retrieval/queries.py"}),
-    "maintenance_leases": frozenset({"ops/lease.py"}),
+    "maintenance_leases": frozenset({"ops/queries.py"}),
     "model_usage_daily": frozenset({"db/usage_totals.py"}),
 }
 
