@@ -34,7 +34,7 @@ from chatbot import metrics
 from chatbot.db.locks import Locks
 from chatbot.db.pool import Pool
 from chatbot.memory import items, jobs, queries
-from chatbot.memory.consolidation import StoredFact, consolidate
+from chatbot.memory._consolidation import StoredFact, consolidate
 from chatbot.memory.extraction import FactCandidate, MemoryCandidates, extract_offline, merge_profile
 from chatbot.memory.jobs import MemoryJob
 from chatbot.memory.namespaces import PROFILE_KEY, facts_namespace, profile_namespace

@@ -1,4 +1,4 @@
-"""The ops package's own SQL: `maintenance_leases` (ops/lease.py says what a lease is).
+"""The ops package's own SQL: `maintenance_leases` (ops/_lease.py says what a lease is).
 
 Statements as module constants beside the small functions that run them on a connection
 the caller passes in (AGENTS.md, "Where SQL lives"). Each takes the lease's parameters:
