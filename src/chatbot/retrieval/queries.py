@@ -16,6 +16,7 @@ from typing import Any
 from psycopg import AsyncConnection, sql
 
 from chatbot.db.langgraph_tables import CITED_CHUNK_VERSIONS
+from chatbot.db.locks import hold_vocabulary
 
 Conn = AsyncConnection[Any]
 
@@ -61,8 +62,6 @@ SUPERSEDE_DOCUMENTS = (
     " WHERE tenant_id = %s AND document_id = ANY(%s) AND superseded_at IS NULL"
 )
 KNOWN_DOCUMENTS = "SELECT document_id, content_sha FROM kb_documents WHERE tenant_id = %s AND removed_at IS NULL"
-# Two ingests of one tenant at once would otherwise interleave delete and insert.
-LOCK_TERMS = "SELECT pg_advisory_xact_lock(hashtext('kb_terms'), hashtext(%s))"
 DELETE_TERMS = "DELETE FROM kb_terms WHERE tenant_id = %s"
 INSERT_TERMS = "INSERT INTO kb_terms (tenant_id, term, ndoc) SELECT %s, word, ndoc FROM ts_stat(%s)"
 TERM_SOURCE = "SELECT tsv FROM kb_chunks WHERE tenant_id = {} AND superseded_at IS NULL"
@@ -123,7 +122,7 @@ async def refresh_vocabulary(conn: Conn, tenant_id: str) -> None:
     """Rebuild the tenant's lexeme table (term, chunk frequency) from its chunks."""
     stat_query = sql.SQL(TERM_SOURCE).format(sql.Literal(tenant_id))
     async with conn.transaction():
-        await conn.execute(LOCK_TERMS, (tenant_id,))
+        await hold_vocabulary(conn, tenant_id)
         await conn.execute(DELETE_TERMS, (tenant_id,))
         await conn.execute(INSERT_TERMS, (tenant_id, stat_query.as_string(conn)))
 
