@@ -45,7 +45,7 @@ from chatbot.db.pool import Pool, connection_kwargs
 from chatbot.db.saver import PooledPostgresSaver, apply_library_patches
 from chatbot.memory.items import utcnow
 from chatbot.memory.jobs import MemoryJob
-from chatbot.memory.jobs import insert as insert_job
+from chatbot.memory.queries import insert_job
 from chatbot.memory.resets import hold_for_write
 from chatbot.memory.writer import MemoryWriter
 from chatbot.ops.retention import purge_stale_threads

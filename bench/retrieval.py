@@ -31,8 +31,9 @@ from psycopg_pool import AsyncConnectionPool
 
 from bench._pg import bench_database
 from chatbot.caller import CallerContext
-from chatbot.retrieval.ingest import ingest_paths, refresh_vocabulary
+from chatbot.retrieval.ingest import ingest_paths
 from chatbot.retrieval.normalize import index_form, search_form
+from chatbot.retrieval.queries import refresh_vocabulary
 from chatbot.retrieval.search import search_knowledge
 
 ROOT = Path(__file__).resolve().parent.parent

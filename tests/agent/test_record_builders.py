@@ -6,9 +6,9 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 
+from chatbot.agent._window import Window
 from chatbot.agent.record import chunk_refs, chunk_versions, shortened_parts, window_by_ids
 from chatbot.agent.system_message import SystemCuts
-from chatbot.agent.window import Window
 
 HISTORY: list[BaseMessage] = [
     HumanMessage("q0", id="q-0"),

@@ -11,7 +11,7 @@ import pytest
 from langchain_core.language_models.fake_chat_models import FakeListChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 
-from chatbot.agent.summary import (
+from chatbot.agent._summary import (
     OPENING_END,
     OPENING_MAX_CHARS,
     SUMMARY_MAX_CHARS,
@@ -20,8 +20,8 @@ from chatbot.agent.summary import (
     offline_summary,
     split_opening,
 )
-from chatbot.agent.tokens import token_counter_for
-from chatbot.agent.window import WindowInputs, build_window
+from chatbot.agent._tokens import token_counter_for
+from chatbot.agent._window import WindowInputs, build_window
 from tests.fixtures.models import ScriptedChatModel
 from tests.fixtures.token_corpus import PERSIAN_PARAGRAPHS
 

@@ -7,9 +7,9 @@ import random
 import pytest
 from langchain_core.messages import HumanMessage
 
-from chatbot.agent.prompts import system_prompt
+from chatbot.agent._prompts import system_prompt
+from chatbot.agent._window import Window, WindowInputs, build_window
 from chatbot.agent.system_message import compose_system_text, shorten_question
-from chatbot.agent.window import Window, WindowInputs, build_window
 from tests.agent.test_window import COUNTERS, make_inputs, meta, random_history
 from tests.fixtures.token_corpus import ENGLISH_PARAGRAPHS, PERSIAN_PARAGRAPHS
 

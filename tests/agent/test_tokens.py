@@ -12,8 +12,8 @@ import tiktoken_ext.openai_public as openai_public
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 from langchain_core.messages.utils import count_tokens_approximately
 
-from chatbot.agent import tokens
-from chatbot.agent.tokens import load_encoding, token_counter_for
+from chatbot.agent import _tokens as tokens
+from chatbot.agent._tokens import load_encoding, token_counter_for
 from tests.fixtures.token_corpus import (
     ENGLISH_CORPUS,
     ENGLISH_PARAGRAPHS,

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
-from chatbot.agent.prompts import system_prompt
-from chatbot.agent.tokens import TokenCounter, token_counter_for
-from chatbot.agent.window import Window, WindowInputs, build_window, format_system_prompt
+from chatbot.agent._prompts import system_prompt
+from chatbot.agent._tokens import TokenCounter, token_counter_for
+from chatbot.agent._window import Window, WindowInputs, build_window, format_system_prompt
 from tests.fixtures.token_corpus import ENGLISH_PARAGRAPHS, PERSIAN_PARAGRAPHS
 
 COUNTERS = {"o200k": token_counter_for("openai:gpt-4o-mini"), "approximate": token_counter_for("offline")}

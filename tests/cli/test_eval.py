@@ -286,7 +286,7 @@ def test_a_progress_bar_is_drawn_on_a_terminal_only(
 
 
 async def test_a_recorded_window_reaches_the_model_whole(double: ProviderDouble) -> None:
-    from chatbot.agent.prompts import system_prompt
+    from chatbot.agent._prompts import system_prompt
     from chatbot.agent.system_message import format_system_prompt
     from chatbot.config import Settings
     from chatbot.evaluation.candidates import load_candidate

@@ -14,27 +14,21 @@ from pathlib import Path
 SRC = Path(__file__).resolve().parents[2] / "src" / "chatbot"
 
 HOMES: dict[str, frozenset[str]] = {
-    "run_feedback": frozenset({"threads/feedback.py", "threads/export.py"}),
-    "run_rate_windows": frozenset({"threads/ratelimit.py"}),
-    "system_prompts": frozenset({"threads/record.py"}),
+    "run_feedback": frozenset({"threads/queries.py"}),
+    "run_rate_windows": frozenset({"threads/queries.py"}),
+    "system_prompts": frozenset({"threads/queries.py"}),
     "thread_fences": frozenset({"db/locks.py"}),
-    "memory_jobs": frozenset({"memory/jobs.py"}),
-    "memory_resets": frozenset({"memory/resets.py"}),
-    "kb_documents": frozenset({"retrieval/ingest.py", "retrieval/search.py", "retrieval/versions.py"}),
-    "kb_chunks": frozenset({"retrieval/ingest.py", "retrieval/search.py", "retrieval/versions.py"}),
-    "kb_terms": frozenset({"retrieval/ingest.py", "retrieval/search.py"}),
-    "maintenance_leases": frozenset({"ops/lease.py"}),
+    "memory_jobs": frozenset({"memory/queries.py"}),
+    "memory_resets": frozenset({"memory/queries.py"}),
+    "kb_documents": frozenset({"retrieval/queries.py"}),
+    "kb_chunks": frozenset({"retrieval/queries.py"}),
+    "kb_terms": frozenset({"retrieval/queries.py"}),
+    "maintenance_leases": frozenset({"ops/queries.py"}),
     "model_usage_daily": frozenset({"db/usage_totals.py"}),
 }
 
 # Statements that are away from home today, each with why; moving one home shrinks this.
-STRAYS: dict[str, frozenset[str]] = {
-    # A cancel revokes the run's fence and a refused first run deletes its fence row: both
-    # belong beside the fences in db/locks.py.
-    "thread_fences": frozenset({"threads/cancel.py", "threads/deletion.py"}),
-    # The eval command reads rated runs directly instead of through the threads feature.
-    "run_feedback": frozenset({"evaluation/replayed.py"}),
-}
+STRAYS: dict[str, frozenset[str]] = {}
 
 # Prose, not statements: a readiness example names a table in its sentence.
 NOT_SQL = frozenset({"openapi_examples.py"})

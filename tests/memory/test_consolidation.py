@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from chatbot.memory.consolidation import FactPlan, StoredFact, consolidate
+from chatbot.memory._consolidation import FactPlan, StoredFact, consolidate
 from chatbot.memory.extraction import MAX_FACT_CHARS, FactCandidate, extract_offline
 
 T0 = datetime(2025, 1, 1, tzinfo=UTC)

@@ -8,7 +8,7 @@ import sys
 
 from rich.console import Console
 
-from chatbot.agent.prompts import system_prompt
+from chatbot.agent._prompts import system_prompt
 from chatbot.cli.replay import record_sections, render
 from chatbot.threads.record import read_run_record
 from tests.fixtures.app import running_app, services_of

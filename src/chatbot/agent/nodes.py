@@ -12,11 +12,14 @@ from langgraph.config import get_stream_writer
 from langgraph.runtime import Runtime
 
 from chatbot import metrics
+from chatbot.agent._prompts import system_prompt
+from chatbot.agent._summary import fold_summary, messages_to_fold, offline_summary
+from chatbot.agent._tokens import token_counter_for
+from chatbot.agent._window import Window, WindowInputs, build_window
 from chatbot.agent.collaborators import AgentDeps
 from chatbot.agent.context import Context
 from chatbot.agent.modelcall import ModelAnswer, ModelFailure, TimeLimits, ask_model
 from chatbot.agent.outcome import EventSink, GraphOutcome, StageProgress, Token, custom_stream_sink
-from chatbot.agent.prompts import system_prompt
 from chatbot.agent.record import chunk_refs, chunk_versions, prompt_sha256, shortened_parts, window_by_ids
 from chatbot.agent.state import (
     FOLD_BATCH,
@@ -24,9 +27,6 @@ from chatbot.agent.state import (
     WINDOW_HISTORY,
     ConversationState,
 )
-from chatbot.agent.summary import fold_summary, messages_to_fold, offline_summary
-from chatbot.agent.tokens import token_counter_for
-from chatbot.agent.window import Window, WindowInputs, build_window
 from chatbot.db.run_record import RecordedRun
 from chatbot.failures import Failure
 from chatbot.memory.extraction import MemoryCandidates, extract_offline

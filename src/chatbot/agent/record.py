@@ -21,7 +21,7 @@ from langchain_core.messages import BaseMessage
 from chatbot.db.run_record import ChunkVersion, WindowByIds
 
 if TYPE_CHECKING:
-    from chatbot.agent.window import Window
+    from chatbot.agent._window import Window
 
 
 def prompt_sha256(text: str) -> str:

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from chatbot.agent.prompts import SECTION_LABELS, TRUNCATION_MARKERS, language_key
+from chatbot.agent._prompts import SECTION_LABELS, TRUNCATION_MARKERS, language_key
 from chatbot.text import cut_at_word, looks_persian
 
 __all__ = ["SystemCuts", "compose_system_text", "cut_text", "format_system_prompt", "shorten_question"]

@@ -98,6 +98,62 @@ async def thread_locked(conn: AsyncConnection[Any], thread_id: str) -> bool:
     return bool(row and row["locked"])
 
 
+# The fence row outside the lock's own upsert: a cancel locks it, reads it and revokes the
+# run's token (threads/cancel.py); a refused first run deletes the row its lock set
+# (threads/deletion.py), only while the row still holds that lock's token.
+_LOCK_FENCE = "select token from thread_fences where thread_id = %(thread)s for update"
+_REVOKE_FENCE = "update thread_fences set token = %(token)s where thread_id = %(thread)s"
+_FENCE_TOKEN = "select token from thread_fences where thread_id = %(thread)s"
+_FORGET_FENCE = "delete from thread_fences where thread_id = %s and token = %s"
+
+
+async def lock_fence(conn: AsyncConnection[Any], thread_id: str) -> str | None:
+    """Lock the thread's fence row until the transaction ends; return its token, None without a row."""
+    row = await (await conn.execute(_LOCK_FENCE, {"thread": thread_id})).fetchone()
+    return None if row is None else str(row["token"])
+
+
+async def revoke_fence(conn: AsyncConnection[Any], thread_id: str, token: str) -> None:
+    """Replace the thread's fence token with `token` (a cancel's)."""
+    await conn.execute(_REVOKE_FENCE, {"thread": thread_id, "token": token})
+
+
+async def fence_token(conn: AsyncConnection[Any], thread_id: str) -> str | None:
+    """Return the thread's fence token, None without a row."""
+    row = await (await conn.execute(_FENCE_TOKEN, {"thread": thread_id})).fetchone()
+    return None if row is None else str(row["token"])
+
+
+async def forget_fence(conn: AsyncConnection[Any], thread_id: str, token: str) -> None:
+    """Delete the thread's fence row if it still holds `token`."""
+    await conn.execute(_FORGET_FENCE, (thread_id, token))
+
+
+# Transaction-scoped advisory locks, on the caller's pool connection: they end with their
+# transaction, so nothing can leak them and they work through PgBouncer in transaction
+# mode. Their keys are namespaces of their own, apart from the session locks above.
+_MEMORY_RESET_KEY = "hashtextextended('chatbot/memory-reset/' || %s || '/' || %s, 0)"
+_HOLD_MEMORY_RESET = f"select pg_advisory_xact_lock({_MEMORY_RESET_KEY})"
+_SHARE_MEMORY_RESET = f"select pg_advisory_xact_lock_shared({_MEMORY_RESET_KEY})"
+_HOLD_VOCABULARY = "SELECT pg_advisory_xact_lock(hashtext('kb_terms'), hashtext(%s))"
+
+
+async def hold_memory_reset(conn: AsyncConnection[Any], tenant_id: str, user_id: str, *, shared: bool) -> None:
+    """Take the user's memory-reset lock for this transaction (memory/resets.py says who takes it how).
+
+    Shared for a memory write or a job's row insert, exclusive for a reset or a fact's delete.
+    """
+    await conn.execute(_SHARE_MEMORY_RESET if shared else _HOLD_MEMORY_RESET, (tenant_id, user_id))
+
+
+async def hold_vocabulary(conn: AsyncConnection[Any], tenant_id: str) -> None:
+    """Take the tenant's vocabulary lock for this transaction (retrieval/queries.py's rebuild of `kb_terms`).
+
+    Two ingests of one tenant rebuilding it at once would otherwise interleave delete and insert.
+    """
+    await conn.execute(_HOLD_VOCABULARY, (tenant_id,))
+
+
 PING_SECONDS = 1.0
 
 

@@ -20,17 +20,10 @@ from chatbot.db.pool import Pool
 from chatbot.evaluation.cases import Case, RecordedWindow, Turn, default_locale
 from chatbot.retrieval.normalize import detect_language
 from chatbot.retrieval.versions import read_chunk_versions
+from chatbot.threads import queries
 from chatbot.threads.record import ResolvedRun, read_run_record
 
 Score = Literal["up", "down"]
-
-# Read by tenant: an evaluation runs for one tenant's knowledge base.
-_RATED = """
-select thread_id, run_id::text as run_id, locale, score from run_feedback
-where tenant_id = %(tenant)s and updated_at >= %(since)s and (%(until)s::timestamptz is null or updated_at < %(until)s)
-  and (%(score)s::text is null or score = %(score)s)
-order by updated_at, thread_id, run_id
-"""
 
 
 async def rated_cases(
@@ -47,9 +40,8 @@ async def rated_cases(
 
     A run whose record is gone (its thread deleted since) or that has no question is skipped.
     """
-    params = {"tenant": tenant_id, "since": since, "until": until, "score": score}
     async with pool.connection() as conn:
-        rows = await (await conn.execute(_RATED, params)).fetchall()
+        rows = await queries.rated_of_tenant(conn, tenant_id, since, until, score)
     cases = []
     for row in rows:
         record = await read_run_record(pool, serde, locks, row["thread_id"], row["run_id"], tenant_id)

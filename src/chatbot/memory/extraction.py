@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from chatbot.memory.extraction_terms import (
+from chatbot.memory._extraction_terms import (
     DEFAULT_PRODUCTS,
     FORMAL_CUES,
     HOUSEHOLD_RULES,
@@ -24,7 +24,7 @@ from chatbot.memory.extraction_terms import (
     TOPICS,
     count_word,
 )
-from chatbot.memory.fact_keys import classify_fact
+from chatbot.memory._fact_keys import classify_fact
 from chatbot.memory.pii import MAX_CHECKED_CHARS, PiiCategory, checkable_form, normalize_for_pii, rejection_reason
 from chatbot.text import cut_at_word, fold_digits, fold_letters, looks_persian
 

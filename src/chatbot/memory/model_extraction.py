@@ -27,8 +27,8 @@ from pydantic import BaseModel, Field
 from chatbot import metrics
 from chatbot.db import usage_totals
 from chatbot.db.pool import Pool
+from chatbot.memory._fact_keys import classify_fact
 from chatbot.memory.extraction import DEFAULT_PRODUCTS, MAX_FACT_CHARS, FactCandidate, MemoryCandidates, extract_offline
-from chatbot.memory.fact_keys import classify_fact
 from chatbot.memory.jobs import MemoryJob
 from chatbot.memory.pii import is_health_category, rejection_reason
 from chatbot.memory.writer import Extractor, offline_candidates

@@ -28,7 +28,7 @@ Decisions worth knowing:
   loop. Text longer than that is not checked and so is refused (UNCHECKED): nothing is
   ever stored unchecked.
 - Health-insurance product words ("بیمه تکمیلی", "health plan") are not health information;
-  conditions, medications, diagnoses, pregnancy and procedures are (see pii_terms.py).
+  conditions, medications, diagnoses, pregnancy and procedures are (see _pii_terms.py).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ import unicodedata
 from collections.abc import Callable, Iterator
 from enum import StrEnum
 
-from chatbot.memory.pii_terms import (
+from chatbot.memory._pii_terms import (
     EXPIRY_PATTERN,
     HEALTH_ACRONYMS_PATTERN,
     HEALTH_CATEGORY_WORDS,

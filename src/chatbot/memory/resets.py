@@ -9,8 +9,9 @@ the reset deletes what it wrote, and a later one comes after the reset. Deleting
 takes the lock exclusively too, so no write in progress puts it back.
 
 Transaction-scoped advisory locks end with their transaction, so nothing can leak them and
-they work through PgBouncer in transaction mode; their key namespace is not the session
-locks' (db/locks.py), which a memory job holds on another connection meanwhile.
+they work through PgBouncer in transaction mode; the lock is db/locks.py's
+(`hold_memory_reset`), its key namespace not the session locks', which a memory job holds
+on another connection meanwhile.
 
 `memory_resets` rows (the moment of each reset, which an earlier version compared with each
 job's age) are no longer written; erasure still deletes any left.
@@ -23,22 +24,21 @@ from typing import Any
 from psycopg import AsyncConnection
 
 from chatbot.db import langgraph_tables
+from chatbot.db.locks import hold_memory_reset
 from chatbot.db.pool import Pool
-from chatbot.memory import items, jobs
+from chatbot.memory import items, queries
 from chatbot.memory.namespaces import facts_namespace, profile_namespace, user_prefix
-
-_KEY = "hashtextextended('chatbot/memory-reset/' || %s || '/' || %s, 0)"
 
 
 async def _hold_exclusive(conn: AsyncConnection[Any], tenant_id: str, user_id: str) -> None:
-    await conn.execute(f"select pg_advisory_xact_lock({_KEY})", (tenant_id, user_id))
+    await hold_memory_reset(conn, tenant_id, user_id, shared=False)
 
 
 async def reset_memory(pool: Pool, tenant_id: str, user_id: str) -> int:
     """Delete the user's profile, facts and pending memory jobs; return how many items went."""
     async with pool.connection() as conn, conn.transaction():
         await _hold_exclusive(conn, tenant_id, user_id)
-        await jobs.delete_of_user(conn, tenant_id, user_id)
+        await queries.delete_jobs_of_user(conn, tenant_id, user_id)
         # One statement per namespace: each names one store prefix.
         deleted = await items.delete_namespace(conn, profile_namespace(tenant_id, user_id))
         return deleted + await items.delete_namespace(conn, facts_namespace(tenant_id, user_id))
@@ -53,12 +53,7 @@ async def forget_fact(pool: Pool, tenant_id: str, user_id: str, fact_id: str) ->
 
 async def hold_for_write(conn: AsyncConnection[Any], tenant_id: str, user_id: str) -> None:
     """Take the user's reset lock shared for this transaction (a job's row insert, a memory write)."""
-    await conn.execute(f"select pg_advisory_xact_lock_shared({_KEY})", (tenant_id, user_id))
-
-
-async def forget_resets(conn: AsyncConnection[Any], tenant_id: str, user_id: str) -> None:
-    """Delete the user's reset row (erasure: no row may keep the user's id)."""
-    await conn.execute("delete from memory_resets where tenant_id = %s and user_id = %s", (tenant_id, user_id))
+    await hold_memory_reset(conn, tenant_id, user_id, shared=True)
 
 
 async def erase_memory(conn: AsyncConnection[Any], tenant_id: str, user_id: str) -> int:
@@ -70,7 +65,7 @@ async def erase_memory(conn: AsyncConnection[Any], tenant_id: str, user_id: str)
     (ops/erasure.py), so no memory write interleaves; a job claimed before finds its row
     gone and drops itself.
     """
-    await jobs.delete_of_user(conn, tenant_id, user_id)
+    await queries.delete_jobs_of_user(conn, tenant_id, user_id)
     items_deleted = await langgraph_tables.delete_store_tree(conn, user_prefix(tenant_id, user_id))
-    await forget_resets(conn, tenant_id, user_id)
+    await queries.forget_resets(conn, tenant_id, user_id)
     return items_deleted

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Any
 
-from fastapi import APIRouter, Path, Response
+from fastapi import APIRouter, Response
 
 from chatbot import openapi_examples as examples
 from chatbot.auth import CallerDep, UserId, require_self
@@ -14,13 +14,12 @@ from chatbot.memory.deps import MemoryDep
 from chatbot.memory.read import read_memory as read_user_memory
 from chatbot.memory.resets import forget_fact as forget_user_fact
 from chatbot.memory.resets import reset_memory as reset_user_memory
+from chatbot.memory.schemas import FactId
 from chatbot.openapi import json_as_returned, no_content
 from chatbot.responses import UserMemory
 from chatbot.timestamps import rfc3339
 
 router = APIRouter(prefix="/v1/users/{user_id}/memory", tags=["memory"], dependencies=AUTHENTICATED)
-
-FactId = Annotated[str, Path(min_length=1, max_length=512, description="A fact's `id`, as `GET …/memory` shows it.")]
 
 
 @router.get(

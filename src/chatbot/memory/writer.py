@@ -33,8 +33,8 @@ from psycopg import AsyncConnection
 from chatbot import metrics
 from chatbot.db.locks import Locks
 from chatbot.db.pool import Pool
-from chatbot.memory import items, jobs
-from chatbot.memory.consolidation import StoredFact, consolidate
+from chatbot.memory import items, jobs, queries
+from chatbot.memory._consolidation import StoredFact, consolidate
 from chatbot.memory.extraction import FactCandidate, MemoryCandidates, extract_offline, merge_profile
 from chatbot.memory.jobs import MemoryJob
 from chatbot.memory.namespaces import PROFILE_KEY, facts_namespace, profile_namespace
@@ -127,7 +127,7 @@ class MemoryWriter:
             async with self.pool.connection() as conn, conn.transaction():
                 # Shared with a reset's exclusive hold: a reset either deletes this row or comes after it.
                 await hold_for_write(conn, job.tenant_id, job.user_id)
-                await jobs.insert(conn, job, now=items.utcnow(), lease=self.lease, holder=self.holder)
+                await queries.insert_job(conn, job, now=items.utcnow(), lease=self.lease, holder=self.holder)
         except Exception as exc:  # the answer stands; its memory is lost, counted
             metrics.MEMORY_WRITES.labels("failed").inc()
             log.warning("memory job not recorded", extra={"run_id": job.run_id, "error": type(exc).__name__})
@@ -228,7 +228,7 @@ class MemoryWriter:
         try:
             async with self.pool.connection() as conn, conn.transaction():
                 await hold_for_write(conn, job.tenant_id, job.user_id)
-                if not await jobs.take(conn, job.thread_id, job.run_id):
+                if not await queries.take_job(conn, job.thread_id, job.run_id):
                     # Erased, reset, its thread deleted, or done by another worker meanwhile.
                     metrics.MEMORY_WRITES.labels("dropped_gone").inc()
                     return

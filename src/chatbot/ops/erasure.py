@@ -16,8 +16,7 @@ from chatbot.db.pool import Pool
 from chatbot.memory.resets import erase_memory
 from chatbot.retrieval.versions import prune_superseded_chunks
 from chatbot.threads.deletion import delete_thread_rows
-from chatbot.threads.feedback import delete_feedback_of_user
-from chatbot.threads.ratelimit import forget_user_counts
+from chatbot.threads.queries import delete_feedback_of_user, forget_user_counts
 
 
 @dataclass(frozen=True, slots=True)

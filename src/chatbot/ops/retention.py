@@ -25,7 +25,7 @@ from datetime import datetime
 from chatbot.db import langgraph_tables
 from chatbot.db.locks import Lease, Locks
 from chatbot.db.pool import Pool
-from chatbot.memory import jobs as memory_jobs
+from chatbot.memory import queries as memory_queries
 from chatbot.retrieval.versions import prune_superseded_chunks
 from chatbot.threads.deletion import delete_threads
 
@@ -84,7 +84,7 @@ async def purge_stale_threads(
             skipped += busy
     if not dry_run:
         async with pool.connection() as conn:
-            await memory_jobs.delete_older_than(conn, cutoff)
+            await memory_queries.delete_jobs_older_than(conn, cutoff)
         await prune_superseded_chunks(pool)  # knowledge versions only the deleted threads cited
     return RetentionReport(stale, deleted, skipped)
 

@@ -1,7 +1,7 @@
 """The retention sweep inside the replicas: old threads go without anyone running a command.
 
 Every replica runs a `RetentionSweeper` when `CHATBOT_RETENTION_DAYS` is set. It wakes a
-few times per `CHATBOT_RETENTION_SWEEP_MINUTES` and tries the sweep's lease (ops/lease.py):
+few times per `CHATBOT_RETENTION_SWEEP_MINUTES` and tries the sweep's lease (ops/_lease.py):
 one replica at a time sweeps, and the replicas together sweep about once per interval.
 The pass itself is `chatbot retention`'s (ops/retention.py): in batches, skipping threads
 with a run in flight, a thread's feedback with it. Each sweep leaves one JSON log line and
@@ -21,7 +21,7 @@ from prometheus_client import Counter, Histogram
 
 from chatbot.db.locks import Locks
 from chatbot.db.pool import Pool
-from chatbot.ops.lease import MaintenanceLease, MaintenanceLeaseLost, replica_name
+from chatbot.ops._lease import MaintenanceLease, MaintenanceLeaseLost, replica_name
 from chatbot.ops.retention import RetentionReport, purge_stale_threads
 from chatbot.tasks import stop_task
 

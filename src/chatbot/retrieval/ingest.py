@@ -18,11 +18,12 @@ from pathlib import Path
 from typing import Any
 
 from langchain_core.embeddings import Embeddings
-from psycopg import AsyncConnection, sql
+from psycopg import AsyncConnection
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
 from chatbot.caller import check_caller_id
+from chatbot.retrieval import queries
 from chatbot.retrieval.chunking import Chunk, document_title, split_document
 from chatbot.retrieval.normalize import ZWNJ, detect_language, index_form, search_form, ts_config
 
@@ -109,42 +110,6 @@ async def _embed(embeddings: Embeddings | None, chunks: list[Chunk]) -> list[str
     return [_vector_literal(v) for v in vectors]
 
 
-_INSERT_CHUNK = """
-INSERT INTO kb_chunks (tenant_id, chunk_id, version, document_id, ordinal, title, text, language,
-                       search_text, tsv, embedding, metadata)
-VALUES (%(tenant)s, %(chunk_id)s, %(version)s, %(document_id)s, %(ordinal)s, %(title)s, %(text)s, %(language)s,
-        %(search_text)s,
-        setweight(to_tsvector(%(cfg)s::regconfig, %(title_index)s), 'A')
-          || to_tsvector(%(cfg)s::regconfig, %(text_index)s),
-        %(embedding)s::vector, %(metadata)s)
-"""
-
-# The time is a parameter: Citus refuses now() in `DO UPDATE SET` on a distributed table.
-_UPSERT_DOCUMENT = """
-INSERT INTO kb_documents (tenant_id, document_id, title, source, content_sha, language, chunk_count, updated_at)
-VALUES (%s, %s, %s, %s, %s, %s, %s, %s)
-ON CONFLICT (tenant_id, document_id) DO UPDATE
-SET title = EXCLUDED.title, source = EXCLUDED.source, content_sha = EXCLUDED.content_sha,
-    language = EXCLUDED.language, chunk_count = EXCLUDED.chunk_count, updated_at = EXCLUDED.updated_at,
-    removed_at = NULL
-"""
-
-_CURRENT_CHUNKS = """
-SELECT chunk_id, title, ordinal FROM kb_chunks
-WHERE tenant_id = %s AND document_id = %s AND superseded_at IS NULL
-"""
-_SUPERSEDE = """
-UPDATE kb_chunks SET superseded_at = now()
-WHERE tenant_id = %s AND document_id = %s AND superseded_at IS NULL AND chunk_id = ANY(%s)
-"""
-_NEXT_VERSION = "SELECT coalesce(max(version), 0) + 1 AS v FROM kb_chunks WHERE tenant_id = %s AND document_id = %s"
-_REMOVE_DOCUMENTS = """
-UPDATE kb_documents SET removed_at = now(), chunk_count = 0, updated_at = now()
-WHERE tenant_id = %s AND source = ANY(%s) AND NOT document_id = ANY(%s) AND removed_at IS NULL
-RETURNING document_id
-"""
-
-
 def _chunk_rows(
     tenant_id: str, doc: _SourceFile, language: str, chunks: list[Chunk], vectors: dict[str, str | None], version: int
 ) -> Iterator[dict[str, Any]]:
@@ -169,11 +134,6 @@ def _chunk_rows(
         }
 
 
-async def _current_chunks(conn: AsyncConnection[Any], tenant_id: str, document_id: str) -> dict[str, tuple[str, int]]:
-    cur = await conn.execute(_CURRENT_CHUNKS, (tenant_id, document_id))
-    return {row["chunk_id"]: (row["title"], row["ordinal"]) for row in await cur.fetchall()}
-
-
 def _unchanged(chunk: Chunk, current: dict[str, tuple[str, int]]) -> bool:
     """Tell whether a current row already holds this chunk's text (by its id) under its heading."""
     return chunk.chunk_id in current and current[chunk.chunk_id][0] == chunk.title
@@ -188,65 +148,36 @@ async def _write_document(
     chunks = split_document(doc.document_id, title, text, markdown=doc.path.suffix.lower() in _MARKDOWN)
     # Chunk ids are content-derived: a passage whose text and heading are unchanged keeps
     # its current row (and version); only new or retitled passages are embedded and written.
-    before = await _current_chunks(conn, tenant_id, doc.document_id)
+    before = await queries.current_chunks(conn, tenant_id, doc.document_id)
     fresh = [c for c in chunks if not _unchanged(c, before)]
     # Embed before the transaction opens: a slow model call must not hold row locks.
     vectors = dict(zip([c.chunk_id for c in fresh], await _embed(embeddings, fresh), strict=True))
     async with conn.transaction():
         # The document row's lock (taken by the upsert) serialises two ingests of it.
-        await conn.execute(
-            _UPSERT_DOCUMENT,
-            (tenant_id, doc.document_id, title, doc.source, sha, language, len(chunks), datetime.now(UTC)),
+        await queries.upsert_document(
+            conn, (tenant_id, doc.document_id, title, doc.source, sha, language, len(chunks), datetime.now(UTC))
         )
-        current = await _current_chunks(conn, tenant_id, doc.document_id)
+        current = await queries.current_chunks(conn, tenant_id, doc.document_id)
         kept = {c.chunk_id: c.ordinal for c in chunks if _unchanged(c, current)}
-        await conn.execute(_SUPERSEDE, (tenant_id, doc.document_id, [cid for cid in current if cid not in kept]))
+        await queries.supersede_chunks(conn, tenant_id, doc.document_id, [cid for cid in current if cid not in kept])
         # A kept chunk's position may move; its text and heading, what a run saw, do not.
         moved = [(ordinal, tenant_id, cid) for cid, ordinal in kept.items() if current[cid][1] != ordinal]
-        async with conn.cursor() as cur:
-            if moved:
-                await cur.executemany(
-                    "UPDATE kb_chunks SET ordinal = %s"
-                    " WHERE tenant_id = %s AND chunk_id = %s AND superseded_at IS NULL",
-                    moved,
-                )
-            added = [c for c in chunks if c.chunk_id not in kept]
-            if added:
-                row = await (await conn.execute(_NEXT_VERSION, (tenant_id, doc.document_id))).fetchone()
-                version = int(row["v"]) if row else 1
-                await cur.executemany(
-                    _INSERT_CHUNK, list(_chunk_rows(tenant_id, doc, language, added, vectors, version))
-                )
+        if moved:
+            await queries.move_chunks(conn, moved)
+        added = [c for c in chunks if c.chunk_id not in kept]
+        if added:
+            version = await queries.next_version(conn, tenant_id, doc.document_id)
+            await queries.insert_chunks(conn, list(_chunk_rows(tenant_id, doc, language, added, vectors, version)))
     return len(added)
 
 
 async def _remove_documents(conn: AsyncConnection[Any], tenant_id: str, folders: set[str], present: list[str]) -> int:
     """Mark the folders' documents whose file is gone as removed and supersede their chunks."""
     async with conn.transaction():
-        cur = await conn.execute(_REMOVE_DOCUMENTS, (tenant_id, sorted(folders), present))
-        removed = [row["document_id"] for row in await cur.fetchall()]
+        removed = await queries.remove_documents(conn, tenant_id, sorted(folders), present)
         if removed:
-            await conn.execute(
-                "UPDATE kb_chunks SET superseded_at = now()"
-                " WHERE tenant_id = %s AND document_id = ANY(%s) AND superseded_at IS NULL",
-                (tenant_id, removed),
-            )
+            await queries.supersede_documents(conn, tenant_id, removed)
     return len(removed)
-
-
-async def refresh_vocabulary(conn: AsyncConnection[Any], tenant_id: str) -> None:
-    """Rebuild the tenant's lexeme table (term, chunk frequency) from its chunks."""
-    stat_query = sql.SQL("SELECT tsv FROM kb_chunks WHERE tenant_id = {} AND superseded_at IS NULL").format(
-        sql.Literal(tenant_id)
-    )
-    async with conn.transaction():
-        # Two ingests of one tenant at once would otherwise interleave delete and insert.
-        await conn.execute("SELECT pg_advisory_xact_lock(hashtext('kb_terms'), hashtext(%s))", (tenant_id,))
-        await conn.execute("DELETE FROM kb_terms WHERE tenant_id = %s", (tenant_id,))
-        await conn.execute(
-            "INSERT INTO kb_terms (tenant_id, term, ndoc) SELECT %s, word, ndoc FROM ts_stat(%s)",
-            (tenant_id, stat_query.as_string(conn)),
-        )
 
 
 async def ingest_paths(
@@ -269,11 +200,7 @@ async def ingest_paths(
     files, folders = _walk(paths)
     report = IngestReport()
     async with pool.connection() as conn:
-        cur = await conn.execute(
-            "SELECT document_id, content_sha FROM kb_documents WHERE tenant_id = %s AND removed_at IS NULL",
-            (tenant_id,),
-        )
-        known = {row["document_id"]: row["content_sha"] for row in await cur.fetchall()}
+        known = await queries.known_documents(conn, tenant_id)
         for done, doc in enumerate(files, start=1):
             text = doc.path.read_text(encoding="utf-8-sig")
             sha = hashlib.sha256(text.encode()).hexdigest()
@@ -291,7 +218,7 @@ async def ingest_paths(
         if folders:
             report.removed = await _remove_documents(conn, tenant_id, folders, report.document_ids)
         if report.added or report.updated or report.removed:
-            await refresh_vocabulary(conn, tenant_id)
+            await queries.refresh_vocabulary(conn, tenant_id)
     logger.info(
         "ingest finished",
         extra={

@@ -33,7 +33,7 @@ import psycopg
 from psycopg import AsyncConnection
 
 from chatbot.db import langgraph_tables
-from chatbot.db.locks import THREAD_LOCKED, Locks
+from chatbot.db.locks import THREAD_LOCKED, Locks, fence_token, lock_fence, revoke_fence
 from chatbot.db.pool import Pool
 from chatbot.tasks import stop_task
 
@@ -42,10 +42,7 @@ log = logging.getLogger(__name__)
 CHANNEL = "chatbot_cancel"
 _CANCEL_NAMESPACE = uuid.UUID("6f1c2a9e-3b7d-4c55-9a1e-0c7e4f2d8b13")
 
-_LOCK_FENCE = "select token from thread_fences where thread_id = %(thread)s for update"
-_REVOKE = "update thread_fences set token = %(token)s where thread_id = %(thread)s"
 _NOTIFY = "select pg_notify(%(channel)s, %(payload)s)"
-_FENCE_TOKEN = "select token from thread_fences where thread_id = %(thread)s"
 
 
 def cancel_token(token: str) -> str:
@@ -76,7 +73,7 @@ async def request_cancel(pool: Pool, locks: Locks, thread_id: str, run_id: str) 
     fence, check the run is the thread's newest, not ended and held, revoke and notify.
     """
     async with pool.connection() as conn, conn.transaction():
-        fence = await (await conn.execute(_LOCK_FENCE, {"thread": thread_id})).fetchone()
+        fence = await lock_fence(conn, thread_id)
         if fence is None:
             return False
         checkpoints = await langgraph_tables.run_checkpoints(conn, thread_id, run_id)
@@ -88,7 +85,7 @@ async def request_cancel(pool: Pool, locks: Locks, thread_id: str, run_id: str) 
             held = await (await conn.execute(THREAD_LOCKED, {"thread": thread_id})).fetchone()
             if not (held and held["locked"]):
                 return False  # its replica stopped: the run was interrupted, it is over
-        await conn.execute(_REVOKE, {"thread": thread_id, "token": cancel_token(str(fence["token"]))})
+        await revoke_fence(conn, thread_id, cancel_token(fence))
         await conn.execute(_NOTIFY, {"channel": CHANNEL, "payload": payload(thread_id, run_id)})
     return True
 
@@ -96,8 +93,8 @@ async def request_cancel(pool: Pool, locks: Locks, thread_id: str, run_id: str) 
 async def was_cancelled(pool: Pool, thread_id: str, token: str) -> bool:
     """Tell whether the thread's fence holds the cancel token of the lease `token`."""
     async with pool.connection() as conn:
-        row = await (await conn.execute(_FENCE_TOKEN, {"thread": thread_id})).fetchone()
-    return row is not None and str(row["token"]) == cancel_token(token)
+        current = await fence_token(conn, thread_id)
+    return current is not None and current == cancel_token(token)
 
 
 async def thread_free(pool: Pool, locks: Locks, thread_id: str) -> bool:

@@ -23,7 +23,7 @@ from psycopg import AsyncConnection
 from psycopg_pool import PoolTimeout
 
 from chatbot.db import catalogue, langgraph_tables
-from chatbot.db.locks import Fence
+from chatbot.db.locks import Fence, forget_fence
 from chatbot.db.pool import Pool
 
 log = logging.getLogger(__name__)
@@ -59,9 +59,7 @@ async def forget_unwritten_thread(pool: Pool, fence: Fence | None) -> None:
         return
     try:
         async with pool.connection() as conn:
-            await conn.execute(
-                "delete from thread_fences where thread_id = %s and token = %s", (fence.thread_id, fence.token)
-            )
+            await forget_fence(conn, fence.thread_id, fence.token)
     except (psycopg.OperationalError, PoolTimeout) as exc:
         extra = {"thread_id": fence.thread_id, "error": type(exc).__name__}
         log.warning("fence row of a refused first run not deleted", extra=extra)

@@ -24,15 +24,9 @@ from langgraph.checkpoint.base import BaseCheckpointSaver
 
 from chatbot.agent.state import message_meta
 from chatbot.db.pool import Pool
+from chatbot.threads import queries
 from chatbot.threads.transcript import read_messages
 from chatbot.timestamps import rfc3339
-
-# One thread's ratings after another, so each thread's state is read once.
-_RATED = """
-select thread_id, run_id::text as run_id, tenant_id, user_id, locale, score, comment, updated_at
-from run_feedback where updated_at >= %s
-order by thread_id, updated_at, run_id
-"""
 
 
 def parse_since(value: str) -> datetime:
@@ -82,7 +76,7 @@ async def export_feedback(
     `user_key` is the user's pseudonym under `key`, or None without a key.
     """
     async with pool.connection() as conn:
-        rows = await (await conn.execute(_RATED, (since,))).fetchall()
+        rows = await queries.rated_since(conn, since)
     thread_id: str | None = None
     messages: list[BaseMessage] = []
     for row in rows:

@@ -26,9 +26,7 @@ from chatbot.db.locks import THREAD_LOCKED, Locks
 from chatbot.db.pool import Pool
 from chatbot.db.run_record import ChunkVersion, RecordedRun, WindowByIds
 from chatbot.retrieval.versions import read_chunk_versions
-
-_REMEMBER_PROMPT = "insert into system_prompts (sha256, text) values (%s, %s) on conflict (sha256) do nothing"
-_PROMPT_TEXT = "select text from system_prompts where sha256 = %s"
+from chatbot.threads import queries
 
 
 async def run_in_flight(pool: Pool, locks: Locks, thread_id: str) -> bool:
@@ -56,15 +54,14 @@ class SystemPromptsTable:
         if sha256 in self._stored:
             return
         async with self.pool.connection() as conn:
-            await conn.execute(_REMEMBER_PROMPT, (sha256, text))
+            await queries.remember_prompt(conn, sha256, text)
         self._stored.add(sha256)
 
 
 async def prompt_text(pool: Pool, sha256: str) -> str | None:
     """Return the text of a system prompt by its sha256, None when unknown."""
     async with pool.connection() as conn:
-        row = await (await conn.execute(_PROMPT_TEXT, (sha256,))).fetchone()
-    return None if row is None else str(row["text"])
+        return await queries.read_prompt_text(conn, sha256)
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,7 +1,7 @@
 """Tracing of runs with OpenTelemetry: off unless `CHATBOT_TRACING` names an exporter.
 
 A traced run is one span, with a child span per graph node and a grandchild per chat-model
-call (tracing/spans.py). Spans carry ids, statuses, model names, error classes and their
+call (tracing/_spans.py). Spans carry ids, statuses, model names, error classes and their
 own timings, never text: not the message, the answer, memory values or chunk text.
 
 The OpenTelemetry packages are an optional extra (`pip install 'chatbot[tracing]'`). This
@@ -61,7 +61,7 @@ def tracing_for(mode: TracingMode, *, tracer_provider: Any = None) -> Tracing:
         return NO_TRACING
     try:
         # Imported only now: the OpenTelemetry SDK is an optional extra.
-        from chatbot.tracing.spans import OtelTracing
+        from chatbot.tracing._spans import OtelTracing
     except ImportError as exc:
         raise RuntimeError(
             f"CHATBOT_TRACING={mode} needs the OpenTelemetry SDK: pip install 'chatbot[tracing]'"

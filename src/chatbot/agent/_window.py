@@ -16,7 +16,8 @@ from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
 
-from chatbot.agent.prompts import TRUNCATION_MARKERS
+from chatbot.agent._prompts import TRUNCATION_MARKERS
+from chatbot.agent._tokens import TokenCounter
 from chatbot.agent.system_message import (
     SystemCuts,
     compose_system_text,
@@ -24,7 +25,6 @@ from chatbot.agent.system_message import (
     format_system_prompt,
     shorten_question,
 )
-from chatbot.agent.tokens import TokenCounter
 from chatbot.text import looks_persian
 
 __all__ = [

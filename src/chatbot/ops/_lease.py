@@ -16,25 +16,7 @@ import socket
 import uuid
 
 from chatbot.db.pool import Pool
-
-_ACQUIRE = """
-insert into maintenance_leases as l (name, holder, lease_until)
-values (%(name)s, %(holder)s, now() + make_interval(secs => %(lease)s))
-on conflict (name) do update set holder = excluded.holder, lease_until = excluded.lease_until
-where l.lease_until < now()
-  and (l.last_finished_at is null or l.last_finished_at <= now() - make_interval(secs => %(every)s))
-returning holder
-"""
-_RENEW = """
-update maintenance_leases set lease_until = now() + make_interval(secs => %(lease)s)
-where name = %(name)s and holder = %(holder)s and lease_until >= now()
-returning holder
-"""
-_FINISH = """
-update maintenance_leases set lease_until = '-infinity', last_finished_at = now()
-where name = %(name)s and holder = %(holder)s
-"""
-_GIVE_UP = "update maintenance_leases set lease_until = '-infinity' where name = %(name)s and holder = %(holder)s"
+from chatbot.ops import queries
 
 
 class MaintenanceLeaseLost(Exception):
@@ -62,20 +44,20 @@ class MaintenanceLease:
     async def acquire(self) -> bool:
         """Take the lease if it is free and the job is due; return whether this holder has it."""
         async with self.pool.connection() as conn:
-            return await (await conn.execute(_ACQUIRE, self._params())).fetchone() is not None
+            return await queries.acquire_lease(conn, self._params())
 
     async def renew(self) -> None:
         """Extend the lease; raise MaintenanceLeaseLost when it already ran out."""
         async with self.pool.connection() as conn:
-            if await (await conn.execute(_RENEW, self._params())).fetchone() is None:
+            if not await queries.renew_lease(conn, self._params()):
                 raise MaintenanceLeaseLost(self.name)
 
     async def finish(self) -> None:
         """Release the lease and record the job as done now (the next run is due an interval later)."""
         async with self.pool.connection() as conn:
-            await conn.execute(_FINISH, self._params())
+            await queries.finish_lease(conn, self._params())
 
     async def give_up(self) -> None:
         """Release the lease without recording a finished run (a failed one is due again at once)."""
         async with self.pool.connection() as conn:
-            await conn.execute(_GIVE_UP, self._params())
+            await queries.give_up_lease(conn, self._params())

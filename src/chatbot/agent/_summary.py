@@ -23,7 +23,7 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
 
 from chatbot import metrics
-from chatbot.agent.prompts import SUMMARY_LABELS, SUMMARY_PROMPTS, language_key
+from chatbot.agent._prompts import SUMMARY_LABELS, SUMMARY_PROMPTS, language_key
 from chatbot.models.chain import ChainEntry
 from chatbot.models.usage import Usage
 from chatbot.text import cut_at_word

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from uuid import uuid4
 
+from chatbot.memory._fact_keys import content_words
 from chatbot.memory.extraction import MAX_FACT_CHARS, FactCandidate, cut_fact
-from chatbot.memory.fact_keys import content_words
 from chatbot.memory.pii import normalize_for_pii
 
 # Two statements whose content words overlap this much say the same thing in other words
