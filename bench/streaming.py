@@ -15,7 +15,7 @@ each real target also runs as `old <target>`: the same tree with the streaming f
 
 Also printed: what the provider SDKs cost per piece alone (openai.AsyncOpenAI /
 anthropic.AsyncAnthropic streaming the same answer, LangChain's `astream` alone, and our
-own reader, models/wire.py), as `time.thread_time` of this process's main thread (the
+own reader, models/_wire.py), as `time.thread_time` of this process's main thread (the
 double runs in its own thread).
 
 Goals (printed, not asserted): CPU per run at 12,000 characters <= 9x the figure at 1,500;
@@ -256,8 +256,8 @@ async def sdk_floor(double: ProviderDouble, chars: int, piece_chars: int, repeat
         async for _ in lc_anthropic.bind_tools([schema], tool_choice=schema["title"]).astream(QUESTIONS["fa"][0]):
             pass
 
+    from chatbot.models._wire import Progress, open_stream
     from chatbot.models.chain import load_model
-    from chatbot.models.wire import Progress, open_stream
 
     ours = load_model("openai:gpt-4o-mini", base_url=double.openai_base_url, retries=0)
 
@@ -268,7 +268,7 @@ async def sdk_floor(double: ProviderDouble, chars: int, piece_chars: int, repeat
             pass
 
     cases: dict[str, Callable[[], Awaitable[None]]] = {
-        "ours: models/wire.py reading json_schema": wire_json_schema,
+        "ours: models/_wire.py reading json_schema": wire_json_schema,
         "openai SDK chat.completions.create(stream=True)": openai_sdk,
         "anthropic SDK messages.create(stream=True)": anthropic_sdk,
         "LangChain ChatOpenAI.astream (json_schema)": langchain_json_schema,

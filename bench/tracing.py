@@ -48,7 +48,7 @@ from chatbot.cli.common import mint_token
 from chatbot.config import Settings
 from chatbot.db.pool import make_pool
 from chatbot.retrieval.ingest import ingest_paths
-from chatbot.tracing import NO_TRACING, RunTrace, Tracing, tracing_for
+from chatbot.tracing.service import NO_TRACING, RunTrace, Tracing, tracing_for
 
 ROOT = Path(__file__).resolve().parent.parent
 KB = ROOT / "knowledge" / "demo"

@@ -23,7 +23,7 @@ from chatbot.services import build_services
 from chatbot.threads.messages_router import router as messages_router
 from chatbot.threads.router import router as threads_router
 from chatbot.threads.runs_router import router as runs_router
-from chatbot.tracing import tracing_for
+from chatbot.tracing.service import tracing_for
 
 
 def create_app(

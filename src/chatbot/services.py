@@ -42,7 +42,7 @@ from chatbot.threads.ratelimit import RateLimiter
 from chatbot.threads.record import SystemPromptsTable
 from chatbot.threads.rejoin import RunReplays
 from chatbot.threads.runs import RunService
-from chatbot.tracing import Tracing
+from chatbot.tracing.service import Tracing
 
 
 @dataclass(kw_only=True)

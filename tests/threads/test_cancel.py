@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from chatbot.caller import CallerContext
-from chatbot.threads.stream import Listener, StreamEvent
+from chatbot.threads._stream import Listener, StreamEvent
 from tests.fixtures.app import running_app, services_of
 from tests.fixtures.provider_double import Behaviour, ProviderDouble
 from tests.fixtures.tokens import auth

@@ -14,8 +14,8 @@ import pytest
 
 from chatbot.agent.outcome import GraphOutcome, StageProgress, Token
 from chatbot.failures import Failure
-from chatbot.threads.sse import SSE_MEDIA_TYPE, _quality, coalesce, encode_events, wants_json
-from chatbot.threads.stream import Listener, RunStream, StreamEvent
+from chatbot.threads._sse import SSE_MEDIA_TYPE, _quality, coalesce, encode_events, wants_json
+from chatbot.threads._stream import Listener, RunStream, StreamEvent
 
 
 @pytest.mark.parametrize(

@@ -7,7 +7,7 @@ schema the way `with_structured_output` would bind it (OpenAI json_schema for th
 that take it, a forced tool call otherwise), each chunk is read once (its JSON piece, its
 finish reason, its refusal, its usage), and the answer field is decoded as it streams
 (models/answer_field.py). OpenAI and Anthropic models are read straight off their event
-stream (models/wire.py); any other chat model through its `astream`.
+stream (models/_wire.py); any other chat model through its `astream`.
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from typing import Any, Literal
 from langchain_core.messages import BaseMessage
 from langchain_core.messages.ai import UsageMetadata, add_usage
 
+from chatbot.models._wire import Progress, open_stream
 from chatbot.models.answer_field import AnswerField
 from chatbot.models.chain import ChainEntry
-from chatbot.models.wire import Progress, open_stream
 
 Method = Literal["json_schema", "tools"]
 Phase = Literal["first_token", "idle", "total"]

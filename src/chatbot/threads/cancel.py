@@ -33,7 +33,7 @@ import psycopg
 from psycopg import AsyncConnection
 
 from chatbot.db import langgraph_tables
-from chatbot.db.locks import THREAD_LOCKED, Locks, fence_token, lock_fence, revoke_fence
+from chatbot.db.locks import Locks, fence_token, lock_fence, revoke_fence, thread_locked
 from chatbot.db.pool import Pool
 from chatbot.tasks import stop_task
 
@@ -82,8 +82,7 @@ async def request_cancel(pool: Pool, locks: Locks, thread_id: str, run_id: str) 
         if await langgraph_tables.newest_run(conn, thread_id) != run_id:
             return False
         if not locks.holds_thread(thread_id):
-            held = await (await conn.execute(THREAD_LOCKED, {"thread": thread_id})).fetchone()
-            if not (held and held["locked"]):
+            if not await thread_locked(conn, thread_id):
                 return False  # its replica stopped: the run was interrupted, it is over
         await revoke_fence(conn, thread_id, cancel_token(fence))
         await conn.execute(_NOTIFY, {"channel": CHANNEL, "payload": payload(thread_id, run_id)})
@@ -102,8 +101,7 @@ async def thread_free(pool: Pool, locks: Locks, thread_id: str) -> bool:
     if locks.holds_thread(thread_id):
         return False
     async with pool.connection() as conn:
-        row = await (await conn.execute(THREAD_LOCKED, {"thread": thread_id})).fetchone()
-    return not (row and row["locked"])
+        return not await thread_locked(conn, thread_id)
 
 
 OnCancel = Callable[[str, str], None]

@@ -11,7 +11,7 @@ from chatbot.auth import CallerDep
 from chatbot.deps import AUTHENTICATED, PoolDep, SaverDep
 from chatbot.openapi import json_as_returned
 from chatbot.responses import MessagesPage
-from chatbot.threads.ownership import check_thread_access
+from chatbot.threads._ownership import check_thread_access
 from chatbot.threads.schemas import ThreadId
 from chatbot.threads.transcript import read_page
 

@@ -30,7 +30,7 @@ async def read_prompt_text(conn: AsyncConnection[Any], sha256: str) -> str | Non
     return None if row is None else str(row["text"])
 
 
-# --- run_feedback: one rating per (thread, run) (threads/feedback.py, export.py) ---
+# --- run_feedback: one rating per (thread, run) (threads/_feedback.py, export.py) ---
 
 # The time is a parameter (the replica's clock): Citus refuses a non-IMMUTABLE function such
 # as now() in `DO UPDATE SET` on a distributed table (docs/scaling.md).

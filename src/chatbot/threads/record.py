@@ -22,7 +22,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol
 from chatbot.agent.state import message_meta
 from chatbot.agent.system_message import SystemCuts, compose_system_text, shorten_question
 from chatbot.db import langgraph_tables
-from chatbot.db.locks import THREAD_LOCKED, Locks
+from chatbot.db.locks import Locks, thread_locked
 from chatbot.db.pool import Pool
 from chatbot.db.run_record import ChunkVersion, RecordedRun, WindowByIds
 from chatbot.retrieval.versions import read_chunk_versions
@@ -38,8 +38,7 @@ async def run_in_flight(pool: Pool, locks: Locks, thread_id: str) -> bool:
     if locks.holds_thread(thread_id):
         return True
     async with pool.connection() as conn:
-        row = await (await conn.execute(THREAD_LOCKED, {"thread": thread_id})).fetchone()
-    return bool(row and row["locked"])
+        return await thread_locked(conn, thread_id)
 
 
 class SystemPromptsTable:

@@ -33,8 +33,8 @@ from chatbot.db.pool import Pool
 from chatbot.errors import Problem
 from chatbot.failures import Failure, FailureReason
 from chatbot.threads import cancel
+from chatbot.threads._stream import Listener, StreamEvent
 from chatbot.threads.schemas import canonical_run_id
-from chatbot.threads.stream import Listener, StreamEvent
 
 FOLLOW_POLL_SECONDS = 0.2
 # An offset counts characters of one answer; 18 digits is far beyond any answer and still

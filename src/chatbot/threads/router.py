@@ -8,8 +8,8 @@ from chatbot.auth import CallerDep
 from chatbot.deps import AUTHENTICATED, LocksDep, PoolDep
 from chatbot.errors import Problem
 from chatbot.openapi import no_content
+from chatbot.threads._ownership import belongs_to_another, thread_owner
 from chatbot.threads.deletion import delete_threads
-from chatbot.threads.ownership import belongs_to_another, thread_owner
 from chatbot.threads.schemas import ThreadId
 
 router = APIRouter(prefix="/v1/threads", tags=["threads"], dependencies=AUTHENTICATED)

@@ -3,7 +3,7 @@
 A run executes in a task of its own, not in the request: a client that disconnects
 mid-stream does not cancel it, so the turn either completes and persists or (on a crash)
 leaves the thread as the last completed run left it, plus the user's message. Events go
-to a `RunStream` (threads/stream.py) that the SSE response, a rejoin or the JSON waiter
+to a `RunStream` (threads/_stream.py) that the SSE response, a rejoin or the JSON waiter
 listen to.
 
 A run in flight holds no connection: its thread lock is one of many on the replica's
@@ -55,12 +55,12 @@ from chatbot.db.saver import fenced
 from chatbot.errors import Problem, database_problem
 from chatbot.failures import Failure
 from chatbot.threads import cancel
+from chatbot.threads._ownership import check_thread_access
+from chatbot.threads._stream import Listener, RunStream
 from chatbot.threads.deletion import forget_unwritten_thread
-from chatbot.threads.ownership import check_thread_access
 from chatbot.threads.ratelimit import RateLimiter
-from chatbot.threads.stream import Listener, RunStream
 from chatbot.timestamps import now_rfc3339
-from chatbot.tracing import NO_TRACING, Tracing
+from chatbot.tracing.service import NO_TRACING, Tracing
 
 log = logging.getLogger("chatbot.runs")
 

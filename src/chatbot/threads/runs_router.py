@@ -20,15 +20,15 @@ from chatbot.failures import Failure
 from chatbot.json_body import StrictJsonRoute
 from chatbot.openapi import SSE_MEDIA, SSE_SCHEMA, STREAM_HEADERS, json_as_returned, no_content, v1_problems
 from chatbot.responses import RunEnd, RunRecord
+from chatbot.threads._feedback import run_exists, save_feedback
+from chatbot.threads._ownership import check_thread_access
+from chatbot.threads._sse import SSE_MEDIA_TYPE, sse_body, wants_json
+from chatbot.threads._stream import Listener
 from chatbot.threads.deps import ReplaysDep, RunsDep
-from chatbot.threads.feedback import run_exists, save_feedback
-from chatbot.threads.ownership import check_thread_access
 from chatbot.threads.record import read_run_record
 from chatbot.threads.rejoin import follower_listener, parse_last_event_id, replay_listener
 from chatbot.threads.runs import DATABASE_ERRORS
 from chatbot.threads.schemas import NOT_A_RUN, FeedbackRequest, RunId, RunRequest, ThreadId, run_not_found
-from chatbot.threads.sse import SSE_MEDIA_TYPE, sse_body, wants_json
-from chatbot.threads.stream import Listener
 
 # Bodies are read as strict UTF-8 JSON (json_body.py).
 router = APIRouter(

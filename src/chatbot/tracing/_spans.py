@@ -29,7 +29,7 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from chatbot.agent.modelcall import http_status
-from chatbot.tracing import NO_TRACE, RunTrace, Tracing
+from chatbot.tracing.service import NO_TRACE, RunTrace, Tracing
 
 log = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@ import asyncio
 import json
 from collections.abc import AsyncIterator, Callable, Sequence
 
-from chatbot.threads.stream import TERMINAL, Listener, StreamEvent
+from chatbot.threads._stream import TERMINAL, Listener, StreamEvent
 
 SSE_MEDIA_TYPE = "text/event-stream"
 JSON_MEDIA_TYPE = "application/json"
