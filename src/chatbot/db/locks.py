@@ -28,7 +28,7 @@ import logging
 import os
 import uuid
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
@@ -247,31 +247,21 @@ class LockSession:
                 await conn.close()
 
 
+@dataclass(eq=False, slots=True)
 class Lease:
     """A held advisory lock; `release` unlocks it on the session that took it."""
 
-    def __init__(
-        self,
-        locks: Locks,
-        name: str,
-        session: LockSession,
-        conn: AsyncConnection[Any],
-        unlock_sql: str,
-        params: dict[str, Any],
-        fence: Fence | None,
-        shared: str | None = None,
-    ) -> None:
-        self._locks = locks
-        self._name = name
-        self.shared = shared
-        """The key this lease also holds in shared mode (a run's user erasure key), if any."""
-        self._session = session
-        self._conn = conn
-        self._unlock_sql = unlock_sql
-        self._params = params
-        self.fence = fence
-        """For thread leases: the token every checkpoint write of the holder must carry."""
-        self._released = False
+    _locks: Locks
+    _name: str
+    _session: LockSession
+    _conn: AsyncConnection[Any]
+    _unlock_sql: str
+    _params: dict[str, Any]
+    fence: Fence | None
+    """For thread leases: the token every checkpoint write of the holder must carry."""
+    shared: str | None = None
+    """The key this lease also holds in shared mode (a run's user erasure key), if any."""
+    _released: bool = field(default=False, init=False)
 
     @property
     def lost(self) -> bool:

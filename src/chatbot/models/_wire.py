@@ -91,6 +91,11 @@ class _Errors:
     on_bad_request: Callable[[Any], None]
     on_api_error: Callable[[Any], None]
 
+    @classmethod
+    def of(cls, sdk: Any, on_bad_request: Callable[[Any], None], on_api_error: Callable[[Any], None]) -> _Errors:
+        """Return the exceptions of an SDK module (openai, anthropic: the same three names) with LangChain's mapping."""
+        return cls(sdk.APIError, sdk.BadRequestError, sdk.APIConnectionError, on_bad_request, on_api_error)
+
 
 @contextmanager
 def _request_errors(errors: _Errors) -> Iterator[None]:
@@ -137,13 +142,7 @@ def _openai(model: Any, messages: Sequence[BaseMessage], schema: dict[str, Any],
     payload = model._get_request_payload(list(messages), **kwargs)
     tools = method == "tools"
 
-    errors = _Errors(
-        openai.APIError,
-        openai.BadRequestError,
-        openai.APIConnectionError,
-        lc_openai._handle_openai_bad_request,
-        lc_openai._handle_openai_api_error,
-    )
+    errors = _Errors.of(openai, lc_openai._handle_openai_bad_request, lc_openai._handle_openai_api_error)
 
     async def read(progress: Progress) -> AsyncGenerator[str, None]:
         with _request_errors(errors):
@@ -209,13 +208,7 @@ def _anthropic(model: Any, messages: Sequence[BaseMessage], schema: dict[str, An
     client = model._async_client
     endpoint = client.beta.messages if "betas" in payload else client.messages
 
-    errors = _Errors(
-        anthropic.APIError,
-        anthropic.BadRequestError,
-        anthropic.APIConnectionError,
-        lc_anthropic._handle_anthropic_bad_request,
-        lc_anthropic._handle_anthropic_api_error,
-    )
+    errors = _Errors.of(anthropic, lc_anthropic._handle_anthropic_bad_request, lc_anthropic._handle_anthropic_api_error)
 
     async def read(progress: Progress) -> AsyncGenerator[str, None]:
         with _request_errors(errors):
