@@ -9,6 +9,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 NODES = ("load_memory", "retrieve", "generate", "write_memory")
+# The graph's steps: memory and knowledge are read side by side, then one node a step.
+STEPS = [{"load_memory", "retrieve"}, {"generate"}, {"write_memory"}]
 # A leak shorter than this could be a coincidence (a node name inside a sentence).
 LEAK_WINDOW = 12
 
@@ -65,4 +67,16 @@ def leaks(texts: Iterable[str], said: str) -> list[str]:
             if piece.strip() and piece in said:
                 found.append(piece)
                 break
+    return found
+
+
+def steps_of(nodes: Sequence[ReadableSpan]) -> list[set[str]]:
+    """Return the names of node spans (in the order they started) by graph step, as `STEPS` has them."""
+    names = [n.name for n in nodes]
+    return [set(names[:2]), *({name} for name in names[2:])]
+
+
+def by_name(nodes: Sequence[ReadableSpan], name: str) -> ReadableSpan:
+    """Return the one node span called `name`."""
+    (found,) = [n for n in nodes if n.name == name]
     return found

@@ -1,4 +1,4 @@
-"""The nodes of the conversational graph: load_memory -> retrieve -> generate -> write_memory."""
+"""The nodes of the conversational graph: (load_memory | retrieve) -> generate -> write_memory."""
 
 from __future__ import annotations
 
@@ -49,7 +49,7 @@ class Nodes:
         self.counter = token_counter_for(deps.settings.model)
 
     async def load_memory(self, state: ConversationState, runtime: Runtime[Context]) -> dict[str, Any]:
-        """Read the user's profile and facts; start the turn with no chunks and no outcome."""
+        """Read the user's profile and facts; start the turn with no outcome (`retrieve` sets the chunks)."""
         ctx = runtime.context
         profile: dict[str, Any] = {}
         facts: list[str] = []
@@ -73,7 +73,7 @@ class Nodes:
                     profile = dict(item.value)
                 elif item.namespace == facts_ns and item.value.get("text"):
                     facts.append(str(item.value["text"]))
-        return {"profile": profile, "facts": facts, "retrieved": [], "outcome": {}}
+        return {"profile": profile, "facts": facts, "outcome": {}}
 
     async def retrieve(self, state: ConversationState, runtime: Runtime[Context]) -> dict[str, Any]:
         """Find this turn's knowledge chunks for the user's question."""

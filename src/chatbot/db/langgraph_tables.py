@@ -130,10 +130,12 @@ async def setup(conn: Conn) -> list[str]:
 # yes/no or one-field question, on every run (the ownership check) and every feedback.
 # Root namespace only (`checkpoint_ns = ''`): subgraph checkpoints carry no identity.
 
-_OWNER = (
+OWNER_OF_THREAD = (
     "select metadata ->> 'tenant_id' as tenant_id, metadata ->> 'user_id' as user_id from checkpoints "
-    "where thread_id = %s and checkpoint_ns = '' order by checkpoint_id limit 1"
+    "where thread_id = %(thread)s and checkpoint_ns = '' order by checkpoint_id limit 1"
 )
+"""The thread's first writer (its owner), a fragment: db/locks.py reads it in the statement that
+sets a thread's fence, under the thread's lock."""
 _RUN_OF_TENANT = (
     "select 1 from checkpoints where thread_id = %s and checkpoint_ns = '' "
     "and metadata ->> 'run_id' = %s and metadata ->> 'tenant_id' = %s limit 1"
@@ -150,7 +152,7 @@ _THREADS_OF_USER = (
 
 async def first_checkpoint_owner(conn: Conn, thread_id: str) -> tuple[str, str] | None:
     """Return (tenant_id, user_id) of the thread's first checkpoint (ids are time-ordered), None when none."""
-    row = await (await conn.execute(_OWNER, (thread_id,))).fetchone()
+    row = await (await conn.execute(OWNER_OF_THREAD, {"thread": thread_id})).fetchone()
     return None if row is None else (row["tenant_id"], row["user_id"])
 
 

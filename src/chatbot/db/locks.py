@@ -34,6 +34,7 @@ from typing import Any
 import psycopg
 from psycopg import AsyncConnection
 
+from chatbot.db.langgraph_tables import OWNER_OF_THREAD
 from chatbot.tasks import stop_task
 
 log = logging.getLogger(__name__)
@@ -52,10 +53,17 @@ _ERASE_KEY = "hashtextextended('chatbot/erase/' || %(tenant)s || '/' || %(user)s
 # through the coordinator, so the upsert is its own statement naming one thread_id (a
 # router statement), sent only after a granted lock (docs/scaling.md).
 _TRY_THREAD = f"select pg_try_advisory_lock({_THREAD_KEY}) as ok, true as user_ok"
-_SET_FENCE = (
-    "insert into thread_fences (thread_id, token) values (%(thread)s, %(token)s)"
-    " on conflict (thread_id) do update set token = excluded.token"
+# The fence statement also reads who wrote the thread's first checkpoint (its owner,
+# threads/_ownership.py), under the lock just granted: a run re-checks its owner there
+# without a round trip of its own. Both tables are keyed by the one thread_id: one shard.
+# (A writing CTE runs whether or not the query reads it: no row means no checkpoint yet.)
+_SET_FENCE = f"""
+with fence as (
+  insert into thread_fences (thread_id, token) values (%(thread)s, %(token)s)
+  on conflict (thread_id) do update set token = excluded.token
 )
+{OWNER_OF_THREAD}
+"""
 _UNLOCK_THREAD = f"select pg_advisory_unlock({_THREAD_KEY})"
 
 # A run's thread lock comes with a shared hold on its user's erasure key, in the same
@@ -261,6 +269,9 @@ class Lease:
     """For thread leases: the token every checkpoint write of the holder must carry."""
     shared: str | None = None
     """The key this lease also holds in shared mode (a run's user erasure key), if any."""
+    owner: tuple[str, str] | None = None
+    """For thread leases: (tenant_id, user_id) of the thread's first checkpoint, read under
+    the lock; None when the thread has no checkpoint yet."""
     _released: bool = field(default=False, init=False)
 
     @property
@@ -410,9 +421,10 @@ class Locks:
             if not row.get("user_ok", True):
                 raise UserErasing()
             return None
+        owner = None
         if fence is not None:
-            await self._set_fence(name, session, conn, unlock_sql, params, shared)
-        lease = Lease(self, name, session, conn, unlock_sql, params, fence, shared)
+            owner = await self._set_fence(name, session, conn, unlock_sql, params, shared)
+        lease = Lease(self, name, session, conn, unlock_sql, params, fence, shared, owner)
         self._held[name] = lease
         return lease
 
@@ -424,10 +436,14 @@ class Locks:
         unlock_sql: str,
         params: dict[str, Any],
         shared: str | None,
-    ) -> None:
-        """Give the thread a fresh fence token under the lock just granted; unlock if that fails."""
+    ) -> tuple[str, str] | None:
+        """Give the thread a fresh fence token under the lock just granted; return its owner.
+
+        The lock is given back when this fails.
+        """
         try:
-            await conn.execute(_SET_FENCE, params)
+            row = await (await conn.execute(_SET_FENCE, params)).fetchone()
+            return None if row is None else (row["tenant_id"], row["user_id"])
         except BaseException:
             # A lock without its token would let the previous holder keep writing: give it back.
             with contextlib.suppress(Exception):

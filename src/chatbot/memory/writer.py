@@ -124,7 +124,8 @@ class MemoryWriter:
             metrics.MEMORY_WRITES.labels("nothing").inc()
             return
         try:
-            async with self.pool.connection() as conn, conn.transaction():
+            # One round trip (pipelined): this is awaited before the run's final checkpoint.
+            async with self.pool.connection() as conn, conn.pipeline(), conn.transaction():
                 # Shared with a reset's exclusive hold: a reset either deletes this row or comes after it.
                 await hold_for_write(conn, job.tenant_id, job.user_id)
                 await queries.insert_job(conn, job, now=items.utcnow(), lease=self.lease, holder=self.holder)

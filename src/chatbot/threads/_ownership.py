@@ -51,7 +51,11 @@ async def check_thread_access(pool: Pool, thread_id: str, caller: CallerContext,
     A thread of another tenant, or of another user of the same tenant, answers exactly
     like a missing one, so callers cannot probe each other's session ids.
     """
-    owner = await thread_owner(pool, thread_id)
+    return check_owner(await thread_owner(pool, thread_id), caller, must_exist=must_exist)
+
+
+def check_owner(owner: Owner | None, caller: CallerContext, *, must_exist: bool) -> bool:
+    """Return whether the thread of `owner` exists; raise 404 when it belongs to another caller."""
     if belongs_to_another(owner, caller):
         raise thread_not_found()
     if owner is None and must_exist:

@@ -55,7 +55,7 @@ from chatbot.db.saver import fenced
 from chatbot.errors import Problem, database_problem
 from chatbot.failures import Failure
 from chatbot.threads import cancel
-from chatbot.threads._ownership import check_thread_access
+from chatbot.threads._ownership import Owner, check_owner, check_thread_access
 from chatbot.threads._stream import Listener, RunStream
 from chatbot.threads.deletion import forget_unwritten_thread
 from chatbot.threads.ratelimit import RateLimiter
@@ -202,8 +202,10 @@ class RunService:
         fresh = False  # no checkpoint of the thread yet, as read under the lock
         try:
             # Decided under the lock: another caller's first run on this thread id may have
-            # created the thread a moment ago (the owner is the first checkpoint's caller).
-            fresh = not await check_thread_access(self.pool, thread_id, caller, must_exist=False)
+            # created the thread a moment ago (the owner is the first checkpoint's caller,
+            # read in the statement that set the lease's fence).
+            owner = None if lease.owner is None else Owner(*lease.owner)
+            fresh = not check_owner(owner, caller, must_exist=False)
             retry = await self.limiter.consume(caller)
             if retry is not None:
                 raise _rate_limited(retry)
