@@ -6,11 +6,16 @@ so a stale checkpoint can never override the caller of the current run.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
 from chatbot.agent.outcome import EventSink
 from chatbot.caller import CallerContext
+from chatbot.memory.jobs import RunOutcome
+
+RunEnded = asyncio.Future[RunOutcome]
+"""Set by the run service with how a run ended ("answered" or "other") once its final write is done."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -38,6 +43,15 @@ class Context:
 
     events: EventSink | None = field(default=None, compare=False, repr=False)
     """Where the run's events go as they happen (agent/outcome.py); None: the graph's custom stream."""
+
+    handoffs: list[asyncio.Future[None]] | None = field(default=None, compare=False, repr=False)
+    """Work a node started that must be done before the run's `end` goes out (the memory
+    job's row): the run service awaits it after the graph, so it runs beside the final
+    checkpoint write instead of before it. None: the node awaits its own (Studio, eval)."""
+
+    ended: RunEnded | None = field(default=None, compare=False, repr=False)
+    """How the run ended ("answered" or "other"), set by the run service once the final
+    checkpoint is written or refused; a memory job of the run waits on it (memory/jobs.py)."""
 
     @property
     def caller(self) -> CallerContext:

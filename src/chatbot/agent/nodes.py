@@ -251,8 +251,9 @@ class Nodes:
     async def write_memory(self, state: ConversationState, runtime: Runtime[Context]) -> dict[str, Any]:
         """Hand the answered turn to the memory writer, which records it durably and works after the answer.
 
-        Awaited before the run's final checkpoint, so before `end` is sent: once the caller
-        has the answer, its memory work survives the replica (memory/jobs.py).
+        The job's row is written before `end` is sent (the run service awaits the hand-off,
+        `Context.handoffs`, beside the final checkpoint write): once the caller has the
+        answer, its memory work survives the replica (memory/jobs.py).
         """
         ctx = runtime.context
         question = next(m for m in reversed(state["messages"]) if isinstance(m, HumanMessage))
@@ -265,10 +266,15 @@ class Nodes:
                 locale=ctx.locale,
                 user_text=str(question.text),
                 offline_candidates=ctx.scratch.get("memory_candidates"),
+                ended=ctx.ended,
             )
         )
-        if handed is not None:
+        if handed is None:
+            return {}
+        if ctx.handoffs is None:
             await handed
+        else:
+            ctx.handoffs.append(asyncio.ensure_future(handed))
         return {}
 
     async def _window_and_summary(

@@ -8,10 +8,12 @@ row: only one claimer wins) and does the work. The row is deleted in the transac
 writes the memory, so a job lands once, and a row that erasure, a memory reset, thread
 deletion or retention removed first is never worked.
 
-A row becomes work only once its run is final and answered: the worker reads the run's
-newest checkpoint and needs the run record of that run with status `answered` (a run
-cancelled or failed after the row was written ends with another status, and its row is
-dropped). Runs code that ends a run some other way may call `discard` for its row.
+A row becomes work only once its run is final and answered (a run cancelled or failed
+after the row was written ends with another status, and its row is dropped). A job its own
+replica's run handed over learns it from that run (`MemoryJob.ended`, set once the final
+checkpoint is written or refused); a row picked up elsewhere, from the run's newest
+checkpoint, which must hold the run record of that run with status `answered`. Runs code
+that ends a run some other way may call `discard` for its row.
 
 It lives in memory, not in agent, so the import goes one way: the graph (agent) knows
 what memory accepts, memory never needs the graph.
@@ -19,8 +21,9 @@ what memory accepts, memory never needs the graph.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Literal
 
@@ -29,6 +32,8 @@ from chatbot.db.pool import Pool
 from chatbot.db.run_record import RecordedRun
 from chatbot.memory import queries
 from chatbot.memory.extraction import MemoryCandidates
+
+RunOutcome = Literal["answered", "other", "unfinished"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +51,10 @@ class MemoryJob:
     turn (the offline responder needs them to answer "noted"); the writer then reuses them
     instead of extracting the same message a second time. Never stored: the rules are
     deterministic, so a replica picking the row up finds the same."""
+    ended: asyncio.Future[RunOutcome] | None = field(default=None, compare=False)
+    """How the job's run ended ("answered" or "other"), set by the run that handed the job
+    over once its final checkpoint is written or refused (threads/runs.py): the writer waits
+    on it instead of reading the run's record. None for a row picked up from the table."""
 
 
 MemorySink = Callable[[MemoryJob], Awaitable[None] | None]
@@ -54,9 +63,6 @@ MemorySink = Callable[[MemoryJob], Awaitable[None] | None]
 
 def drop_memory_job(_: MemoryJob) -> None:
     """Forget a memory job (a graph built without a memory writer)."""
-
-
-RunOutcome = Literal["answered", "other", "unfinished"]
 
 
 async def free_rows(pool: Pool, now: datetime, limit: int) -> list[tuple[str, str]]:

@@ -6,8 +6,8 @@ consolidation. Across replicas the same is guaranteed by the user's advisory loc
 erasure takes too.
 
 `submit` (the graph's sink) writes the turn's `memory_jobs` row before the run ends
-(memory/jobs.py) and queues the job here at once, so memory lands within about two seconds
-as before. A replica killed before the write leaves the row; every replica looks for rows
+(memory/jobs.py) and queues the job here at once; the work starts as soon as the run says
+it ended answered (`MemoryJob.ended`). A replica killed before the write leaves the row; every replica looks for rows
 whose claim ran out every `poll_seconds` and works them (a killed replica's jobs land
 within `lease_seconds` + `poll_seconds` + the work). The write transaction deletes the row
 first: a row that erasure, a memory reset or a thread deletion removed, or another worker
@@ -47,9 +47,11 @@ log = logging.getLogger(__name__)
 Extractor = Callable[[MemoryJob], Awaitable[MemoryCandidates]]
 MightWrite = Callable[[MemoryJob], bool]
 
-# A fresh job's run writes its final checkpoint a few milliseconds after the job: these
-# waits (about 10 s in all, for a loaded database) cover it; a run still unfinished after
-# them is left to the pickup, after the job's claim runs out.
+# A fresh job whose run does not tell how it ended (a graph driven without the run service:
+# the in-process benches) is worked once the run's final checkpoint is found, a few
+# milliseconds after the job: these waits (about 10 s in all, for a loaded database) cover
+# it, and bound the wait for a run that does tell; a run still unfinished after them is
+# left to the pickup, after the job's claim runs out.
 _SETTLE_WAITS = (0.01, 0.03, 0.06, 0.1, 0.2, 0.4, 0.8, 1.6, 3.2, 3.2)
 # A row claimed this many times without landing (its run never finished, or its work keeps
 # failing) is dropped: the turn's memory is lost, counted, rather than retried forever.
@@ -242,6 +244,12 @@ class MemoryWriter:
         """Return how the job's run ended, waiting a little for a fresh job's run to write its end."""
         if not fresh:
             return await jobs.run_outcome(self.pool, job)
+        if job.ended is not None:
+            # Its run tells how it ended, right after its final write: nothing to read.
+            try:
+                return await asyncio.wait_for(asyncio.shield(job.ended), sum(_SETTLE_WAITS))
+            except TimeoutError:
+                return "unfinished"
         # A fresh job is handed over before its run's final write, so a read at once would
         # almost always find the run unfinished: each read comes after a wait instead.
         outcome: jobs.RunOutcome = "unfinished"

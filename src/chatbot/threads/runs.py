@@ -41,7 +41,7 @@ from langgraph.graph.state import CompiledStateGraph
 from psycopg_pool import PoolTimeout
 
 from chatbot import metrics
-from chatbot.agent.context import Context
+from chatbot.agent.context import Context, RunEnded
 from chatbot.agent.modelcall import ModelFailure
 from chatbot.agent.outcome import GraphEvent, GraphOutcome, Token, outcome_of
 from chatbot.agent.record import chunk_versions
@@ -259,6 +259,9 @@ class RunService:
         sink = _RunSink(stream, started)
         terminal: GraphOutcome | Failure | None = None
         status = "error"
+        # How the run ended, for its memory job (memory/jobs.py), and what its nodes handed off.
+        ended: RunEnded = asyncio.get_running_loop().create_future()
+        handoffs: list[asyncio.Future[None]] = []
         context = Context(
             tenant_id=caller.tenant_id,
             user_id=caller.user_id,
@@ -266,6 +269,8 @@ class RunService:
             run_id=stream.run_id,
             thread_id=stream.thread_id,
             events=sink,
+            handoffs=handoffs,
+            ended=ended,
         )
         failure: BaseException | None = None
         trace = self.tracing.start_run(
@@ -316,6 +321,10 @@ class RunService:
             if user_cancelled:
                 # Under the lock still: a rejoin that sees the thread free finds the record.
                 await self._record_cancelled(stream, context, config, lease, input_id)
+            ended.set_result("answered" if status == "answered" else "other")
+            if handoffs:
+                # The memory job's row, written beside the final checkpoint: durable before `end`.
+                await asyncio.wait(handoffs)
             # Release before `end` goes out: a follow-up sent right after `end` must be accepted.
             await lease.release()
             self._runs.pop(stream.run_id, None)
