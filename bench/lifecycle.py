@@ -45,7 +45,7 @@ from chatbot.db.locks import Locks
 from chatbot.db.pool import Pool, connection_kwargs
 from chatbot.db.saver import PooledPostgresSaver, apply_library_patches
 from chatbot.memory.items import utcnow
-from chatbot.memory.jobs import MemoryJob, RunOutcome
+from chatbot.memory.jobs import MemoryJob, RunEnded
 from chatbot.memory.queries import insert_job
 from chatbot.memory.resets import hold_for_write
 from chatbot.memory.writer import MemoryWriter
@@ -172,7 +172,7 @@ async def main(threads: int, jobs: int) -> None:
             written = metrics.MEMORY_WRITES.labels("written")._value.get()
             for k in range(jobs):
                 fresh = k % 2 == 0
-                ended: asyncio.Future[RunOutcome] = asyncio.get_running_loop().create_future()
+                ended: RunEnded = asyncio.get_running_loop().create_future()
                 ended.set_result("answered")  # what the run service tells its own jobs
                 job = MemoryJob(
                     tenant_id="bench",

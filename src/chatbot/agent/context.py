@@ -12,10 +12,7 @@ from typing import Any
 
 from chatbot.agent.outcome import EventSink
 from chatbot.caller import CallerContext
-from chatbot.memory.jobs import RunOutcome
-
-RunEnded = asyncio.Future[RunOutcome]
-"""Set by the run service with how a run ended ("answered" or "other") once its final write is done."""
+from chatbot.memory.jobs import RunEnded as RunEnded  # the run service makes it (threads/runs.py)
 
 
 @dataclass(frozen=True, kw_only=True)

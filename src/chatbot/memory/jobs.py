@@ -34,6 +34,8 @@ from chatbot.memory import queries
 from chatbot.memory.extraction import MemoryCandidates
 
 RunOutcome = Literal["answered", "other", "unfinished"]
+RunEnded = asyncio.Future[RunOutcome]
+"""Set by the run service with how a run ended ("answered" or "other") once its final write is done."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,7 +53,7 @@ class MemoryJob:
     turn (the offline responder needs them to answer "noted"); the writer then reuses them
     instead of extracting the same message a second time. Never stored: the rules are
     deterministic, so a replica picking the row up finds the same."""
-    ended: asyncio.Future[RunOutcome] | None = field(default=None, compare=False)
+    ended: RunEnded | None = field(default=None, compare=False)
     """How the job's run ended ("answered" or "other"), set by the run that handed the job
     over once its final checkpoint is written or refused (threads/runs.py): the writer waits
     on it instead of reading the run's record. None for a row picked up from the table."""

@@ -7,8 +7,8 @@ erasure takes too.
 
 `submit` (the graph's sink) writes the turn's `memory_jobs` row before the run ends
 (memory/jobs.py) and queues the job here at once; the work starts as soon as the run says
-it ended answered (`MemoryJob.ended`). A replica killed before the write leaves the row; every replica looks for rows
-whose claim ran out every `poll_seconds` and works them (a killed replica's jobs land
+it ended answered (`MemoryJob.ended`). A replica killed before the write leaves the row;
+every replica looks for rows whose claim ran out every `poll_seconds` and works them (a killed replica's jobs land
 within `lease_seconds` + `poll_seconds` + the work). The write transaction deletes the row
 first: a row that erasure, a memory reset or a thread deletion removed, or another worker
 already did, is never worked, and a job lands once.
