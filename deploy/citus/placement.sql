@@ -48,6 +48,18 @@ where not exists (select 1 from pg_dist_partition where logicalrelid = 'model_us
 select create_distributed_table('memory_resets', 'tenant_id', colocate_with => 'kb_documents')
 where not exists (select 1 from pg_dist_partition where logicalrelid = 'memory_resets'::regclass);
 
+-- budgets: a model call's check reads its tenant's budgets, user budgets included
+select create_distributed_table('budgets', 'tenant_id', colocate_with => 'kb_documents')
+where not exists (select 1 from pg_dist_partition where logicalrelid = 'budgets'::regclass);
+
+-- budget_counters: a reservation locks its tenant's and its user's counters in one shard
+select create_distributed_table('budget_counters', 'tenant_id', colocate_with => 'kb_documents')
+where not exists (select 1 from pg_dist_partition where logicalrelid = 'budget_counters'::regclass);
+
+-- budget_reservations: written and summed beside the counters they hold against
+select create_distributed_table('budget_reservations', 'tenant_id', colocate_with => 'kb_documents')
+where not exists (select 1 from pg_dist_partition where logicalrelid = 'budget_reservations'::regclass);
+
 -- store: one namespace (tenant, user, kind) is one shard
 select create_distributed_table('store', 'prefix', colocate_with => 'none')
 where not exists (select 1 from pg_dist_partition where logicalrelid = 'store'::regclass);
@@ -58,3 +70,7 @@ where not exists (select 1 from pg_dist_partition where logicalrelid = 'system_p
 
 -- chatbot_hold_fence(text, uuid): co-located with thread_fences by p_thread
 select create_distributed_function('chatbot_hold_fence(text, uuid)', 'p_thread', colocate_with => 'thread_fences');
+-- chatbot_budget_reserve(text, text, uuid, bigint, numeric, date, date, timestamptz, timestamptz): co-located with budgets by p_tenant
+select create_distributed_function('chatbot_budget_reserve(text, text, uuid, bigint, numeric, date, date, timestamptz, timestamptz)', 'p_tenant', colocate_with => 'budgets');
+-- chatbot_budget_settle(text, uuid, bigint, numeric): co-located with budgets by p_tenant
+select create_distributed_function('chatbot_budget_settle(text, uuid, bigint, numeric)', 'p_tenant', colocate_with => 'budgets');

@@ -88,6 +88,12 @@ class Settings(BaseSettings):
     summary_model: str | None = None
     # JSON {"provider:model": {"input": USD per million tokens, "output": ..., "cached_input": ...}}.
     model_prices: str | None = None
+    # The most output tokens any model call may produce: sent to the provider as its cap, and
+    # the output part of a call's worst case that budgets reserve (budgets/service.py).
+    model_max_output_tokens: int = Field(default=4096, ge=16)
+    # A model call's budget reservation stops counting after this long if its replica never
+    # settles it (killed); keep it above the longest a call may take (CHATBOT_MODEL_TIMEOUT_SECONDS).
+    budget_reservation_seconds: float = Field(default=600.0, gt=0)
     offline_token_delay_ms: int = Field(default=0, ge=0)
     embeddings: str | None = None
 

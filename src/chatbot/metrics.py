@@ -119,3 +119,16 @@ def worker_metrics(workers: int) -> Iterator[Path | None]:
     finally:
         os.environ.pop(MULTIPROC_ENV, None)
         shutil.rmtree(path, ignore_errors=True)
+
+
+BUDGET_REFUSALS = Counter(
+    "chatbot_budget_refusals_total",
+    "Model calls refused by a budget before they were sent, by the budget's scope and period and the call's kind.",
+    ["scope", "period", "kind"],
+)
+BUDGET_SHARE_LEFT = Gauge(
+    "chatbot_budget_share_left",
+    "Smallest share of a tenant budget left after the latest reservation (0 to 1).",
+    ["tenant_id"],
+    multiprocess_mode="mostrecent",
+)

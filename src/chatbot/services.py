@@ -22,6 +22,8 @@ from langgraph.store.postgres.aio import AsyncPostgresStore
 
 from chatbot.agent.collaborators import AgentDeps
 from chatbot.agent.graph import build_graph
+from chatbot.agent.modelcall import answer_input_bound
+from chatbot.budgets.service import Budgets
 from chatbot.config import Settings
 from chatbot.db.locks import Locks
 from chatbot.db.pool import Pool, connection_kwargs, make_pool, resolve_database_url
@@ -33,6 +35,7 @@ from chatbot.memory.read import memory_reader
 from chatbot.memory.ttl import memory_ttl, start_memory_sweeper
 from chatbot.memory.writer import Extractor, MemoryWriter, offline_extractor
 from chatbot.models.chain import Models
+from chatbot.models.prices import parse_prices
 from chatbot.ops.sweeper import RetentionSweeper
 from chatbot.retrieval.embeddings import load_embeddings
 from chatbot.retrieval.retriever import KnowledgeRetriever
@@ -67,6 +70,8 @@ class Services:
     retention: RetentionSweeper | None
     """The retention sweep, when CHATBOT_RETENTION_DAYS is set."""
     tracing: Tracing
+    budgets: Budgets
+    """Spending caps checked before every model call (budgets/service.py)."""
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[Services]:
@@ -113,6 +118,12 @@ async def build_services(
     pool = make_pool(conninfo, settings, name="main", min_size=settings.pool_min_size, max_size=settings.pool_max_size)
     locks = Locks(session_url, connection_kwargs(settings), sessions=settings.lock_connections)
     saver = FencedPostgresSaver(pool)
+    budgets = Budgets(
+        pool,
+        prices=parse_prices(settings.model_prices),  # a malformed value fails the start, named
+        output_cap=settings.model_max_output_tokens,
+        reservation_seconds=settings.budget_reservation_seconds,
+    )
     store = AsyncPostgresStore(pool, ttl=memory_ttl(settings.memory_ttl_days))
     memory = MemoryWriter(
         pool=pool,
@@ -145,6 +156,9 @@ async def build_services(
         max_in_flight=settings.max_runs_in_flight,
         tracing=tracing,
         model=settings.model,
+        budgets=budgets,
+        answer_models=tuple(entry.spec for entry in models.answer),
+        answer_input_tokens=answer_input_bound(models.answer[0].spec, settings.context_tokens) if models.answer else 0,
     )
     retention = None
     if settings.retention_days > 0:
@@ -165,6 +179,7 @@ async def build_services(
         memory=memory,
         retention=retention,
         tracing=tracing,
+        budgets=budgets,
     )
 
 

@@ -44,18 +44,21 @@ FOUNDATION = frozenset(
         "tasks",  # stopping a background asyncio task
     }
 )
-FEATURES = frozenset({"agent", "models", "memory", "retrieval", "threads", "tracing", "client"})
+FEATURES = frozenset({"agent", "models", "memory", "retrieval", "threads", "tracing", "client", "budgets"})
 COMPOSITION = frozenset({"app", "services", "cli", "ops", "evaluation"})
 RANK = {**dict.fromkeys(FOUNDATION, 0), **dict.fromkeys(FEATURES, 1), **dict.fromkeys(COMPOSITION, 2)}
 
 # Which features a feature may import. Together they form one order (threads, tracing,
-# agent, then memory, models and retrieval at the bottom): the run path drives the graph,
-# the graph uses memory, the model responders and retrieval, and none of those looks up.
+# agent, then memory, budgets, models and retrieval at the bottom): the run path drives the
+# graph, the graph uses memory, the model responders and retrieval, and none of those looks
+# up. Budgets sit under every model call (the run's answer, the summary, the memory job)
+# and price with the models' prices.
 FEATURE_IMPORTS: Mapping[str, frozenset[str]] = {
-    "threads": frozenset({"agent", "retrieval", "tracing"}),
+    "threads": frozenset({"agent", "budgets", "retrieval", "tracing"}),
     "tracing": frozenset({"agent"}),  # reads a provider error's HTTP status (agent/modelcall.py)
-    "agent": frozenset({"memory", "models", "retrieval"}),
-    "memory": frozenset(),
+    "agent": frozenset({"budgets", "memory", "models", "retrieval"}),
+    "memory": frozenset({"budgets"}),
+    "budgets": frozenset({"models"}),
     "models": frozenset(),
     "retrieval": frozenset(),
     "client": frozenset(),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import json
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -19,6 +20,7 @@ from langchain_core.messages import BaseMessage
 from pydantic import BaseModel, Field, ValidationError
 
 from chatbot import metrics
+from chatbot.agent._tokens import token_counter_for
 from chatbot.failures import FailureReason
 from chatbot.models.answer_field import valid_unicode
 from chatbot.models.chain import ChainEntry
@@ -89,6 +91,19 @@ class StructuredAnswer(BaseModel):
 
 # As JSON schema: the request carries it as is, and the answer is read as JSON text.
 _ANSWER_SCHEMA = StructuredAnswer.model_json_schema()
+# Input an answer call sends beside its window's messages, which the window does not count:
+# the schema, the structured-output tool or format around it, each message's framing.
+_REQUEST_OVERHEAD_TOKENS = 256
+
+
+def answer_input_bound(model: str, context_tokens: int) -> int:
+    """Return the most input tokens an answer call may send: a full window plus its schema.
+
+    A budget reserves this (plus the output cap) before the run starts, when the window is
+    not built yet: the window never passes `context_tokens` (agent/_window.py).
+    """
+    schema = token_counter_for(model).count_text(json.dumps(_ANSWER_SCHEMA, ensure_ascii=False))
+    return context_tokens + schema + _REQUEST_OVERHEAD_TOKENS
 
 
 _FALLBACK = {
@@ -195,6 +210,17 @@ async def ask_model(
         reply = _reply(state, known_chunk_ids, language, on_delta, entry.spec, started)
         return ModelAnswer(reply, entry.spec, usage)
     raise ModelFailure("EmptyChain", reason="model_failed", usage=usage)
+
+
+def streamed_usage(model: str, input_tokens: int | None, shown: str) -> Usage:
+    """Return the usage of an answer call stopped mid-stream, which the provider never reported.
+
+    Input: the window the call sent (None: it was not sent). Output: the tokens of the text
+    streamed so far, counted with the model's tokenizer (the JSON around the answer field
+    is not counted: the provider's own count is the authority when it reports one).
+    """
+    output = token_counter_for(model).count_text(shown) if shown else 0
+    return Usage("answer", model, input_tokens or 0, output)
 
 
 def _reply(

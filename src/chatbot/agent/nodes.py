@@ -123,6 +123,8 @@ class Nodes:
             await self._stream_offline(reply.content, _events(ctx))
             self._usage(ctx).append(Usage("answer", model))
         else:
+            # What the call sends, for a budget settling a call cancelled before its usage came.
+            ctx.scratch["answer_input_tokens"] = window.tokens
             try:
                 answered = await self._ask_model(window, chunks, ctx)
             except ModelFailure as failure:

@@ -55,6 +55,9 @@ PLACEMENTS: tuple[Placement, ...] = (
     _tenant("run_rate_windows", "one user's window is one row, counted on every run"),
     _tenant("model_usage_daily", "one upsert per model call, naming the tenant"),
     _tenant("memory_resets", "read by the user's memory writes, keyed by (tenant, user)"),
+    _tenant("budgets", "a model call's check reads its tenant's budgets, user budgets included"),
+    _tenant("budget_counters", "a reservation locks its tenant's and its user's counters in one shard"),
+    _tenant("budget_reservations", "written and summed beside the counters they hold against"),
     # The store's primary key is (prefix, key): its distribution column must be in it.
     Placement("store", "distributed", "prefix", "store", "one namespace (tenant, user, kind) is one shard"),
     # Rarely written, read beside any thread: a copy on every node.
@@ -74,6 +77,12 @@ PLACEMENTS: tuple[Placement, ...] = (
 # `select ... for share` is a router query on the connection the writes then use.
 DISTRIBUTED_FUNCTIONS: tuple[tuple[str, str, str], ...] = (
     ("chatbot_hold_fence(text, uuid)", "p_thread", "thread_fences"),
+    (
+        "chatbot_budget_reserve(text, text, uuid, bigint, numeric, date, date, timestamptz, timestamptz)",
+        "p_tenant",
+        "budgets",
+    ),
+    ("chatbot_budget_settle(text, uuid, bigint, numeric)", "p_tenant", "budgets"),
 )
 
 

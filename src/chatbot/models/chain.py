@@ -80,7 +80,14 @@ def normalise_base_url(provider: str, url: str | None) -> str | None:
     return url
 
 
-def load_model(spec: str, *, base_url: str | None = None, timeout: float = 60.0, retries: int = 1) -> BaseChatModel:
+def load_model(
+    spec: str,
+    *,
+    base_url: str | None = None,
+    timeout: float = 60.0,
+    retries: int = 1,
+    max_output_tokens: int | None = None,
+) -> BaseChatModel:
     """Return the chat model of one `provider:model` entry.
 
     Providers come as optional extras (`pip install 'chatbot[openai]'`, `[anthropic]`,
@@ -94,6 +101,9 @@ def load_model(spec: str, *, base_url: str | None = None, timeout: float = 60.0,
     url = normalise_base_url(provider, base_url)
     if url:
         kwargs["base_url"] = url
+    if max_output_tokens is not None:
+        # The call's output cap: what a budget reserves as the output of its worst case.
+        kwargs["num_predict" if provider == "ollama" else "max_tokens"] = max_output_tokens
     if provider == "openai":
         # langchain-openai asks for usage in streams only without a base URL: ask always.
         kwargs["stream_usage"] = True
@@ -131,6 +141,7 @@ def load_models(settings: Settings) -> Models:
     provider: a cheaper model of the same OpenAI-compatible server needs no setting of its own.
     """
     timeout = _client_timeout(settings)
+    cap = settings.model_max_output_tokens
     specs = parse_chain(settings.model)
     if specs[0].lower() == OFFLINE:
         return Models([], None, None)
@@ -139,7 +150,9 @@ def load_models(settings: Settings) -> Models:
     # once, where the client's own backoff would add half a second or more to the first token.
     last = len(specs) - 1
     answer = [
-        ChainEntry(spec, load_model(spec, base_url=url, timeout=timeout, retries=1 if i == last else 0))
+        ChainEntry(
+            spec, load_model(spec, base_url=url, timeout=timeout, retries=1 if i == last else 0, max_output_tokens=cap)
+        )
         for i, (spec, url) in enumerate(zip(specs, urls, strict=True))
     ]
 
@@ -151,6 +164,6 @@ def load_models(settings: Settings) -> Models:
             raise ModelConfigError("CHATBOT_MEMORY_MODEL and CHATBOT_SUMMARY_MODEL take 'provider:model'")
         provider = only.partition(":")[0].lower()
         url = next((u for e, u in zip(answer, urls, strict=True) if e.provider == provider), None)
-        return ChainEntry(only, load_model(only, base_url=url, timeout=timeout))
+        return ChainEntry(only, load_model(only, base_url=url, timeout=timeout, max_output_tokens=cap))
 
     return Models(answer, side_model(settings.memory_model), side_model(settings.summary_model))

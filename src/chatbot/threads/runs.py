@@ -42,10 +42,11 @@ from psycopg_pool import PoolTimeout
 
 from chatbot import metrics
 from chatbot.agent.context import Context, RunEnded
-from chatbot.agent.modelcall import ModelFailure
+from chatbot.agent.modelcall import ModelFailure, streamed_usage
 from chatbot.agent.outcome import GraphEvent, GraphOutcome, Token, outcome_of
 from chatbot.agent.record import chunk_versions
 from chatbot.agent.state import META_KEY, user_turn
+from chatbot.budgets.service import BudgetExhausted, Budgets, Reservation, budget_member
 from chatbot.caller import CallerContext
 from chatbot.db import usage_totals
 from chatbot.db.locks import Fence, Lease, LeaseLost, Locks, UserErasing
@@ -93,6 +94,12 @@ class RunService:
     tracing: Tracing = NO_TRACING
     model: str | None = None
     """The configured model, named in a cancelled run's record."""
+    budgets: Budgets | None = None
+    """Spending caps checked before the answer call (budgets/); None: no check at all."""
+    answer_models: tuple[str, ...] = ()
+    """The answer chain's `provider:model` specs: a run's worst case is priced at the dearest."""
+    answer_input_tokens: int = 0
+    """The most input tokens an answer call may send (the window's budget, CHATBOT_CONTEXT_TOKENS)."""
     _starting: int = field(default=0, init=False)
     _runs: dict[str, RunStream] = field(default_factory=dict, init=False)
     _tasks: set[asyncio.Task[None]] = field(default_factory=set, init=False)
@@ -200,12 +207,16 @@ class RunService:
             metrics.RUNS_REJECTED.labels("in_flight").inc()
             raise Problem(409, "a run is already in flight on this thread")
         fresh = False  # no checkpoint of the thread yet, as read under the lock
+        reservation: Reservation | None = None
         try:
             # Decided under the lock: another caller's first run on this thread id may have
             # created the thread a moment ago (the owner is the first checkpoint's caller,
             # read in the statement that set the lease's fence).
             owner = None if lease.owner is None else Owner(*lease.owner)
             fresh = not check_owner(owner, caller, must_exist=False)
+            # The answer call's worst case, held before anything is written: a run that does
+            # not fit is refused like a rate-limited one, before its stream starts.
+            reservation = await self._reserve_answer(caller)
             retry = await self.limiter.consume(caller)
             if retry is not None:
                 raise _rate_limited(retry)
@@ -225,19 +236,43 @@ class RunService:
                 # a thread without checkpoints. Deleted while the lock is still held.
                 await forget_unwritten_thread(self.pool, lease.fence)
             await lease.release()
+            if self.budgets is not None:
+                await self.budgets.release(reservation)
             if isinstance(exc, (*DATABASE_ERRORS, LeaseLost)):
                 raise database_problem() from None
             raise
         self._runs[stream.run_id] = stream
         listener = stream.listen(from_start=True)
         task = asyncio.create_task(
-            self._execute(stream, caller, lease, config, str(message.id), trace_parent), name=f"run-{stream.run_id}"
+            self._execute(stream, caller, lease, config, str(message.id), trace_parent, reservation),
+            name=f"run-{stream.run_id}",
         )
         self._graphs[stream.run_id] = task
         self._tasks.add(task)
         metrics.RUNS_IN_FLIGHT.inc()
         task.add_done_callback(self._run_done)
         return listener
+
+    async def _reserve_answer(self, caller: CallerContext) -> Reservation | None:
+        """Hold the answer call's worst case against the caller's budgets, or refuse the run (429)."""
+        if self.budgets is None:
+            return None
+        try:
+            return await self.budgets.reserve(
+                caller.tenant_id,
+                caller.user_id,
+                kind="answer",
+                models=self.answer_models,
+                input_tokens=self.answer_input_tokens,
+            )
+        except BudgetExhausted as exc:
+            metrics.RUNS_REJECTED.labels("budget_exhausted").inc()
+            raise Problem(
+                429,
+                f"the {exc.scope}'s {exc.period} budget for model spending is exhausted",
+                headers={"Retry-After": str(exc.retry_after)},
+                members={"reason": "budget_exhausted", "budget": budget_member(exc)},
+            ) from None
 
     def _config(self, stream: RunStream, caller: CallerContext) -> RunnableConfig:
         # Identity goes to checkpoint metadata (the record of who wrote the turn), never to state.
@@ -254,6 +289,7 @@ class RunService:
         config: RunnableConfig,
         input_id: str,
         trace_parent: Mapping[str, str] | None = None,
+        reservation: Reservation | None = None,
     ) -> None:
         started = time.perf_counter()
         sink = _RunSink(stream, started)
@@ -330,6 +366,7 @@ class RunService:
             self._runs.pop(stream.run_id, None)
             # Before the terminal event: `chatbot usage` read right after `end` includes this run.
             await self._add_usage(caller.tenant_id, context.scratch.get("usage") or [])
+            await self._settle_answer(reservation, context, stream, user_cancelled)
             metrics.RUNS.labels(status).inc()
             if isinstance(terminal, Failure):
                 stream.fail(terminal)
@@ -407,6 +444,18 @@ class RunService:
                 await usage_totals.add(conn, tenant_id, calls)
         except DATABASE_ERRORS as exc:
             log.warning("usage totals not written", extra={"tenant_id": tenant_id, "error": type(exc).__name__})
+
+    async def _settle_answer(
+        self, reservation: Reservation | None, context: Context, stream: RunStream, cancelled: bool
+    ) -> None:
+        """Settle the answer's reservation to what its calls used (a failed call: what it reported)."""
+        if self.budgets is None or reservation is None:
+            return
+        calls = [call for call in context.scratch.get("usage") or [] if call.kind == "answer"]
+        if cancelled and not calls:
+            # A cancelled call reports nothing: it is counted as its window and what was streamed.
+            calls = [streamed_usage(self.answer_models[0], context.scratch.get("answer_input_tokens"), stream.shown)]
+        await self.budgets.settle(reservation, calls)
 
     async def drain(self, timeout: float) -> None:
         """Let in-flight runs finish (graceful shutdown); cancel what is left after `timeout`."""
