@@ -192,7 +192,8 @@ async def test_erasure_removes_the_users_budget_rows(budgets: tuple[Budgets, Clo
     await set_budget(b.pool, BudgetTarget("acme", "tenant"), "day", "tokens", Decimal(10_000))
     await set_budget(b.pool, BudgetTarget("acme", "user", "gone"), "day", "tokens", Decimal(5000))
     assert await _reserve(b, user="gone") is not None
-    assert await forget_user(b.pool, "acme", "gone") == 1
+    async with b.pool.connection() as conn:
+        assert await forget_user(conn, "acme", "gone") == 1
     rows = await report(b.pool, "acme", clock())
     assert [(r["scope"], r["user_id"]) for r in rows] == [("tenant", None)]
     async with b.pool.connection() as conn:

@@ -133,7 +133,6 @@ async def tenants_with_budgets(pool: Pool) -> list[str]:
         return await queries.tenants_with_budgets(conn)
 
 
-async def forget_user(pool: Pool, tenant_id: str, user_id: str) -> int:
-    """Delete a user's budgets, counters and reservations (erasure); return the budgets deleted."""
-    async with pool.connection() as conn, conn.transaction():
-        return await queries.forget_user(conn, tenant_id, user_id)
+async def forget_user(conn: queries.Conn, tenant_id: str, user_id: str) -> int:
+    """Delete a user's budgets, counters and reservations (erasure, in its transaction); return the budgets deleted."""
+    return await queries.forget_user(conn, tenant_id, user_id)

@@ -9,6 +9,7 @@ import typer
 import uvicorn
 
 from chatbot.cli import common
+from chatbot.cli.budget import budget_app
 from chatbot.cli.chat import chat
 from chatbot.cli.check_model import check_model
 from chatbot.cli.dev import dev
@@ -32,6 +33,7 @@ app.command("dev")(dev)
 app.command("ingest")(ingest)
 app.command("retention")(retention)
 app.add_typer(feedback_app, name="feedback")
+app.add_typer(budget_app, name="budget")
 app.command("replay")(replay)
 app.command("chat")(chat)
 app.command("usage")(usage)

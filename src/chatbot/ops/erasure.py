@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from chatbot.budgets.admin import forget_user as forget_user_budgets
 from chatbot.db import langgraph_tables
 from chatbot.db.locks import Lease, Locks
 from chatbot.db.pool import Pool
@@ -74,6 +75,7 @@ async def _erase_locked(pool: Pool, locks: Locks, tenant_id: str, user_id: str, 
             await delete_thread_rows(conn, thread_ids)
             await forget_user_counts(conn, tenant_id, user_id)
             memory = await erase_memory(conn, tenant_id, user_id)
+            await forget_user_budgets(conn, tenant_id, user_id)
         await prune_superseded_chunks(pool)  # knowledge versions only the erased threads cited
         return ErasureReport(len(thread_ids), memory, feedback)
     finally:
