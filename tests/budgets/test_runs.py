@@ -228,7 +228,7 @@ async def test_a_killed_replicas_reservation_is_released_within_its_expiry(
             accepted = await wait_until(
                 lambda: _accepted(survivor), what="the reservation to expire", timeout=10, interval=0.25
             )
-            assert accepted.status_code == 200
+            assert accepted is not None and accepted.status_code == 200
     finally:
         doomed.kill(signal.SIGTERM)
 
