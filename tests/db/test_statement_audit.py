@@ -17,15 +17,18 @@ import os
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
+from decimal import Decimal
 from pathlib import Path
 
 import psycopg
 import pytest
 from typer.testing import CliRunner
 
+from chatbot.budgets.admin import BudgetTarget, set_budget
 from chatbot.cli.main import app as cli
 from chatbot.db.migrate import migrate
 from chatbot.db.placement import citus_sql, placement_of
+from chatbot.models.usage import Usage
 from tests.db.statement_rules import Finding, StatementAudit
 from tests.db.statement_rules import Path as StatementPath
 from tests.fixtures.app import running_app, services_of
@@ -134,6 +137,12 @@ async def _runs(url: str, thread: str, other: str) -> dict[str, str]:
         # A follower on a replica that is not running the run: one replay and one poll.
         await services_of(client).run_replays.follow(thread, "0" * 8 + "-0000-4000-8000-" + "0" * 12)
         await services_of(client).memory.drain(10)
+        # A model call under budgets: its reservation and settlement (the offline model has none).
+        budgets = services_of(client).budgets
+        await set_budget(budgets.pool, BudgetTarget("acme", "each_user"), "day", "tokens", Decimal(10**6))
+        await set_budget(budgets.pool, BudgetTarget("acme", "tenant"), "month", "usd", Decimal(100))
+        held = await budgets.reserve("acme", "u1", kind="answer", models=["openai:audit"], input_tokens=100)
+        await budgets.settle(held, [Usage("answer", "openai:audit", 50, 5)])
     return {"run": first}
 
 
@@ -191,6 +200,9 @@ def _drive(server: AuditServer, url: str) -> list[Recorded]:
     _cli(env, "ingest", "--tenant", "acme", str(DEMO_KB))
     _cli(env, "retention", "--older-than", "0")
     _cli(env, "usage", "--since", "2000-01-01")
+    _cli(env, "budget", "set", "--tenant", "acme", "--user", "u2", "--daily", "1000", "--tokens")
+    _cli(env, "budget", "show", "--tenant", "acme")
+    _cli(env, "budget", "clear", "--tenant", "acme", "--user", "u2")
     _cli(env, "erase-user", "--tenant", "acme", "--user", "u9")
     _cli({**env, "CHATBOT_EXPORT_KEY": "audit-key-" + "z" * 30}, "feedback", "export", "--since", "2000-01-01")
     collect("rare")
