@@ -129,7 +129,7 @@ async def build_services(
         pool=pool,
         locks=locks,
         max_facts=settings.memory_max_facts,
-        extractor=memory_extractor or _memory_extractor(settings, models, pool),
+        extractor=memory_extractor or _memory_extractor(settings, models, pool, budgets),
         ttl=store.ttl_config,
         lease_seconds=settings.memory_job_lease_seconds,
         poll_seconds=settings.memory_job_poll_seconds,
@@ -146,6 +146,7 @@ async def build_services(
         memory_sink=memory.submit,
         memory_reader=memory_reader(pool, max_facts=settings.memory_max_facts, lifetime=memory.lifetime),
         prompt_registry=SystemPromptsTable(pool),
+        budgets=budgets,
     )
     graph = build_graph(_overridden(collaborators, agent_overrides)).compile(checkpointer=saver, store=store)
     runs = RunService(
@@ -183,7 +184,7 @@ async def build_services(
     )
 
 
-def _memory_extractor(settings: Settings, models: Models, pool: Pool) -> Extractor:
+def _memory_extractor(settings: Settings, models: Models, pool: Pool, budgets: Budgets) -> Extractor:
     if models.memory is None:
         return offline_extractor
     return model_extractor(
@@ -192,6 +193,7 @@ def _memory_extractor(settings: Settings, models: Models, pool: Pool) -> Extract
         timeout=settings.model_first_token_timeout_seconds,
         name=models.memory.spec,
         pool=pool,
+        budgets=budgets,
     )
 
 

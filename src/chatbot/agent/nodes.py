@@ -27,17 +27,21 @@ from chatbot.agent.state import (
     WINDOW_HISTORY,
     ConversationState,
 )
+from chatbot.budgets.service import BudgetExhausted, Held
 from chatbot.db.run_record import RecordedRun
 from chatbot.failures import Failure
 from chatbot.memory.extraction import MemoryCandidates, extract_offline
 from chatbot.memory.jobs import MemoryJob
 from chatbot.memory.namespaces import PROFILE_KEY, facts_namespace, profile_namespace, user_prefix
+from chatbot.models.chain import ChainEntry
 from chatbot.models.offline import MemoryRequest, offline_reply, split_tokens
 from chatbot.models.reply import Reply
 from chatbot.models.usage import Usage
 from chatbot.timestamps import now_rfc3339
 
 RECENT_IN_HANDOFF = 10
+# A summary fold's request beside the messages it folds: its instructions and task template.
+_FOLD_OVERHEAD_TOKENS = 1024
 
 
 class Nodes:
@@ -298,19 +302,42 @@ class Nodes:
         # call (and one window rebuild) per FOLD_BATCH messages, at most four turns behind.
         if end - start < FOLD_BATCH:
             return window, summary, {}
-        folded = await fold_summary(
-            summary,
-            history[start:end],
-            ctx.language,
-            self.deps.summariser(),
-            timeout=self.settings.summary_timeout_seconds,
-            on_usage=self._usage(ctx).append,
-        )
+        try:
+            folded = await self._fold(summary, history[start:end], ctx)
+        except BudgetExhausted:
+            # Skipped, not failed: the same messages are folded on a later turn that fits.
+            metrics.SUMMARY_FOLDS.labels("over_budget").inc()
+            return window, summary, {}
         metrics.SUMMARY_FOLDS.labels("ok" if folded != summary else "unchanged").inc()
         if folded == summary:  # a failed fold keeps the old summary; a later turn retries
             return window, summary, {}
         window = self._window(state, history, question, folded, chunks, ctx.language)
         return window, folded, {"summary": folded, "summarized_through": str(history[end - 1].id)}
+
+    async def _fold(self, summary: str, dropped: list[Any], ctx: Context) -> str:
+        """Fold `dropped` into the summary; with budgets, under a reservation of the fold's worst case."""
+        model = self.deps.summariser()
+        budgets = self.deps.budgets
+        if model is None or budgets is None:
+            return await self._fold_call(summary, dropped, ctx, model, None)
+        # The fold sends at most these messages (cut shorter) beside the summary and its prompt.
+        bound = self.counter.count_messages(dropped) + self.counter.count_text(summary) + _FOLD_OVERHEAD_TOKENS
+        async with budgets.held(
+            ctx.tenant_id, ctx.user_id, kind="summary", models=[model.spec], input_tokens=bound
+        ) as held:
+            return await self._fold_call(summary, dropped, ctx, model, held)
+
+    async def _fold_call(
+        self, summary: str, dropped: list[Any], ctx: Context, model: ChainEntry | None, held: Held | None
+    ) -> str:
+        def used(call: Usage) -> None:
+            self._usage(ctx).append(call)
+            if held is not None:
+                held.used(call)
+
+        return await fold_summary(
+            summary, dropped, ctx.language, model, timeout=self.settings.summary_timeout_seconds, on_usage=used
+        )
 
     @staticmethod
     def _fold_range(history: list[Any], summarized_through: str | None, window: Window) -> tuple[int, int]:

@@ -25,6 +25,7 @@ from langchain_core.messages import HumanMessage, SystemMessage
 from pydantic import BaseModel, Field
 
 from chatbot import metrics
+from chatbot.budgets.service import Budgets, Held
 from chatbot.db import usage_totals
 from chatbot.db.pool import Pool
 from chatbot.memory._fact_keys import classify_fact
@@ -110,14 +111,30 @@ class _Call:
 
 
 def model_extractor(
-    model: BaseChatModel, *, timeout: float, name: str = "custom:model", pool: Pool | None = None
+    model: BaseChatModel,
+    *,
+    timeout: float,
+    name: str = "custom:model",
+    pool: Pool | None = None,
+    budgets: Budgets | None = None,
 ) -> Extractor:
-    """Return an extractor that asks `model` (`name` in metrics and usage) when a message is worth it."""
+    """Return an extractor that asks `model` (`name` in metrics and usage) when a message is worth it.
+
+    With `budgets`, the call is reserved first: over budget, BudgetExhausted goes up to the
+    writer, which leaves the job pending until the budget's period resets (memory/writer.py).
+    """
 
     async def extract(job: MemoryJob) -> MemoryCandidates:
         baseline = extract_offline(job.user_text, locale=job.locale)
         if not worth_asking(job.user_text, baseline):
             return baseline
+        if budgets is None:
+            return await ask(job, baseline, None)
+        bound = _input_bound(job.user_text)
+        async with budgets.held(job.tenant_id, job.user_id, kind="memory", models=[name], input_tokens=bound) as held:
+            return await ask(job, baseline, held)
+
+    async def ask(job: MemoryJob, baseline: MemoryCandidates, held: Held | None) -> MemoryCandidates:
         started = time.perf_counter()
         outcome = "ok"
         raw_message: Any = None
@@ -137,13 +154,23 @@ def model_extractor(
         finally:
             metrics.MODEL_CALLS.labels(model=name, kind="memory", outcome=outcome).inc()
             metrics.MODEL_CALL_SECONDS.labels(kind="memory").observe(time.perf_counter() - started)
-            await _count_usage(pool, job, name, getattr(raw_message, "usage_metadata", None))
+            await _count_usage(pool, job, name, getattr(raw_message, "usage_metadata", None), held)
         return _merge(baseline, proposed)
 
     return extract
 
 
-async def _count_usage(pool: Pool | None, job: MemoryJob, name: str, usage: Any) -> None:
+# What an extraction call sends beside the user's text, at most: the prompt, the schema, the
+# messages' framing. UTF-8 bytes bound any byte-level tokenizer's count from above, so the
+# reservation covers the call without a tokenizer here.
+_REQUEST_OVERHEAD_TOKENS = 1024
+
+
+def _input_bound(text: str) -> int:
+    return len(text.encode("utf-8")) + _REQUEST_OVERHEAD_TOKENS
+
+
+async def _count_usage(pool: Pool | None, job: MemoryJob, name: str, usage: Any, held: Held | None = None) -> None:
     """Count an extraction call's tokens: the metric, and the tenant's daily totals."""
     usage = usage if isinstance(usage, dict) else {}
     details = usage.get("input_token_details") or {}
@@ -154,6 +181,8 @@ async def _count_usage(pool: Pool | None, job: MemoryJob, name: str, usage: Any)
         int(details.get("cache_read") or 0) if isinstance(details, dict) else 0,
     )
     metrics.count_tokens(job.tenant_id, name, "memory", call.input_tokens, call.output_tokens, call.cached_input_tokens)
+    if held is not None:
+        held.used(call)  # the budget's reservation settles to this when the call ends
     if pool is None:
         return
     try:

@@ -31,6 +31,7 @@ from langgraph.store.base import TTLConfig
 from psycopg import AsyncConnection
 
 from chatbot import metrics
+from chatbot.budgets.service import BudgetExhausted
 from chatbot.db.locks import Locks
 from chatbot.db.pool import Pool
 from chatbot.memory import items, jobs, queries
@@ -218,7 +219,15 @@ class MemoryWriter:
             await jobs.discard(self.pool, job.thread_id, job.run_id)
             metrics.MEMORY_WRITES.labels("dropped_unanswered").inc()
             return
-        worth = worth_writing(await self.extractor(job))
+        try:
+            candidates = await self.extractor(job)
+        except BudgetExhausted as exc:
+            # Skipped, not failed: the job waits for the budget's next period (or its expiry).
+            until = items.utcnow() + timedelta(seconds=exc.retry_after)
+            await jobs.defer(self.pool, job.thread_id, job.run_id, until)
+            metrics.MEMORY_WRITES.labels("over_budget").inc()
+            return
+        worth = worth_writing(candidates)
         if worth is None:
             await jobs.discard(self.pool, job.thread_id, job.run_id)
             metrics.MEMORY_WRITES.labels("nothing").inc()
