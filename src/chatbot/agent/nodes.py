@@ -37,6 +37,7 @@ from chatbot.models.chain import ChainEntry
 from chatbot.models.offline import MemoryRequest, offline_reply, split_tokens
 from chatbot.models.reply import Reply
 from chatbot.models.usage import Usage
+from chatbot.retrieval.search import RetrievedChunk
 from chatbot.timestamps import now_rfc3339
 
 RECENT_IN_HANDOFF = 10
@@ -84,10 +85,10 @@ class Nodes:
         emit = _events(runtime.context)
         emit(StageProgress("retrieval", status="started"))
         question = str(state["messages"][-1].text)
-        chunks = [dict(c) for c in await self.deps.retriever(runtime.context.caller, question)]
+        chunks = [RetrievedChunk.from_state(c) for c in await self.deps.retriever(runtime.context.caller, question)]
         emit(StageProgress("retrieval", chunks=len(chunks)))
         # The text stays in this run's memory; state (and so any checkpoint) gets ids only.
-        runtime.context.scratch["chunks"] = chunks
+        runtime.context.result.chunks = chunks
         refs = chunk_refs(chunks)
         # A partial record (no status): what a run that fails from here on retrieved.
         partial = RecordedRun(runtime.context.run_id, model=self.settings.model, retrieved=chunk_versions(chunks))
@@ -116,10 +117,10 @@ class Nodes:
             # The offline rules run once per turn: their result answers "noted" here and is
             # what the memory writer stores after the answer (write_memory hands it over).
             candidates = extract_offline(str(question.text), locale=ctx.locale)
-            ctx.scratch["memory_candidates"] = candidates
+            ctx.result.memory_candidates = candidates
             reply = offline_reply(
                 str(question.text),
-                chunks,
+                _as_mappings(chunks),
                 language=ctx.language,
                 unanswered_streak=streak,
                 memory_request=_memory_request(candidates),
@@ -128,7 +129,7 @@ class Nodes:
             self._usage(ctx).append(Usage("answer", model))
         else:
             # What the call sends, for a budget settling a call cancelled before its usage came.
-            ctx.scratch["answer_input_tokens"] = window.tokens
+            ctx.result.answer_input_tokens = window.tokens
             try:
                 answered = await self._ask_model(window, chunks, ctx)
             except ModelFailure as failure:
@@ -177,7 +178,7 @@ class Nodes:
         question: HumanMessage,
         window: Window,
         prompt_sha: str,
-        chunks: list[dict[str, Any]],
+        chunks: list[RetrievedChunk],
         history: list[Any],
     ) -> dict[str, Any]:
         """Return the update of a turn whose model failed: the reason and what was shown, no answer.
@@ -187,7 +188,7 @@ class Nodes:
         fold is kept and no memory work follows (the graph ends on a failed outcome).
         """
         self._usage(ctx).extend(failure.usage)
-        ctx.scratch["failure"] = failure
+        ctx.result.model_failure = failure
         outcome = GraphOutcome("error", failure=Failure(failure.reason, failure.retry_after))
         ending = RecordedRun(
             ctx.run_id,
@@ -207,8 +208,7 @@ class Nodes:
     @staticmethod
     def _usage(ctx: Context) -> list[Usage]:
         """Return this run's model calls so far (the summary fold's, then the answer's)."""
-        calls: list[Usage] = ctx.scratch.setdefault("usage", [])
-        return calls
+        return ctx.result.usage
 
     def _usage_record(self, ctx: Context) -> tuple[dict[str, Any], ...]:
         calls = self._usage(ctx)
@@ -219,12 +219,11 @@ class Nodes:
         return tuple(call.as_dict() for call in calls)
 
     @staticmethod
-    def _chunks(state: ConversationState, ctx: Context) -> list[dict[str, Any]]:
+    def _chunks(state: ConversationState, ctx: Context) -> list[RetrievedChunk]:
         """Return this run's retrieved chunks, text included, from the run's own memory."""
         wanted = [tuple(ref) for ref in state.get("retrieved") or []]
-        cached = ctx.scratch.get("chunks") or []
         # Only what `retrieve` recorded for this run: the ids in state are the authority.
-        return [c for c in cached if (str(c["chunk_id"]), int(c.get("version") or 1)) in wanted]
+        return [c for c in ctx.result.chunks if (c.chunk_id, c.version) in wanted]
 
     def _record(
         self,
@@ -233,7 +232,7 @@ class Nodes:
         question: HumanMessage,
         window: Window,
         prompt_sha: str,
-        chunks: list[dict[str, Any]],
+        chunks: list[RetrievedChunk],
         history: list[Any],
     ) -> str:
         """Return the run record: how it ended, and what the model was given, by id (agent/record.py)."""
@@ -271,7 +270,7 @@ class Nodes:
                 run_id=ctx.run_id,
                 locale=ctx.locale,
                 user_text=str(question.text),
-                offline_candidates=ctx.scratch.get("memory_candidates"),
+                offline_candidates=ctx.result.memory_candidates,
                 ended=ctx.ended,
             )
         )
@@ -288,7 +287,7 @@ class Nodes:
         state: ConversationState,
         history: list[Any],
         question: HumanMessage,
-        chunks: list[dict[str, Any]],
+        chunks: list[RetrievedChunk],
         turns: int,
         ctx: Context,
     ) -> tuple[Window, str, dict[str, Any]]:
@@ -358,7 +357,7 @@ class Nodes:
         history: list[Any],
         question: HumanMessage,
         summary: str,
-        chunks: list[dict[str, Any]],
+        chunks: list[RetrievedChunk],
         language: str,
     ) -> Window:
         inputs = WindowInputs(
@@ -366,7 +365,7 @@ class Nodes:
             profile=state.get("profile") or {},
             facts=state.get("facts") or [],
             summary=summary,
-            chunks=chunks,
+            chunks=_as_mappings(chunks),
             # Never the oldest messages of the recent list: they are folded into the summary
             # before the list drops them (see state.py).
             history=history[-WINDOW_HISTORY:],
@@ -386,13 +385,13 @@ class Nodes:
             if delay:
                 await asyncio.sleep(delay)
 
-    async def _ask_model(self, window: Window, chunks: list[dict[str, Any]], ctx: Context) -> ModelAnswer:
+    async def _ask_model(self, window: Window, chunks: list[RetrievedChunk], ctx: Context) -> ModelAnswer:
         emit = _events(ctx)
         settings = self.settings
         return await ask_model(
             self.deps.answer_chain(),
             window.messages,
-            known_chunk_ids={str(c["chunk_id"]) for c in chunks},
+            known_chunk_ids={c.chunk_id for c in chunks},
             language=ctx.language,
             limits=TimeLimits(
                 first_token=settings.model_first_token_timeout_seconds,
@@ -420,6 +419,11 @@ class Nodes:
 def _events(ctx: Context) -> EventSink:
     """Return where this run's events go: the caller's sink, else the graph's custom stream."""
     return ctx.events if ctx.events is not None else custom_stream_sink(get_stream_writer())
+
+
+def _as_mappings(chunks: list[RetrievedChunk]) -> list[dict[str, Any]]:
+    """Return the chunks as the window and the offline responder read them (models/ imports no retrieval)."""
+    return [c.to_state() for c in chunks]
 
 
 def _memory_request(candidates: MemoryCandidates) -> MemoryRequest | None:
