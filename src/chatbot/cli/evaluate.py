@@ -110,10 +110,14 @@ def evaluate_command(
     score: str | None = typer.Option(None, "--score", help="With --from-feedback: only runs rated up, or down."),
     concurrency: int = typer.Option(4, "--concurrency", min=1, max=64, help="Cases run at once."),
     fail_under: list[str] = typer.Option([], "--fail-under", help="METRIC=VALUE: exit 1 when a model is under it."),
+    charge_tenant: bool = typer.Option(
+        False, "--charge-tenant", help="Count the cases' model calls against the tenant's budgets (user `eval`)."
+    ),
 ) -> None:
     """Run every case through the whole graph once per model; write report.json and report.md.
 
-    Nothing is written to the service's tables: no thread, no memory, no usage totals.
+    Nothing is written to the service's tables: no thread, no memory, no usage totals, and
+    nothing is counted against the tenant's budgets unless --charge-tenant.
     """
     # Imported here: the graph and the model packages are heavy, and every other command loads this module.
     from chatbot.evaluation.candidates import load_candidate
@@ -163,7 +167,17 @@ def evaluate_command(
                 found = await rated_cases(pool, serde, locks, tenant_id=tenant, since=first, until=last, score=rated)
                 if not found:
                     common.fail(f"no rated runs of tenant {tenant} in that period", 2)
-            return await _run(found, candidates, tenant, settings, pool, concurrency, prices)
+            budgets = None
+            if charge_tenant:
+                from chatbot.budgets.service import Budgets
+
+                budgets = Budgets(
+                    pool,
+                    prices=dict(prices),
+                    output_cap=settings.model_max_output_tokens,
+                    reservation_seconds=settings.budget_reservation_seconds,
+                )
+            return await _run(found, candidates, tenant, settings, pool, concurrency, prices, budgets)
 
     report = common.run(_go())
     out.mkdir(parents=True, exist_ok=True)
@@ -188,6 +202,7 @@ async def _run(
     pool: Any,
     concurrency: int,
     prices: Mapping[str, Any],
+    budgets: Any = None,
 ) -> dict[str, Any]:
     from chatbot.evaluation.runner import build_report, evaluate
 
@@ -200,5 +215,6 @@ async def _run(
             search=_search(pool, settings),
             concurrency=concurrency,
             on_result=advance,
+            budgets=budgets,
         )
     return build_report(cases, candidates, results, prices)
