@@ -104,7 +104,8 @@ async def report(pool: Pool, tenant_id: str, now: datetime, *, user_id: str | No
             subjects = [""] if user_id is None else []
         for subject in subjects:
             rows.append(_row(budget, subject, by_key.get((subject, period)), day if period == "day" else month))
-    return rows
+    # The tenant's own first, then each user's (a default beside a user's own), day before month.
+    return sorted(rows, key=lambda r: (r["scope"] == "user", r["user_id"] or "", r["period"]))
 
 
 def _row(budget: dict[str, Any], subject: str, counter: dict[str, Any] | None, starts: Any) -> dict[str, Any]:
