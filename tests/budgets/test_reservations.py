@@ -201,3 +201,17 @@ async def test_erasure_removes_the_users_budget_rows(budgets: tuple[Budgets, Clo
             "select count(*) as n from budget_reservations where tenant_id = 'acme' and user_id = 'gone'"
         )
         assert (await cur.fetchone())["n"] == 0  # type: ignore[index]
+
+
+async def test_an_answer_chain_reserves_one_worst_case_per_entry(budgets: tuple[Budgets, Clock]) -> None:
+    b, clock = budgets
+    await set_budget(b.pool, BudgetTarget("acme", "tenant"), "day", "tokens", Decimal(3000))
+    chain = [MODEL, "anthropic:claude-haiku-4-5"]
+    # Each entry that fails before answering may be billed, then the next one is asked.
+    held = await b.reserve("acme", "u1", kind="answer", models=chain, input_tokens=INPUT, calls=2)
+    assert await _left(b.pool, clock()) == [("tenant", None, 0, 2000)]
+    with pytest.raises(BudgetExhausted):
+        await b.reserve("acme", "u1", kind="answer", models=chain, input_tokens=INPUT, calls=2)
+    # Both entries were asked: the first failed after 900 input tokens, the second answered.
+    await b.settle(held, [Usage("answer", MODEL, 900, 0), Usage("answer", chain[1], 900, 100)])  # type: ignore[arg-type]
+    assert await _left(b.pool, clock()) == [("tenant", None, 1900, 0)]

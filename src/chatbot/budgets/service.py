@@ -131,15 +131,18 @@ class Budgets:
         kind: CallKind,
         models: Sequence[str],
         input_tokens: int,
+        calls: int = 1,
     ) -> Reservation | None:
         """Reserve a call's worst case (`input_tokens` plus the output cap); None when no budget applies.
 
+        `calls`: how many calls the reservation covers at most (an answer chain of n entries:
+        each entry that fails before the answer may still be billed, then the next is asked).
         Raises BudgetExhausted naming the first budget the worst case does not fit.
         """
         if not models or all(m == OFFLINE for m in models):
             return None  # the offline model costs nothing
-        tokens = input_tokens + self.output_cap
-        usd = self.worst_usd(models, input_tokens, self.output_cap)
+        tokens = calls * (input_tokens + self.output_cap)
+        usd = calls * self.worst_usd(models, input_tokens, self.output_cap)
         now = self.clock()
         day, month = period_starts(now)
         reservation = Reservation(uuid.uuid4(), tenant_id, tokens, usd)
@@ -192,14 +195,23 @@ class Budgets:
 
     @asynccontextmanager
     async def held(
-        self, tenant_id: str, user_id: str, *, kind: CallKind, models: Sequence[str], input_tokens: int
+        self,
+        tenant_id: str,
+        user_id: str,
+        *,
+        kind: CallKind,
+        models: Sequence[str],
+        input_tokens: int,
+        calls: int = 1,
     ) -> AsyncIterator[Held]:
         """Hold a call's worst case while it runs; settle to what `Held.used` was told when it ends.
 
         Raises BudgetExhausted on entry when the worst case does not fit. A call that fails
         or is cancelled settles to what it reported (nothing: released).
         """
-        reservation = await self.reserve(tenant_id, user_id, kind=kind, models=models, input_tokens=input_tokens)
+        reservation = await self.reserve(
+            tenant_id, user_id, kind=kind, models=models, input_tokens=input_tokens, calls=calls
+        )
         held = Held()
         try:
             yield held

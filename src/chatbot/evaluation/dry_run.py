@@ -122,7 +122,9 @@ async def run_case(
     bound = answer_input_bound(candidate.chain[0].spec, settings.context_tokens)
     specs = [entry.spec for entry in candidate.chain]
     try:
-        async with budgets.held(tenant_id, EVAL_USER, kind="answer", models=specs, input_tokens=bound) as held:
+        async with budgets.held(
+            tenant_id, EVAL_USER, kind="answer", models=specs, input_tokens=bound, calls=len(specs)
+        ) as held:
             result = await _run_case(
                 case, candidate, tenant_id=tenant_id, settings=settings, search=search, budgets=budgets
             )

@@ -251,6 +251,8 @@ class RunService:
                 kind="answer",
                 models=self.answer_models,
                 input_tokens=self.answer_input_tokens,
+                # Every entry of the chain may be asked (and billed) when the ones before it fail.
+                calls=len(self.answer_models),
             )
         except BudgetExhausted as exc:
             metrics.RUNS_REJECTED.labels("budget_exhausted").inc()
