@@ -213,5 +213,5 @@ async def test_an_answer_chain_reserves_one_worst_case_per_entry(budgets: tuple[
     with pytest.raises(BudgetExhausted):
         await b.reserve("acme", "u1", kind="answer", models=chain, input_tokens=INPUT, calls=2)
     # Both entries were asked: the first failed after 900 input tokens, the second answered.
-    await b.settle(held, [Usage("answer", MODEL, 900, 0), Usage("answer", chain[1], 900, 100)])  # type: ignore[arg-type]
+    await b.settle(held, [Usage("answer", MODEL, 900, 0), Usage("answer", chain[1], 900, 100)])
     assert await _left(b.pool, clock()) == [("tenant", None, 1900, 0)]
