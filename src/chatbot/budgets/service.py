@@ -189,6 +189,11 @@ class Budgets:
                 extra={"tenant_id": reservation.tenant_id, "error": type(exc).__name__},
             )
 
+    async def settle_on(self, conn: queries.Conn, reservation: Reservation, calls: Sequence[Spent]) -> None:
+        """Settle on a connection the caller holds (pipelined with its own statements); errors are the caller's."""
+        tokens, usd = self.cost(calls)
+        await queries.settle(conn, tenant=reservation.tenant_id, reservation=reservation.id, tokens=tokens, usd=usd)
+
     async def release(self, reservation: Reservation | None) -> None:
         """Release a reservation whose call was never sent, or sent nothing billable."""
         await self.settle(reservation, ())

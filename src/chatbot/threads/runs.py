@@ -29,7 +29,7 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -46,7 +46,7 @@ from chatbot.agent.record import chunk_versions
 from chatbot.agent.result import RunResult
 from chatbot.agent.run import run_graph
 from chatbot.agent.state import META_KEY, user_turn
-from chatbot.budgets.service import BudgetExhausted, Budgets, Reservation, budget_member
+from chatbot.budgets.service import BudgetExhausted, Budgets, Reservation, Spent, budget_member
 from chatbot.caller import CallerContext
 from chatbot.db import usage_totals
 from chatbot.db.locks import Fence, Lease, LeaseLost, Locks, UserErasing
@@ -64,6 +64,9 @@ from chatbot.timestamps import now_rfc3339
 from chatbot.tracing.service import NO_TRACING, Tracing
 
 log = logging.getLogger("chatbot.runs")
+
+Settlement = tuple[Reservation, Sequence[Spent]]
+"""A budget reservation and the calls it settles to."""
 
 # What a refused run is told to wait: runs of a busy replica end within seconds.
 BUSY_RETRY_AFTER_SECONDS = 2
@@ -342,8 +345,9 @@ class RunService:
             await lease.release()
             self._runs.pop(stream.run_id, None)
             # Before the terminal event: `chatbot usage` read right after `end` includes this run.
-            await self._add_usage(caller.tenant_id, result.usage)
-            await self._settle_answer(reservation, result, stream, user_cancelled)
+            # The answer's budget reservation settles in the same round trip as the totals.
+            settle = self._answer_settlement(reservation, result, stream, user_cancelled)
+            await self._add_usage(caller.tenant_id, result.usage, settle)
             metrics.RUNS.labels(status).inc()
             if isinstance(terminal, Failure):
                 stream.fail(terminal)
@@ -427,28 +431,35 @@ class RunService:
         self._tasks.discard(task)
         metrics.RUNS_IN_FLIGHT.dec()
 
-    async def _add_usage(self, tenant_id: str, calls: list[Any]) -> None:
-        """Add the run's model calls to the tenant's daily totals (they outlive the thread)."""
+    async def _add_usage(self, tenant_id: str, calls: list[Any], settle: Settlement | None = None) -> None:
+        """Add the run's model calls to the tenant's daily totals (they outlive the thread).
+
+        With `settle`, the answer's budget reservation is settled on the same connection,
+        pipelined: one round trip for both.
+        """
         calls = [call for call in calls if call.model != "offline"]
-        if not calls:
+        if not calls and settle is None:
             return  # the offline model costs nothing: no statement per offline run
         try:
-            async with self.pool.connection() as conn:
-                await usage_totals.add(conn, tenant_id, calls)
+            async with self.pool.connection() as conn, conn.pipeline():
+                if calls:
+                    await usage_totals.add(conn, tenant_id, calls)
+                if settle is not None and self.budgets is not None:
+                    await self.budgets.settle_on(conn, *settle)
         except DATABASE_ERRORS as exc:
             log.warning("usage totals not written", extra={"tenant_id": tenant_id, "error": type(exc).__name__})
 
-    async def _settle_answer(
+    def _answer_settlement(
         self, reservation: Reservation | None, result: RunResult, stream: RunStream, cancelled: bool
-    ) -> None:
-        """Settle the answer's reservation to what its calls used (a failed call: what it reported)."""
-        if self.budgets is None or reservation is None:
-            return
+    ) -> Settlement | None:
+        """Return the answer's reservation and what its calls used (a failed call: what it reported)."""
+        if reservation is None:
+            return None
         calls = [call for call in result.usage if call.kind == "answer"]
         if cancelled and not calls:
             # A cancelled call reports nothing: it is counted as its window and what was streamed.
             calls = [streamed_usage(self.answer_models[0], result.answer_input_tokens, stream.shown)]
-        await self.budgets.settle(reservation, calls)
+        return reservation, calls
 
     async def drain(self, timeout: float) -> None:
         """Let in-flight runs finish (graceful shutdown); cancel what is left after `timeout`."""
