@@ -4,9 +4,11 @@
    no budget (the function finds none and writes nothing), `reserve` and `settle` of a
    tenant with a tenant budget and an each-user default (two counters locked, two
    reservation rows written, then settled).
-2. Whole runs through the wire double (OpenAI, in-process service), JSON mode, alternating
-   a tenant without budgets and one with a tenant and an each-user budget that never refuse:
-   the median time per run, and the difference.
+2. Whole runs through the wire double (OpenAI, in-process service), JSON mode, interleaved:
+   with the check switched off (no statement: the code before budgets), a tenant without
+   budgets (the reservation statement finds none), and a tenant with a tenant and an
+   each-user budget that never refuse (reserved, then settled beside the usage totals):
+   the median time per run of each, and the differences.
 3. The offline model (the anchors' path): runs of a tenant with budgets beside one without.
    The offline model costs nothing and is never checked: no statement is sent.
 
@@ -85,29 +87,37 @@ async def statements(url: str, calls: int) -> dict[str, Any]:
 async def runs(url: str, model: str, base_url: str | None, count: int) -> dict[str, Any]:
     app = create_app(settings(url, model=model, model_base_url=base_url))
     async with app.router.lifespan_context(app):
+        service = app.state.services.runs
+        checker = service.budgets
         pool = app.state.services.pool
         await set_budget(pool, BudgetTarget("capped", "tenant"), "day", "tokens", Decimal(10**15))
         await set_budget(pool, BudgetTarget("capped", "each_user"), "day", "tokens", Decimal(10**15))
         transport = httpx.ASGITransport(app=app)
-        times: dict[str, list[float]] = {"free": [], "capped": []}
+        variants = {"unchecked": "free", "no budget": "free", "budgets": "capped"}
+        times: dict[str, list[float]] = {name: [] for name in variants}
         async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1", timeout=60) as client:
             for i in range(count + 10):
-                for tenant in ("free", "capped") if i % 2 else ("capped", "free"):
+                order = list(variants)[i % 3 :] + list(variants)[: i % 3]
+                for name in order:
+                    tenant = variants[name]
+                    service.budgets = None if name == "unchecked" else checker
                     headers = {"Authorization": f"Bearer {token(tenant, f'u{i % 20}')}", "Accept": "application/json"}
                     body = {"message": {"content": QUESTION}}
                     started = time.perf_counter()
-                    response = await client.post(f"/v1/threads/{tenant}-{model}-{i}/runs", json=body, headers=headers)
+                    thread = f"{name.replace(' ', '-')}-{model}-{i}"
+                    response = await client.post(f"/v1/threads/{thread}/runs", json=body, headers=headers)
                     elapsed = (time.perf_counter() - started) * 1000
                     assert response.status_code == 200, response.text
                     if i >= 10:  # the first runs warm the pool and the caches
-                        times[tenant].append(elapsed)
-    free, capped = summary(times["free"]), summary(times["capped"])
+                        times[name].append(elapsed)
+        service.budgets = checker
+    medians = {name: summary(values) for name, values in times.items()}
+    base = medians["unchecked"]["median_ms"]
     return {
         "model": model,
         "runs_each": count,
-        "without budgets": free,
-        "with budgets": capped,
-        "added_median_ms": round(capped["median_ms"] - free["median_ms"], 3),
+        **medians,
+        "added_median_ms": {name: round(medians[name]["median_ms"] - base, 3) for name in ("no budget", "budgets")},
     }
 
 
