@@ -236,3 +236,29 @@ async def test_a_killed_replicas_reservation_is_released_within_its_expiry(
 async def _accepted(client: httpx.AsyncClient) -> httpx.Response | None:
     response = await send_message(client, f"after-kill-{id(client)}", QUESTION, tenant="killed", locale="en-US")
     return response if response.status_code == 200 else None
+
+
+async def test_a_budget_refusal_is_not_a_model_failure_the_chain_falls_back_on(
+    isolated_database_url: str, double: ProviderDouble, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "test-key")
+    chain: dict[str, Any] = {
+        "model": "openai:gpt-4o-mini,anthropic:claude-haiku-4-5",
+        "model_base_urls": f"{double.openai_base_url},{double.anthropic_base_url}",
+    }
+    async with running_app(isolated_database_url, **chain) as client:
+        services = services_of(client)
+        # Room for one entry's worst case, not for the chain's (each entry may be billed).
+        one_entry = services.runs.answer_input_tokens + services.budgets.output_cap
+        await set_budget(services.pool, BudgetTarget("acme", "tenant"), "month", "tokens", Decimal(one_entry))
+        refused = await send_message(client, "chain", QUESTION, locale="en-US")
+        assert refused.status_code == 429
+        assert refused.json()["budget"] == {"scope": "tenant", "period": "month"}
+        assert double.requests == []  # neither entry was asked
+        await set_budget(services.pool, BudgetTarget("acme", "tenant"), "month", "tokens", Decimal(2 * one_entry))
+        double.script("gpt-4o-mini", Behaviour(http_status=503))
+        answered = await send_message(client, "chain", QUESTION, locale="en-US")
+        assert parse_sse(answered.text)[-1][0] == "end"
+        assert [r.provider for r in double.requests] == ["openai", "anthropic"]  # fell back on the 503
+        [row] = await budget_rows(services, datetime.now(UTC))
+        assert row["reserved"] == 0 and 0 < row["spent"] <= 2 * one_entry
