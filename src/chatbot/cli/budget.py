@@ -47,7 +47,7 @@ def _unit(tokens: bool, usd: bool) -> str:
 # Negative amounts must reach the check (a clear error) instead of reading as an unknown option.
 @budget_app.command("set", context_settings={"ignore_unknown_options": True})
 def set_command(
-    amount: str = typer.Argument(..., help="The cap: whole tokens, or US dollars."),
+    given: list[str] = typer.Argument(..., metavar="AMOUNT", help="The cap: whole tokens, or US dollars."),
     tenant: str = typer.Option(..., "--tenant", callback=common.caller_id),
     user: str | None = typer.Option(None, "--user", help="One user of the tenant.", callback=_optional_id),
     each_user: bool = typer.Option(False, "--each-user", help="The default of every user without one of their own."),
@@ -61,6 +61,13 @@ def set_command(
     from chatbot.db.pool import open_pool
     from chatbot.models.prices import PricesError, parse_prices
 
+    # Unknown options arrive here too (so that "-5" reaches the amount check): name them.
+    unknown = [word for word in given if word.startswith("--")]
+    if unknown:
+        common.fail(f"unknown unit or option {', '.join(unknown)}: the unit is --tokens or --usd", 2)
+    if len(given) != 1:
+        common.fail(f"one AMOUNT, got {len(given)}: {' '.join(given)}", 2)
+    amount = given[0]
     period = _period(daily, monthly, required=True)
     assert period is not None
     unit = _unit(tokens, usd)
