@@ -18,8 +18,12 @@ dev: $(STAMP)
 
 ## make test: lint and types, then the whole suite against a real Postgres (embedded unless
 ## CHATBOT_TEST_DATABASE_URL is set). CI (.ci/run) runs only `make test`, so the checks live here.
+## Modules are spread over TEST_WORKERS processes (pytest-xdist), whole: a module's tests share
+## its database (tests/fixtures/postgres.py), and each worker starts its own embedded Postgres.
+## The tests mostly wait (on Postgres, on streams), so more workers than cores pays.
+TEST_WORKERS ?= 4
 test: lint
-	$(BIN)/python -m pytest -q -p no:cacheprovider
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile
 
 ## The long suites below grow with their parameters: each test may take up to LONG_TIMEOUT
 ## seconds there (make test keeps pyproject's 600 s per test, which turns a hang into a failure).
