@@ -156,7 +156,7 @@ async def build_services(
         pool=pool,
         locks=locks,
         saver=saver,
-        run_replays=RunReplays(pool, saver.serde),
+        run_replays=RunReplays(pool),
         store=store,
         retriever=retriever,
         graph=graph,

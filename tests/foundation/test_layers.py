@@ -181,10 +181,10 @@ def test_every_package_and_top_level_module_has_a_layer() -> None:
 def test_the_walk_sees_the_imports_the_code_makes() -> None:
     edges = module_edges()
     # Known imports, one per kind: plain `from x import y`, `from chatbot import module`,
-    # an import inside a function (cli/replay.py imports the saver where it needs it).
+    # an import inside a function (cli/replay.py imports the record reader where it needs it).
     assert ("chatbot.agent.nodes", "chatbot.memory.namespaces") in edges
     assert ("chatbot.agent.nodes", "chatbot.metrics") in edges
-    assert ("chatbot.cli.replay", "chatbot.db.saver") in edges
+    assert ("chatbot.cli.replay", "chatbot.threads.record") in edges
 
 
 def test_no_import_points_up_a_layer_or_against_the_feature_order() -> None:

@@ -151,16 +151,12 @@ def evaluate_command(
             common.fail(str(exc), 2)
 
     async def _go() -> dict[str, Any]:
-        from chatbot.db.saver import PooledPostgresSaver, apply_library_patches
-
         async with common.open_pool_and_locks(settings) as (pool, locks):
             found = cases
             if from_feedback:
                 assert first is not None
-                apply_library_patches()  # as the server does before building its saver
-                serde = PooledPostgresSaver(pool).serde
                 rated: Score | None = "up" if score == "up" else "down" if score == "down" else None
-                found = await rated_cases(pool, serde, locks, tenant_id=tenant, since=first, until=last, score=rated)
+                found = await rated_cases(pool, locks, tenant_id=tenant, since=first, until=last, score=rated)
                 if not found:
                     common.fail(f"no rated runs of tenant {tenant} in that period", 2)
             return await _run(found, candidates, tenant, settings, pool, concurrency, prices)

@@ -88,7 +88,6 @@ def replay(
     system_message: bool = typer.Option(False, "--system-message", help="Also print the whole system message."),
 ) -> None:
     """Print a run's record: window, summary, memory, prompt, retrieved chunks, answer."""
-    from chatbot.db.saver import PooledPostgresSaver, apply_library_patches
     from chatbot.threads.record import read_run_record
     from chatbot.threads.schemas import NOT_A_RUN, canonical_run_id
 
@@ -100,9 +99,7 @@ def replay(
 
     async def _go() -> ResolvedRun | None:
         async with common.open_pool_and_locks(settings) as (pool, locks):
-            apply_library_patches()  # as the server does before building its saver
-            serde = PooledPostgresSaver(pool).serde
-            return await read_run_record(pool, serde, locks, thread_id, run, tenant)
+            return await read_run_record(pool, locks, thread_id, run, tenant)
 
     resolved = common.run(_go())
     if resolved is None:

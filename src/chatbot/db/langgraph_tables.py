@@ -206,7 +206,7 @@ async def still_stale(conn: Conn, thread_ids: Sequence[str], floor: str) -> list
 # Raw: `aget_tuple` loads a checkpoint with every channel at its version; the transcript is
 # every *version* of the `turn` channel (the API has no per-channel history outside
 # DeltaChannels), and a record or a rejoin needs one or two channels of one checkpoint.
-# Rows are (version, type, blob) as the saver wrote them; callers decode with its serde.
+# Rows are (version, type, blob) as the saver wrote them; db/checkpoints.py decodes them.
 
 # Newest first, a batch at a time: the newest page costs the same at turn 1000 as at 10.
 # "C" collation: versions compare by their fixed-width counter whatever the database's.

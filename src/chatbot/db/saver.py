@@ -9,9 +9,10 @@ concurrent runs it cost us throughput and latency (docs/performance.md, "Runs").
 The store (`AsyncPostgresStore`) already skips its lock for pools; the same change for
 the saver is proposed upstream (langchain-ai/langgraph#7259, PR #7269).
 
-Two more changes patch the library module itself, process-wide: `apply_library_patches`
-does both, once, at start-up (`create_app`, and the commands and benches that build a
-saver without the app), never from a constructor.
+Two more changes patch the library module itself, process-wide: the saver's own
+construction applies both (`_apply_library_patches`, idempotent), so nothing that builds a
+saver (the app, a command, a bench) can forget them. The saver writes with
+`db/checkpoints.SERDE`, the serializer the service's own reads decode with.
 
 This relies on library internals, so it is pinned: constructing the saver fails when
 the installed langgraph-checkpoint-postgres is outside the versions we verified, and
@@ -37,6 +38,7 @@ from psycopg.rows import DictRow, dict_row
 from psycopg_pool import AsyncConnectionPool
 
 from chatbot.db import langgraph_tables
+from chatbot.db.checkpoints import SERDE
 from chatbot.db.locks import Fence, LeaseLost
 
 T = TypeVar("T")
@@ -97,11 +99,11 @@ def _serialise_on_the_loop() -> None:
     library.asyncio = _ThreadlessAsyncio()  # type: ignore[assignment]
 
 
-def apply_library_patches() -> None:
+def _apply_library_patches() -> None:
     """Patch langgraph-checkpoint-postgres for the whole process: smaller delta walks, serialising on the loop.
 
-    Called once at start-up, before any saver runs; calling it again changes nothing.
-    Refuses library versions the patches were not verified on.
+    Every saver's construction calls it; calling it again changes nothing. Refuses library
+    versions the patches were not verified on.
     """
     langgraph_tables.check_version()
     _tune_delta_walk_page()
@@ -113,10 +115,10 @@ class PooledPostgresSaver(AsyncPostgresSaver):
 
     def __init__(self, conn: Conn, pipe: AsyncPipeline | None = None, serde: SerializerProtocol | None = None) -> None:
         """Build the saver; on a pool, replace the instance lock by one that never waits."""
-        # One check for the lock replaced below and the statements on the library's tables
-        # (db/langgraph_tables.py): the app builds its saver once, at start-up.
-        langgraph_tables.check_version()
-        super().__init__(conn, pipe, serde)
+        # One check for the lock replaced below, the patches and the statements on the
+        # library's tables (db/langgraph_tables.py): the app builds its saver once, at start-up.
+        _apply_library_patches()
+        super().__init__(conn, pipe, serde or SERDE)
         # Only on a pool: a single shared connection (and a pipeline, which the library
         # allows only on one) still needs the lock to keep coroutines off it.
         if isinstance(conn, AsyncConnectionPool):

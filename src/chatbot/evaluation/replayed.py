@@ -13,8 +13,6 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any, Literal
 
-from langgraph.checkpoint.serde.base import SerializerProtocol
-
 from chatbot.db.locks import Locks
 from chatbot.db.pool import Pool
 from chatbot.evaluation.cases import Case, RecordedWindow, Turn, default_locale
@@ -28,7 +26,6 @@ Score = Literal["up", "down"]
 
 async def rated_cases(
     pool: Pool,
-    serde: SerializerProtocol,
     locks: Locks,
     *,
     tenant_id: str,
@@ -44,7 +41,7 @@ async def rated_cases(
         rows = await queries.rated_of_tenant(conn, tenant_id, since, until, score)
     cases = []
     for row in rows:
-        record = await read_run_record(pool, serde, locks, row["thread_id"], row["run_id"], tenant_id)
+        record = await read_run_record(pool, locks, row["thread_id"], row["run_id"], tenant_id)
         if record is None or record.body["input"] is None:
             continue
         cases.append(await _case(pool, tenant_id, row, record))

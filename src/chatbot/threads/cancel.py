@@ -26,13 +26,13 @@ import asyncio
 import logging
 import os
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import psycopg
 from psycopg import AsyncConnection
 
-from chatbot.db import langgraph_tables
+from chatbot.db.checkpoints import CheckpointReader, RunCheckpoint
 from chatbot.db.locks import Locks, fence_token, lock_fence, revoke_fence, thread_locked
 from chatbot.db.pool import Pool
 from chatbot.tasks import stop_task
@@ -61,9 +61,9 @@ def parse_payload(text: str) -> tuple[str, str] | None:
     return (thread_id, run_id) if run_id and thread_id else None
 
 
-def ended(checkpoints: list[dict[str, Any]]) -> bool:
+def ended(checkpoints: Sequence[RunCheckpoint]) -> bool:
     """Tell whether a run's checkpoints (oldest first) hold its end: the final one, or a cancel."""
-    return any(row["source"] == "loop" for row in checkpoints) or len(checkpoints) > 1
+    return any(row.source == "loop" for row in checkpoints) or len(checkpoints) > 1
 
 
 async def request_cancel(pool: Pool, locks: Locks, thread_id: str, run_id: str) -> bool:
@@ -76,10 +76,11 @@ async def request_cancel(pool: Pool, locks: Locks, thread_id: str, run_id: str) 
         fence = await lock_fence(conn, thread_id)
         if fence is None:
             return False
-        checkpoints = await langgraph_tables.run_checkpoints(conn, thread_id, run_id)
+        reader = CheckpointReader(conn)
+        checkpoints = await reader.run_checkpoints(thread_id, run_id)
         if not checkpoints or ended(checkpoints):
             return False
-        if await langgraph_tables.newest_run(conn, thread_id) != run_id:
+        if await reader.newest_run(thread_id) != run_id:
             return False
         if not locks.holds_thread(thread_id):
             if not await thread_locked(conn, thread_id):

@@ -12,7 +12,7 @@ from starlette.responses import Response
 
 from chatbot import openapi_examples as examples
 from chatbot.auth import CallerDep
-from chatbot.deps import AUTHENTICATED, LocksDep, PoolDep, SaverDep, SettingsDep
+from chatbot.deps import AUTHENTICATED, LocksDep, PoolDep, SettingsDep
 from chatbot.errors import DATABASE_ERRORS, PROBLEM_JSON, Problem, database_problem
 from chatbot.failures import Failure
 from chatbot.json_body import StrictJsonRoute
@@ -212,7 +212,6 @@ async def get_run_record(
     run_id: RunId,
     caller: CallerDep,
     pool: PoolDep,
-    saver: SaverDep,
     locks: LocksDep,
 ) -> dict[str, Any]:
     """Return what the run's model was given and what it answered."""
@@ -220,7 +219,7 @@ async def get_run_record(
         await check_thread_access(pool, thread_id, caller, must_exist=True)
         if run_id == NOT_A_RUN:
             raise run_not_found()
-        record = await read_run_record(pool, saver.serde, locks, thread_id, run_id, caller.tenant_id)
+        record = await read_run_record(pool, locks, thread_id, run_id, caller.tenant_id)
     except DATABASE_ERRORS:
         raise database_problem(retry_after=1) from None
     if record is None:
