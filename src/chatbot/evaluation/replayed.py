@@ -18,7 +18,7 @@ from chatbot.db.pool import Pool
 from chatbot.evaluation.cases import Case, RecordedWindow, Turn, default_locale
 from chatbot.retrieval.normalize import detect_language
 from chatbot.retrieval.versions import read_chunk_versions
-from chatbot.threads import queries
+from chatbot.threads.export import rated_runs_of_tenant
 from chatbot.threads.record import ResolvedRun, read_run_record
 
 Score = Literal["up", "down"]
@@ -37,8 +37,7 @@ async def rated_cases(
 
     A run whose record is gone (its thread deleted since) or that has no question is skipped.
     """
-    async with pool.connection() as conn:
-        rows = await queries.rated_of_tenant(conn, tenant_id, since, until, score)
+    rows = await rated_runs_of_tenant(pool, tenant_id, since, until, score)
     cases = []
     for row in rows:
         record = await read_run_record(pool, locks, row["thread_id"], row["run_id"], tenant_id)

@@ -24,6 +24,7 @@ from chatbot.db import catalogue, langgraph_tables
 from chatbot.db.locks import Fence, forget_fence
 from chatbot.db.pool import Pool
 from chatbot.errors import DATABASE_ERRORS
+from chatbot.threads import queries
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +35,18 @@ async def delete_thread_rows(conn: AsyncConnection[Any], thread_ids: Sequence[st
         return
     await langgraph_tables.delete_thread_checkpoints(conn, thread_ids)
     await catalogue.delete_keyed(conn, "thread_id", thread_ids, skip=langgraph_tables.CHECKPOINT_TABLES)
+
+
+async def delete_user_threads(
+    conn: AsyncConnection[Any], tenant_id: str, user_id: str, thread_ids: Sequence[str]
+) -> int:
+    """Delete the user's threads, their feedback and the user's run counters, on `conn` (an erasure's
+    transaction); return how many ratings went (the user's anywhere in the tenant, and any on the threads)."""
+    # Counted before the threads go: feedback on them is deleted with them too.
+    feedback = await queries.delete_feedback_of_user(conn, tenant_id, user_id, thread_ids)
+    await delete_thread_rows(conn, thread_ids)
+    await queries.forget_user_counts(conn, tenant_id, user_id)
+    return feedback
 
 
 async def delete_threads(pool: Pool, thread_ids: Sequence[str]) -> int:

@@ -67,6 +67,14 @@ def _turn(messages: Sequence[BaseMessage], run_id: str) -> dict[str, Any]:
     return {"user_message": question, "answer": answer, "citations": citations, "status": status}
 
 
+async def rated_runs_of_tenant(
+    pool: Pool, tenant_id: str, since: datetime, until: datetime | None, score: str | None
+) -> list[dict[str, Any]]:
+    """Return the tenant's ratings in [since, until) (of one score when given), oldest first."""
+    async with pool.connection() as conn:
+        return await queries.rated_of_tenant(conn, tenant_id, since, until, score)
+
+
 async def export_feedback(pool: Pool, since: datetime, *, key: bytes | None = None) -> AsyncIterator[dict[str, Any]]:
     """Yield one record per run rated (or re-rated) at or after `since`, grouped by thread.
 
