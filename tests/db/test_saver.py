@@ -25,6 +25,7 @@ from psycopg.rows import dict_row
 from chatbot.db.langgraph_tables import check_version, installed_version
 from chatbot.db.pool import Pool
 from chatbot.db.saver import PooledPostgresSaver
+from tests.fixtures.wait import wait_until
 
 LockConn = psycopg.AsyncConnection[dict[str, object]]
 # A call stuck behind a lock never answers; one that runs answers in milliseconds.
@@ -46,16 +47,16 @@ async def checkpoint_writes_blocked(database_url: str) -> AsyncIterator[LockConn
 
 async def wait_for_blocked_write(conn: LockConn) -> None:
     """Return once some session is waiting for the lock on `checkpoints`."""
-    for _ in range(200):
+
+    async def blocked() -> bool:
         row = await (
             await conn.execute(
                 "select count(*) as n from pg_locks where not granted and relation = 'checkpoints'::regclass"
             )
         ).fetchone()
-        if row and int(str(row["n"])) > 0:
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError("the checkpoint write never reached Postgres")
+        return bool(row and int(str(row["n"])) > 0)
+
+    await wait_until(blocked, what="a checkpoint write waiting in Postgres")
 
 
 async def read_while_a_write_waits(saver: AsyncPostgresSaver, database_url: str) -> bool:
