@@ -20,11 +20,13 @@ from typing import Any
 
 from psycopg import AsyncConnection
 
+from chatbot.caller import CallerContext
 from chatbot.db import catalogue, langgraph_tables
-from chatbot.db.locks import Fence, forget_fence
+from chatbot.db.locks import Fence, Locks, forget_fence
 from chatbot.db.pool import Pool
-from chatbot.errors import DATABASE_ERRORS
+from chatbot.errors import DATABASE_ERRORS, Problem
 from chatbot.threads import queries
+from chatbot.threads._ownership import belongs_to_another, thread_owner
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +59,27 @@ async def delete_threads(pool: Pool, thread_ids: Sequence[str]) -> int:
     async with pool.connection() as conn, conn.transaction():
         await delete_thread_rows(conn, ids)
     return len(ids)
+
+
+async def delete_callers_thread(pool: Pool, locks: Locks, thread_id: str, caller: CallerContext) -> None:
+    """Delete the caller's thread under its lock; nothing when it is not the caller's; 409 while a run holds it."""
+    owner = await thread_owner(pool, thread_id)
+    if owner is None or belongs_to_another(owner, caller):
+        # Nothing of the caller's to delete. Another caller's thread and a thread that does not
+        # exist end here alike, after the same one statement and without the thread's lock:
+        # neither the answer nor its timing tells them apart (docs/reliability.md), and another caller's
+        # refused request never makes the owner's runs meet a 409. A first run that holds the
+        # lock but has not written yet is a thread that does not exist yet: 204 (docs/api.md).
+        return
+    lease = await locks.try_thread(thread_id)
+    if lease is None:
+        raise Problem(409, "a run is in flight on this thread")
+    try:
+        # Again under the lock: the thread may have been deleted and begun again by another caller since.
+        if not belongs_to_another(await thread_owner(pool, thread_id), caller):
+            await delete_threads(pool, [thread_id])
+    finally:
+        await lease.release()
 
 
 async def forget_unwritten_thread(pool: Pool, fence: Fence | None) -> None:
