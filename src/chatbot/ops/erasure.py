@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from chatbot.db import langgraph_tables
-from chatbot.db.locks import Lease, Locks
+from chatbot.db.locks import Lease, Locks, hold_threads_rows
 from chatbot.db.pool import Pool
 from chatbot.memory.resets import erase_memory
 from chatbot.retrieval.versions import prune_superseded_chunks
@@ -69,6 +69,8 @@ async def _erase_locked(pool: Pool, locks: Locks, tenant_id: str, user_id: str, 
                 raise ErasureBusy("a run stayed in flight on one of the user's threads")
             leases.append(lease)
         async with pool.connection() as conn, conn.transaction():
+            # Before the feedback is read: a rating being written on a thread is waited for.
+            await hold_threads_rows(conn, thread_ids)
             # Counted before the threads go: feedback on them is deleted with them too.
             feedback = await delete_feedback_of_user(conn, tenant_id, user_id, thread_ids)
             await delete_thread_rows(conn, thread_ids)

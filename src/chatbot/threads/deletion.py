@@ -23,7 +23,7 @@ from psycopg import AsyncConnection
 from psycopg_pool import PoolTimeout
 
 from chatbot.db import catalogue, langgraph_tables
-from chatbot.db.locks import Fence, forget_fence
+from chatbot.db.locks import Fence, forget_fence, hold_threads_rows
 from chatbot.db.pool import Pool
 
 log = logging.getLogger(__name__)
@@ -33,6 +33,8 @@ async def delete_thread_rows(conn: AsyncConnection[Any], thread_ids: Sequence[st
     """Delete every row of the threads, on `conn` (in the caller's transaction)."""
     if not thread_ids:
         return
+    # First: a rating being written on one of the threads is waited for, then deleted too.
+    await hold_threads_rows(conn, list(thread_ids))
     await langgraph_tables.delete_thread_checkpoints(conn, thread_ids)
     await catalogue.delete_keyed(conn, "thread_id", thread_ids, skip=langgraph_tables.CHECKPOINT_TABLES)
 
