@@ -16,6 +16,7 @@ import pytest
 from chatbot.caller import CallerContext
 from chatbot.threads._stream import Listener, StreamEvent
 from tests.fixtures.app import running_app, services_of
+from tests.fixtures.provider_double import Behaviour, ProviderDouble
 from tests.fixtures.tokens import auth
 from tests.threads.test_cancel import cancel_url, rest, until_token
 
@@ -80,3 +81,39 @@ async def test_a_cancelled_record_refused_once_is_written_on_a_retry(
         assert (await client.post(cancel_url("twice-retry", listener.run_id), headers=auth(**EN))).status_code == 202
         await check_cancelled(client, "twice-retry", listener, seen)
         assert refused == ["generate"]
+
+
+async def test_a_cancelled_runs_model_call_is_in_its_record_and_the_daily_totals(
+    migrated_database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "test-key")
+    tenant = CallerContext("cut-usage", "u1", "en-US")
+    with ProviderDouble() as double:
+        double.default = Behaviour(answer="x" * 2000, piece_delay=0.02)
+        async with running_app(
+            migrated_database_url, model="openai:gpt-4o-mini", model_base_url=double.openai_base_url
+        ) as client:
+            headers = auth(tenant="cut-usage", **EN)
+            listener = await services_of(client).runs.start("cut-usage", tenant, "What does travel insurance cover?")
+            seen = await until_token(listener)
+            while sum(e.event == "token" for e in seen) < 5:
+                seen.append(await asyncio.wait_for(listener.queue.get(), 10))
+            assert (await client.post(cancel_url("cut-usage", listener.run_id), headers=headers)).status_code == 202
+            assert (await rest(listener))[-1].data["reason"] == "cancelled"
+            record = (await client.get(f"/v1/threads/cut-usage/runs/{listener.run_id}", headers=headers)).json()
+            (call,) = record["usage"]
+            assert call["kind"] == "answer" and call["model"] == "openai:gpt-4o-mini"
+            assert call["input_tokens"] > 0 and call["output_tokens"] > 0
+            async with services_of(client).pool.connection() as conn:
+                row = await (
+                    await conn.execute(
+                        "select calls, input_tokens, output_tokens from model_usage_daily where tenant_id = %s",
+                        ("cut-usage",),
+                    )
+                ).fetchone()
+    assert row is not None
+    assert (row["calls"], row["input_tokens"], row["output_tokens"]) == (
+        1,
+        call["input_tokens"],
+        call["output_tokens"],
+    )

@@ -23,6 +23,8 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import BaseMessage
 from langchain_core.messages.ai import UsageMetadata
 
+from chatbot.db.usage_totals import token_count
+
 Method = Literal["json_schema", "tools"]
 
 
@@ -52,6 +54,8 @@ def open_stream(model: BaseChatModel, messages: Sequence[BaseMessage], schema: d
 
 
 def _usage(input_tokens: int, output_tokens: int, cached: int) -> UsageMetadata:
+    # Clamped where the provider's counts enter (db/usage_totals.py): no count can fail a run.
+    input_tokens, output_tokens, cached = (token_count(n) for n in (input_tokens, output_tokens, cached))
     return UsageMetadata(
         input_tokens=input_tokens,
         output_tokens=output_tokens,
@@ -61,7 +65,7 @@ def _usage(input_tokens: int, output_tokens: int, cached: int) -> UsageMetadata:
 
 
 def _int(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+    return token_count(value)
 
 
 async def _data_lines(response: Any) -> AsyncIterator[tuple[str | None, str]]:

@@ -423,7 +423,7 @@ class RunService:
         try:
             async with self.pool.connection() as conn:
                 await usage_totals.add(conn, tenant_id, calls)
-        except DATABASE_ERRORS as exc:
+        except Exception as exc:  # whatever the counts or the database do, the run's end goes out
             log.warning("usage totals not written", extra={"tenant_id": tenant_id, "error": type(exc).__name__})
 
     async def drain(self, timeout: float) -> None:
