@@ -347,3 +347,16 @@ async def test_odd_token_counts_are_clamped_where_they_enter_and_the_run_always_
     assert row is not None and row["calls"] == 3
     top = 2**63 - 1 if reported == "huge" else 2**63 - 2
     assert (row["input_tokens"], row["output_tokens"]) == (top, top)
+
+
+async def test_line_separators_in_an_answer_reach_the_user_whole(
+    kb_database_url: str, double: ProviderDouble, path: str
+) -> None:
+    # U+2028, U+2029 and U+0085 are not SSE line ends: a provider writes them raw inside its JSON.
+    answer = "Line one\u2028line two\u2029line three\u0085and the rest\x0b\x0c\x1c of it, " + english_answer(200)
+    double.default = Behaviour(answer=answer, piece_chars=7)
+    async with service(kb_database_url, double, path) as client:
+        events = await run(client, f"separators-{path}")
+    name, end = events[-1]
+    assert name == "end" and end["status"] == "answered", events[-1]
+    assert end["message"]["content"] == answer == shown(events)

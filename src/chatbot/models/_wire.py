@@ -14,6 +14,7 @@ from `open_stream`: the caller reads it through LangChain.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -68,11 +69,33 @@ def _int(value: Any) -> int:
     return token_count(value)
 
 
+# The SSE specification's line ends, and only these: httpx's `aiter_lines` follows
+# `str.splitlines`, which also splits at U+2028, U+2029, U+0085 (and VT, FF, FS, GS, RS), so an
+# answer quoting one had its JSON event cut in two and the run failed.
+_LINE_END = re.compile("\r\n|\r|\n")
+
+
+async def _sse_lines(response: Any) -> AsyncIterator[str]:
+    """Yield the lines of an httpx response's event stream, split at CRLF, CR or LF only."""
+    pending = ""
+    async for text in response.aiter_text():
+        pending += text
+        start = 0
+        for match in _LINE_END.finditer(pending):
+            if match.group() == "\r" and match.end() == len(pending):
+                break  # perhaps the first half of a CRLF cut between two chunks
+            yield pending[start : match.start()]
+            start = match.end()
+        pending = pending[start:]
+    if pending:
+        yield pending.removesuffix("\r")
+
+
 async def _data_lines(response: Any) -> AsyncIterator[tuple[str | None, str]]:
     """Yield (event name, data) of each server-sent event of an httpx response."""
     event: str | None = None
     data: list[str] = []
-    async for line in response.aiter_lines():
+    async for line in _sse_lines(response):
         if not line:
             if data:
                 yield event, "\n".join(data)
