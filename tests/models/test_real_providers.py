@@ -360,3 +360,22 @@ async def test_line_separators_in_an_answer_reach_the_user_whole(
     name, end = events[-1]
     assert name == "end" and end["status"] == "answered", events[-1]
     assert end["message"]["content"] == answer == shown(events)
+
+
+@pytest.mark.parametrize("path", ["openai-json-schema", "openai-tools"])
+async def test_a_providers_huge_retry_after_is_passed_on_bounded(
+    kb_database_url: str, double: ProviderDouble, path: str
+) -> None:
+    # OpenAI's SDK retries at once when the wait is over 60 s, so the run ends with the 429.
+    # (Anthropic's SDK sleeps whatever the provider asks before its retry: that run ends at
+    # the answer's total time limit instead, a 504, never waiting longer.)
+    double.default = Behaviour(http_status=429, retry_after=999999)
+    async with service(kb_database_url, double, path) as client:
+        response = await client.post(
+            f"/v1/threads/limited-huge-{path}/runs",
+            json={"message": {"content": QUESTION}},
+            headers=auth(**EN) | {"Accept": "application/json"},
+        )
+    assert response.status_code == 503 and response.json()["reason"] == "model_rate_limited"
+    # docs/api.md: a provider's wait is passed on up to 300 s.
+    assert response.json()["retry_after"] == 300 and response.headers["retry-after"] == "300"

@@ -20,7 +20,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from chatbot import metrics
 from chatbot.agent._tokens import token_counter_for
-from chatbot.failures import FailureReason
+from chatbot.failures import FailureReason, bounded_retry_after
 from chatbot.models.answer_field import valid_unicode
 from chatbot.models.chain import ChainEntry
 from chatbot.models.reply import Reply
@@ -326,7 +326,14 @@ def provider_status(exc: BaseException) -> int | None:
 
 
 def retry_after(exc: BaseException) -> float | None:
-    """Return the seconds the provider asked to wait (`retry-after-ms` or `Retry-After`), if it did."""
+    """Return the seconds the provider asked to wait (`retry-after-ms` or `Retry-After`), if it did.
+
+    Bounded to [0, RETRY_AFTER_MAX_SECONDS] (failures.py) where it enters.
+    """
+    return bounded_retry_after(_provider_wait(exc))
+
+
+def _provider_wait(exc: BaseException) -> float | None:
     for current in _causes(exc):
         headers = getattr(getattr(current, "response", None), "headers", None)
         if headers is None:
