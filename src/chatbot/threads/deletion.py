@@ -3,7 +3,8 @@
 A thread's checkpoints, blobs and writes go through the saver's own `adelete_thread`
 (db/langgraph_tables.py); then every other table the catalogue shows with a `thread_id`
 column (feedback, the thread's lock fence, and whatever a later library version or
-migration adds) loses the thread's rows, in the same transaction. Callers hold the threads'
+migration adds) loses the thread's rows, in the same transaction. The owner's facts stay
+(memory is the user's), but those whose `source` names the thread lose that source. Callers hold the threads'
 locks, so no run writes meanwhile (threads/router.py, ops/).
 
 Unknown tables are cleaned rather than refused: in this database a `thread_id` can only
@@ -35,8 +36,14 @@ async def delete_thread_rows(conn: AsyncConnection[Any], thread_ids: Sequence[st
         return
     # First: a rating being written on one of the threads is waited for, then deleted too.
     await hold_threads_rows(conn, list(thread_ids))
+    owners = {thread_id: await langgraph_tables.first_checkpoint_owner(conn, thread_id) for thread_id in thread_ids}
     await langgraph_tables.delete_thread_checkpoints(conn, thread_ids)
     await catalogue.delete_keyed(conn, "thread_id", thread_ids, skip=langgraph_tables.CHECKPOINT_TABLES)
+    # Last: the thread's memory jobs are gone above, so no job of it writes a source again
+    # (a job already writing took its row first, and this waited for it).
+    for thread_id, owner in owners.items():
+        if owner is not None:
+            await langgraph_tables.drop_thread_sources(conn, *owner, thread_id)
 
 
 async def delete_threads(pool: Pool, thread_ids: Sequence[str]) -> int:
