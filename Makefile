@@ -56,12 +56,16 @@ isolation: $(STAMP)
 		tests/hardening/test_isolation_matrix.py
 
 ## make faults: the long fault suite: 50 replica kills at seeded random points (CHATBOT_FAULT_SEED
-## replays a run), a replica killed in its memory work, Postgres outages mid-run, faulty models;
-## `make test` runs 3 kills
+## replays a run), a replica killed in its memory work, Postgres outages mid-run, faulty models,
+## and 1,000 examples (about 2,000 interleavings) of cancel/end/delete/erase/feedback on two
+## replicas (CHATBOT_INTERLEAVINGS_SEED replays a run); `make test` runs 3 kills and 100 examples
 FAULT_KILLS ?= 50
+FAULT_INTERLEAVINGS ?= 1000
 faults: $(STAMP)
-	CHATBOT_FAULT_KILLS=$(FAULT_KILLS) $(BIN)/python -m pytest -q -s -p no:cacheprovider \
-		--timeout=$(LONG_TIMEOUT) tests/hardening/test_faults_kill.py tests/hardening/test_faults_postgres.py tests/hardening/test_faults_model.py
+	CHATBOT_FAULT_KILLS=$(FAULT_KILLS) CHATBOT_INTERLEAVINGS=$(FAULT_INTERLEAVINGS) \
+		$(BIN)/python -m pytest -q -s -p no:cacheprovider --timeout=$(LONG_TIMEOUT) \
+		tests/hardening/test_faults_kill.py tests/hardening/test_faults_postgres.py tests/hardening/test_faults_model.py \
+		tests/hardening/test_interleavings.py
 
 ## make soak: ten minutes of mixed traffic on two replicas, every transcript checked against what
 ## the clients were acknowledged (`make test` runs the same for 30 s); figures in docs/reliability.md

@@ -63,9 +63,13 @@ MODEL_TOKENS = Counter(
 
 
 def count_tokens(tenant_id: str, model: str, kind: str, input_tokens: int, output_tokens: int, cached: int) -> None:
-    """Add one model call's reported tokens to `chatbot_model_tokens_total` (zero counts add no series)."""
+    """Add one model call's reported tokens to `chatbot_model_tokens_total` (zero counts add no series).
+
+    Never raises: a count that is not a positive int (a provider's garbled report) adds nothing,
+    where prometheus_client would raise on a negative increment.
+    """
     for direction, count in (("input", input_tokens), ("output", output_tokens), ("cached_input", cached)):
-        if count:
+        if isinstance(count, int) and not isinstance(count, bool) and count > 0:
             MODEL_TOKENS.labels(tenant_id, model, kind, direction).inc(count)
 
 

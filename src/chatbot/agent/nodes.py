@@ -370,6 +370,7 @@ class Nodes:
                 total=settings.model_timeout_seconds,
             ),
             on_delta=lambda delta: emit(Token(delta)),
+            on_cancelled=self._usage(ctx).append,
         )
 
     def _handoff(

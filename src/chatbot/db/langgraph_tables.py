@@ -342,6 +342,27 @@ async def delete_store_namespaces(conn: Conn, namespaces: Sequence[tuple[str, ..
     return max(cur.rowcount, 0)
 
 
+# A deleted thread's runs are no fact's source any more. The facts stay (memory is the
+# user's, docs/api.md); their `source` naming the thread goes, so nothing points at it.
+# One prefix by equality: the owner's facts namespace (memory/namespaces.py; a test holds
+# `facts_prefix` to it), a router statement on a store distributed by prefix.
+_DROP_THREAD_SOURCES = """
+update store set value = value - 'source'
+where prefix = %s and value -> 'source' ->> 'thread_id' = %s
+"""
+
+
+def facts_prefix(tenant_id: str, user_id: str) -> str:
+    """Return the store prefix of a user's facts (memory/namespaces.py `facts_namespace`, joined)."""
+    return _prefix((tenant_id, "user", user_id, "facts"))
+
+
+async def drop_thread_sources(conn: Conn, tenant_id: str, user_id: str, thread_id: str) -> int:
+    """Remove the `source` of the user's facts that name `thread_id`; return how many changed."""
+    cur = await conn.execute(_DROP_THREAD_SOURCES, (facts_prefix(tenant_id, user_id), thread_id))
+    return max(cur.rowcount, 0)
+
+
 # --- Memory items: the store's rows by statements of our own --------------------------------
 # Raw: the store's own SQL reads a namespace with `prefix = $1 OR prefix LIKE $2` inside a CTE
 # whose TTL refresh feeds a column to `NOW() + ... ::interval`, and upserts with

@@ -144,6 +144,17 @@ _MEMORY_RESET_KEY = "hashtextextended('chatbot/memory-reset/' || %s || '/' || %s
 _HOLD_MEMORY_RESET = f"select pg_advisory_xact_lock({_MEMORY_RESET_KEY})"
 _SHARE_MEMORY_RESET = f"select pg_advisory_xact_lock_shared({_MEMORY_RESET_KEY})"
 _HOLD_VOCABULARY = "SELECT pg_advisory_xact_lock(hashtext('kb_terms'), hashtext(%s))"
+# A thread's rows: a deletion (thread DELETE, erasure, retention) holds each thread's key
+# exclusively for its transaction, a late write keyed by the thread (a run's feedback) holds
+# it shared while it checks the thread and writes. Whichever comes first, the other sees its
+# result: a rating never outlives its thread or its user. The deletion takes its keys in one
+# order, so two deletions of overlapping threads cannot deadlock.
+_THREAD_ROWS_KEY = "hashtextextended('chatbot/thread-rows/' || %s, 0)"
+_SHARE_THREAD_ROWS = f"select pg_advisory_xact_lock_shared({_THREAD_ROWS_KEY})"
+_HOLD_THREADS_ROWS = """
+select pg_advisory_xact_lock(hashtextextended('chatbot/thread-rows/' || id, 0))
+from (select distinct id from unnest(%s::text[]) as ids(id) order by id) as ordered
+"""
 
 
 async def hold_memory_reset(conn: AsyncConnection[Any], tenant_id: str, user_id: str, *, shared: bool) -> None:
@@ -160,6 +171,16 @@ async def hold_vocabulary(conn: AsyncConnection[Any], tenant_id: str) -> None:
     Two ingests of one tenant rebuilding it at once would otherwise interleave delete and insert.
     """
     await conn.execute(_HOLD_VOCABULARY, (tenant_id,))
+
+
+async def share_thread_rows(conn: AsyncConnection[Any], thread_id: str) -> None:
+    """Hold the thread's rows key shared for this transaction: no deletion of the thread meanwhile."""
+    await conn.execute(_SHARE_THREAD_ROWS, (thread_id,))
+
+
+async def hold_threads_rows(conn: AsyncConnection[Any], thread_ids: list[str]) -> None:
+    """Hold the threads' rows keys exclusively for this transaction (a deletion waits for writes under way)."""
+    await conn.execute(_HOLD_THREADS_ROWS, (thread_ids,))
 
 
 PING_SECONDS = 1.0

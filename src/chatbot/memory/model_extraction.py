@@ -27,6 +27,7 @@ from pydantic import BaseModel, Field
 from chatbot import metrics
 from chatbot.db import usage_totals
 from chatbot.db.pool import Pool
+from chatbot.db.usage_totals import token_count
 from chatbot.memory._fact_keys import classify_fact
 from chatbot.memory.extraction import DEFAULT_PRODUCTS, MAX_FACT_CHARS, FactCandidate, MemoryCandidates, extract_offline
 from chatbot.memory.jobs import MemoryJob
@@ -147,11 +148,13 @@ async def _count_usage(pool: Pool | None, job: MemoryJob, name: str, usage: Any)
     """Count an extraction call's tokens: the metric, and the tenant's daily totals."""
     usage = usage if isinstance(usage, dict) else {}
     details = usage.get("input_token_details") or {}
+    # Clamped where they enter (db/usage_totals.py): a negative or garbled count from the
+    # model would make the metric raise, fail the job and bill the provider again.
     call = _Call(
         name,
-        int(usage.get("input_tokens") or 0),
-        int(usage.get("output_tokens") or 0),
-        int(details.get("cache_read") or 0) if isinstance(details, dict) else 0,
+        token_count(usage.get("input_tokens")),
+        token_count(usage.get("output_tokens")),
+        token_count(details.get("cache_read")) if isinstance(details, dict) else 0,
     )
     metrics.count_tokens(job.tenant_id, name, "memory", call.input_tokens, call.output_tokens, call.cached_input_tokens)
     if pool is None:

@@ -14,7 +14,7 @@ from chatbot.memory.deps import MemoryDep
 from chatbot.memory.read import read_memory as read_user_memory
 from chatbot.memory.resets import forget_fact as forget_user_fact
 from chatbot.memory.resets import reset_memory as reset_user_memory
-from chatbot.memory.schemas import FactId
+from chatbot.memory.schemas import NOT_A_FACT, FactId
 from chatbot.openapi import json_as_returned, no_content
 from chatbot.responses import UserMemory
 from chatbot.timestamps import rfc3339
@@ -66,7 +66,7 @@ def _source(value: object) -> dict[str, str] | None:
 async def forget_fact(user_id: UserId, fact_id: FactId, caller: CallerDep, pool: PoolDep) -> Response:
     """Remove one of the user's facts in the token's tenant (404 when the user has no such fact)."""
     require_self(user_id, caller)
-    if not await forget_user_fact(pool, caller.tenant_id, user_id, fact_id):
+    if fact_id == NOT_A_FACT or not await forget_user_fact(pool, caller.tenant_id, user_id, fact_id):
         raise Problem(404, "the user has no such fact")
     return Response(status_code=204)
 

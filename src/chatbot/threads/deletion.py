@@ -3,7 +3,8 @@
 A thread's checkpoints, blobs and writes go through the saver's own `adelete_thread`
 (db/langgraph_tables.py); then every other table the catalogue shows with a `thread_id`
 column (feedback, the thread's lock fence, and whatever a later library version or
-migration adds) loses the thread's rows, in the same transaction. Callers hold the threads'
+migration adds) loses the thread's rows, in the same transaction. The owner's facts stay
+(memory is the user's), but those whose `source` names the thread lose that source. Callers hold the threads'
 locks, so no run writes meanwhile (threads/router.py, ops/).
 
 Unknown tables are cleaned rather than refused: in this database a `thread_id` can only
@@ -22,7 +23,7 @@ from psycopg import AsyncConnection
 
 from chatbot.caller import CallerContext
 from chatbot.db import catalogue, langgraph_tables
-from chatbot.db.locks import Fence, Locks, forget_fence
+from chatbot.db.locks import Fence, Locks, forget_fence, hold_threads_rows
 from chatbot.db.pool import Pool
 from chatbot.errors import DATABASE_ERRORS, Problem
 from chatbot.threads import queries
@@ -35,8 +36,16 @@ async def delete_thread_rows(conn: AsyncConnection[Any], thread_ids: Sequence[st
     """Delete every row of the threads, on `conn` (in the caller's transaction)."""
     if not thread_ids:
         return
+    # First: a rating being written on one of the threads is waited for, then deleted too.
+    await hold_threads_rows(conn, list(thread_ids))
+    owners = {thread_id: await langgraph_tables.first_checkpoint_owner(conn, thread_id) for thread_id in thread_ids}
     await langgraph_tables.delete_thread_checkpoints(conn, thread_ids)
     await catalogue.delete_keyed(conn, "thread_id", thread_ids, skip=langgraph_tables.CHECKPOINT_TABLES)
+    # Last: the thread's memory jobs are gone above, so no job of it writes a source again
+    # (a job already writing took its row first, and this waited for it).
+    for thread_id, owner in owners.items():
+        if owner is not None:
+            await langgraph_tables.drop_thread_sources(conn, *owner, thread_id)
 
 
 async def delete_user_threads(
@@ -44,6 +53,8 @@ async def delete_user_threads(
 ) -> int:
     """Delete the user's threads, their feedback and the user's run counters, on `conn` (an erasure's
     transaction); return how many ratings went (the user's anywhere in the tenant, and any on the threads)."""
+    # Before the feedback is read: a rating being written on a thread is waited for.
+    await hold_threads_rows(conn, list(thread_ids))
     # Counted before the threads go: feedback on them is deleted with them too.
     feedback = await queries.delete_feedback_of_user(conn, tenant_id, user_id, thread_ids)
     await delete_thread_rows(conn, thread_ids)

@@ -64,6 +64,8 @@ log = logging.getLogger("chatbot.runs")
 
 # What a refused run is told to wait: runs of a busy replica end within seconds.
 BUSY_RETRY_AFTER_SECONDS = 2
+# Pauses between attempts at a cancelled run's record (about 6 s in all, the lock held).
+_RECORD_RETRY_SECONDS = (0.1, 0.3, 0.6, 1.0, 2.0, 2.0)
 
 
 @dataclass(kw_only=True, eq=False)
@@ -369,18 +371,34 @@ class RunService:
             usage=tuple(call.as_dict() for call in usage),
         ).dump()
         outcome = GraphOutcome("error", failure=Failure("cancelled")).stored()
-        fence = Fence(stream.thread_id, cancel.cancel_token(lease.fence.token))
-        try:
-            await asyncio.shield(
-                self.graph.aupdate_state(
-                    fenced(config, fence), {"outcome": outcome, "record": record}, as_node="generate"
+        token: str | None = cancel.cancel_token(lease.fence.token)
+        # Retried (the thread's lock is still held, so nothing else writes it meanwhile): a
+        # database that blinks must not lose what the user was shown. A refused write reads
+        # which cancel token the fence holds and writes under it; none means another holder
+        # took the thread (this run's lock session dropped), and then the thread is not ours.
+        for pause in (*_RECORD_RETRY_SECONDS, None):
+            if token is None:
+                break
+            try:
+                await asyncio.shield(
+                    self.graph.aupdate_state(
+                        fenced(config, Fence(stream.thread_id, token)),
+                        {"outcome": outcome, "record": record},
+                        as_node="generate",
+                    )
                 )
-            )
-        except (*DATABASE_ERRORS, LeaseLost) as exc:
-            log.warning(
-                "cancelled run's record not written",
-                extra={"thread_id": stream.thread_id, "run_id": stream.run_id, "error": type(exc).__name__},
-            )
+                return
+            except (*DATABASE_ERRORS, LeaseLost) as exc:
+                error = type(exc).__name__
+                if pause is None:
+                    break
+            await asyncio.sleep(pause)
+            with contextlib.suppress(*DATABASE_ERRORS):
+                token = await cancel.record_token(self.pool, stream.thread_id, lease.fence.token)
+        log.error(
+            "cancelled run's record not written",
+            extra={"thread_id": stream.thread_id, "run_id": stream.run_id, "error": error},
+        )
 
     def _run_done(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
@@ -394,7 +412,7 @@ class RunService:
         try:
             async with self.pool.connection() as conn:
                 await usage_totals.add(conn, tenant_id, calls)
-        except DATABASE_ERRORS as exc:
+        except Exception as exc:  # whatever the counts or the database do, the run's end goes out
             log.warning("usage totals not written", extra={"tenant_id": tenant_id, "error": type(exc).__name__})
 
     async def drain(self, timeout: float) -> None:

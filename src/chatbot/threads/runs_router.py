@@ -18,7 +18,7 @@ from chatbot.failures import Failure
 from chatbot.json_body import StrictJsonRoute
 from chatbot.openapi import SSE_MEDIA, SSE_SCHEMA, STREAM_HEADERS, json_as_returned, no_content, v1_problems
 from chatbot.responses import RunEnd, RunRecord
-from chatbot.threads._feedback import run_exists, save_feedback
+from chatbot.threads._feedback import save_feedback
 from chatbot.threads._ownership import check_thread_access
 from chatbot.threads._sse import SSE_MEDIA_TYPE, sse_body, wants_json
 from chatbot.threads._stream import Listener
@@ -241,7 +241,6 @@ async def post_feedback(
 ) -> Response:
     """Record (or replace) the user's rating of one run."""
     await check_thread_access(pool, thread_id, caller, must_exist=True)
-    if run_id == NOT_A_RUN or not await run_exists(pool, thread_id, run_id, caller.tenant_id):
+    if run_id == NOT_A_RUN or not await save_feedback(pool, thread_id, run_id, caller, body.score, body.comment):
         raise run_not_found()
-    await save_feedback(pool, thread_id, run_id, caller, body.score, body.comment)
     return Response(status_code=204)
