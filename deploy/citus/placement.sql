@@ -62,3 +62,7 @@ where not exists (select 1 from pg_dist_partition where logicalrelid = 'system_p
 -- chatbot_hold_fence(text, uuid): co-located with thread_fences by p_thread
 select create_distributed_function('chatbot_hold_fence(text, uuid)', 'p_thread', colocate_with => 'thread_fences')
 where not exists (select 1 from pg_dist_object where classid = 'pg_proc'::regclass and objid = 'chatbot_hold_fence(text, uuid)'::regprocedure and distribution_argument_index is not null);
+
+-- chatbot_set_fence(text, uuid): co-located with thread_fences by p_thread
+select create_distributed_function('chatbot_set_fence(text, uuid)', 'p_thread', colocate_with => 'thread_fences')
+where not exists (select 1 from pg_dist_object where classid = 'pg_proc'::regclass and objid = 'chatbot_set_fence(text, uuid)'::regprocedure and distribution_argument_index is not null);

@@ -135,8 +135,8 @@ OWNER_OF_THREAD = (
     "select metadata ->> 'tenant_id' as tenant_id, metadata ->> 'user_id' as user_id from checkpoints "
     "where thread_id = %(thread)s and checkpoint_ns = '' order by checkpoint_id limit 1"
 )
-"""The thread's first writer (its owner), a fragment: db/locks.py reads it in the statement that
-sets a thread's fence, under the thread's lock."""
+"""The thread's first writer (its owner). Migration 0010's `chatbot_set_fence` reads the same row
+beside setting the thread's fence, under the thread's lock (db/locks.py)."""
 _RUN_OF_TENANT = (
     "select 1 from checkpoints where thread_id = %s and checkpoint_ns = '' "
     "and metadata ->> 'run_id' = %s and metadata ->> 'tenant_id' = %s limit 1"

@@ -69,11 +69,13 @@ PLACEMENTS: tuple[Placement, ...] = (
 )
 
 # Functions that read a distributed table: registered co-located with it, so a call made
-# outside a transaction block runs on the worker holding the row. Inside the checkpoint
-# write's transaction (how the saver calls it) the coordinator runs it, and its one-thread
-# `select ... for share` is a router query on the connection the writes then use.
+# outside a transaction block runs on the worker holding the row, in one step. Inside the
+# checkpoint write's transaction (how the saver calls `chatbot_hold_fence`) the coordinator
+# runs it, and its one-thread `select ... for share` is a router query on the connection the
+# writes then use. `chatbot_set_fence` is called on the lock session, outside a transaction.
 DISTRIBUTED_FUNCTIONS: tuple[tuple[str, str, str], ...] = (
     ("chatbot_hold_fence(text, uuid)", "p_thread", "thread_fences"),
+    ("chatbot_set_fence(text, uuid)", "p_thread", "thread_fences"),
 )
 
 
@@ -161,8 +163,8 @@ async def apply_placement(conninfo: str) -> list[str]:
 
     Refuses (`CitusMissing`, before changing anything) a database without the citus
     extension, one where no worker is registered (Citus would put every shard on the
-    coordinator), and one with a table the plan does not name. Returns the tables placed
-    by this call (empty when everything already was).
+    coordinator), and one with a table the plan does not name. Returns the tables and
+    functions placed by this call (empty when everything already was).
     """
     from psycopg import AsyncConnection
 
@@ -189,5 +191,11 @@ async def apply_placement(conninfo: str) -> list[str]:
 
 
 async def _placed(conn: Any) -> set[str]:
-    rows = await (await conn.execute("select logicalrelid::regclass::text from pg_dist_partition")).fetchall()
-    return {str(r[0]) for r in rows}
+    tables = await (await conn.execute("select logicalrelid::regclass::text from pg_dist_partition")).fetchall()
+    functions = await (
+        await conn.execute(
+            "select objid::regprocedure::text from pg_dist_object"
+            " where classid = 'pg_proc'::regclass and distribution_argument_index is not null"
+        )
+    ).fetchall()
+    return {str(r[0]) for r in (*tables, *functions)}
