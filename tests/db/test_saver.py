@@ -89,7 +89,7 @@ def test_library_cursor_still_takes_the_instance_lock() -> None:
     assert uses == 2, f"self.lock now appears {uses} times in {aio.__file__}; re-verify chatbot.db.saver"
 
 
-@pytest.mark.usefixtures("plain_postgres")
+@pytest.mark.plain_postgres(reason="the library's own reads are what Citus refuses (db/langgraph_tables.py)")
 async def test_library_saver_on_a_pool_still_serialises_calls(pool: Pool, migrated_database_url: str) -> None:
     # If this starts failing, upstream fixed the lock (langgraph#7259): drop chatbot.db.saver.
     saver = AsyncPostgresSaver(pool)
@@ -155,7 +155,7 @@ async def test_the_library_patches_are_applied_at_start_up_not_by_a_saver(
     assert isinstance(library.asyncio, _ThreadlessAsyncio)
 
 
-@pytest.mark.usefixtures("plain_postgres")
+@pytest.mark.plain_postgres(reason="compares with the library's own reads, which Citus refuses")
 async def test_the_savers_own_reads_return_what_the_librarys_return(
     isolated_database_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
