@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: dev test lint bench clean fuzz isolation faults soak
+.PHONY: dev test lint bench clean fuzz isolation faults soak citus citus-stop test-citus
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -74,3 +74,21 @@ SOAK_USERS ?= 5
 soak: $(STAMP)
 	CHATBOT_SOAK_SECONDS=$(SOAK_SECONDS) CHATBOT_SOAK_USERS=$(SOAK_USERS) $(BIN)/python -m pytest -q -s \
 		-p no:cacheprovider tests/hardening/test_soak.py
+
+## make citus: a real Citus cluster on this machine (docs/scaling.md): builds Citus 13.2.2 and
+## pgvector 0.8.1 from the vendored sources into Debian's PostgreSQL 15 the first time (apt, as
+## root, 5-8 minutes on two cores), then starts a coordinator on 127.0.0.1:9700 and two workers
+## on :9701 and :9702 (data under .chatbot/citus/). Not part of `make test` nor of .ci/run.
+citus:
+	scripts/citus.sh start
+
+## make citus-stop: stop the three servers (by the pid in each postmaster.pid)
+citus-stop:
+	scripts/citus.sh stop
+
+## make test-citus: the whole suite against that cluster (every test database a Citus database,
+## migrated and placed; the statement audit checked against the cluster's own counts), then stop it
+test-citus: $(STAMP)
+	scripts/citus.sh start
+	CHATBOT_TEST_DATABASE_URL=$$(scripts/citus.sh url) $(BIN)/python -m pytest -q -p no:cacheprovider; \
+		status=$$?; scripts/citus.sh stop; exit $$status

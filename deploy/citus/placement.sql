@@ -1,4 +1,7 @@
 -- Generated from src/chatbot/db/placement.py (chatbot migrate --citus applies the same).
+-- Apply with psql (autocommit: each statement on its own), on the coordinator, in the
+-- service's database, after `chatbot migrate` and after registering the workers in that
+-- database (citus_add_node: the node list is per database).
 
 -- checkpoints: every saver statement names one thread_id
 select create_distributed_table('checkpoints', 'thread_id', colocate_with => 'none')
@@ -57,4 +60,9 @@ select create_reference_table('system_prompts')
 where not exists (select 1 from pg_dist_partition where logicalrelid = 'system_prompts'::regclass);
 
 -- chatbot_hold_fence(text, uuid): co-located with thread_fences by p_thread
-select create_distributed_function('chatbot_hold_fence(text, uuid)', 'p_thread', colocate_with => 'thread_fences');
+select create_distributed_function('chatbot_hold_fence(text, uuid)', 'p_thread', colocate_with => 'thread_fences')
+where not exists (select 1 from pg_dist_object where classid = 'pg_proc'::regclass and objid = 'chatbot_hold_fence(text, uuid)'::regprocedure and distribution_argument_index is not null);
+
+-- chatbot_set_fence(text, uuid): co-located with thread_fences by p_thread
+select create_distributed_function('chatbot_set_fence(text, uuid)', 'p_thread', colocate_with => 'thread_fences')
+where not exists (select 1 from pg_dist_object where classid = 'pg_proc'::regclass and objid = 'chatbot_set_fence(text, uuid)'::regprocedure and distribution_argument_index is not null);

@@ -34,7 +34,6 @@ from typing import Any
 import psycopg
 from psycopg import AsyncConnection
 
-from chatbot.db.langgraph_tables import OWNER_OF_THREAD
 from chatbot.tasks import stop_task
 
 log = logging.getLogger(__name__)
@@ -49,21 +48,17 @@ _ERASE_KEY = "hashtextextended('chatbot/erase/' || %(tenant)s || '/' || %(user)s
 # Taking a thread lock, then (only when it was granted) setting the thread's fence token:
 # two statements on the lock session. The lock is the coordinator's (every lock session
 # connects there); the fence row lives beside the thread's checkpoints, on the worker
-# holding that thread on Citus. One statement for both would make Citus plan the insert
-# through the coordinator, so the upsert is its own statement naming one thread_id (a
-# router statement), sent only after a granted lock (docs/scaling.md).
+# holding that thread on Citus. One statement for both would make Citus plan the upsert
+# through the coordinator, so the fence is a statement of its own naming one thread_id,
+# sent only after a granted lock (docs/scaling.md).
 _TRY_THREAD = f"select pg_try_advisory_lock({_THREAD_KEY}) as ok, true as user_ok"
 # The fence statement also reads who wrote the thread's first checkpoint (its owner,
 # threads/_ownership.py), under the lock just granted: a run re-checks its owner there
-# without a round trip of its own. Both tables are keyed by the one thread_id: one shard.
-# (A writing CTE runs whether or not the query reads it: no row means no checkpoint yet.)
-_SET_FENCE = f"""
-with fence as (
-  insert into thread_fences (thread_id, token) values (%(thread)s, %(token)s)
-  on conflict (thread_id) do update set token = excluded.token
-)
-{OWNER_OF_THREAD}
-"""
+# without a round trip of its own. Both are one function (migration 0010): Citus hands the
+# call to the worker holding the thread in one step (a writing CTE beside the read took two),
+# and the owner it reads is `langgraph_tables.OWNER_OF_THREAD`'s (the same row, no row before
+# the thread's first checkpoint).
+_SET_FENCE = "select tenant_id, user_id from chatbot_set_fence(%(thread)s, %(token)s)"
 _UNLOCK_THREAD = f"select pg_advisory_unlock({_THREAD_KEY})"
 
 # A run's thread lock comes with a shared hold on its user's erasure key, in the same
