@@ -35,6 +35,7 @@ from chatbot.db.locks import Locks
 from chatbot.db.pool import Pool
 from chatbot.memory import items, jobs, queries
 from chatbot.memory._consolidation import StoredFact, consolidate
+from chatbot.memory._instructions import instruction_kind
 from chatbot.memory.extraction import FactCandidate, MemoryCandidates, extract_offline, merge_profile
 from chatbot.memory.jobs import MemoryJob
 from chatbot.memory.namespaces import PROFILE_KEY, facts_namespace, profile_namespace
@@ -78,7 +79,7 @@ def offline_might_write(job: MemoryJob) -> bool:
     a turn whose only fact the guard refuses costs a row that the work then drops.
     """
     candidates = offline_candidates(job)
-    return bool(candidates.facts or candidates.profile_updates or candidates.rejected)
+    return bool(candidates.facts or candidates.profile_updates or candidates.rejected or candidates.instructions)
 
 
 def lifetime_of(ttl: TTLConfig | None) -> items.Lifetime:
@@ -297,15 +298,23 @@ class MemoryWriter:
 def worth_writing(
     candidates: MemoryCandidates, *, count: bool = True
 ) -> tuple[list[FactCandidate], dict[str, Any]] | None:
-    """Return the facts and profile updates that pass the PII guard, or None when nothing does.
+    """Return the facts and profile updates that pass the instruction and PII guards, or None when nothing does.
 
     `count` counts what the guard drops (never logged with its value); off for a look ahead.
     """
     if count:
         for category in candidates.rejected:  # dropped by the extractor's own guard
             metrics.PII_REJECTED.labels(str(category)).inc()
+        for kind in candidates.instructions:  # refused by the extractor as instructions
+            metrics.INSTRUCTIONS_REFUSED.labels(str(kind)).inc()
     facts = []
     for fact in candidates.facts:
+        # Again here, in front of the store: a custom extractor may not have asked.
+        instruction = instruction_kind(fact.text)
+        if instruction is not None:
+            if count:
+                metrics.INSTRUCTIONS_REFUSED.labels(str(instruction)).inc()
+            continue
         reason = rejection_reason(fact.text, category=fact.category)
         if reason is not None:
             if count:
