@@ -39,7 +39,7 @@ from chatbot.memory._instructions import instruction_kind
 from chatbot.memory.extraction import FactCandidate, MemoryCandidates, extract_offline, merge_profile
 from chatbot.memory.jobs import MemoryJob
 from chatbot.memory.namespaces import PROFILE_KEY, facts_namespace, profile_namespace
-from chatbot.memory.pii import rejection_reason
+from chatbot.memory.pii import joined_rejection_reason, rejection_reason
 from chatbot.memory.resets import hold_for_write
 from chatbot.tasks import stop_task
 
@@ -58,6 +58,9 @@ _SETTLE_WAITS = (0.01, 0.03, 0.06, 0.1, 0.2, 0.4, 0.8, 1.6, 3.2, 3.2)
 # failing) is dropped: the turn's memory is lost, counted, rather than retried forever.
 MAX_CLAIMS = 5
 PICKUP_BATCH = 20
+# A value split over messages is looked for in a new fact read after each of the user's
+# this many most recent facts (memory/pii.py `joined_rejection_reason`).
+RECENT_FACTS_READ_TOGETHER = 3
 
 
 async def offline_extractor(job: MemoryJob) -> MemoryCandidates:
@@ -283,8 +286,9 @@ class MemoryWriter:
                 )
                 for item in existing
             ]
-            plan = consolidate(stored, facts, max_facts=self.max_facts)
-            await items.delete_keys(conn, facts_ns, plan.deletes)
+            facts, halves = split_values(stored, facts)
+            plan = consolidate([f for f in stored if f.id not in halves], facts, max_facts=self.max_facts)
+            await items.delete_keys(conn, facts_ns, [*halves, *plan.deletes])
             # Every fact this turn writes, new or merged into a stored one, names this run:
             # the run that wrote it last. Facts the plan leaves alone keep their own source.
             source = {"thread_id": job.thread_id, "run_id": job.run_id}
@@ -293,6 +297,39 @@ class MemoryWriter:
                 for fact_id, fact in plan.puts
             ]
             await items.put(conn, facts_ns, puts, self.lifetime)
+
+
+def split_values(stored: list[StoredFact], facts: list[FactCandidate]) -> tuple[list[FactCandidate], list[str]]:
+    """Drop new facts that complete a refused value with a recent fact; return the rest and the stored halves.
+
+    A national ID, a card number or a health word split over two messages passes the guard
+    in each; read with the user's most recent facts (and the turn's other facts) it does not.
+    Both halves go: the new fact is not written and a stored half is deleted, so nothing of
+    the value stays.
+    """
+    recent = sorted(stored, key=lambda f: f.updated_at)[-RECENT_FACTS_READ_TOGETHER:]
+    partners: list[tuple[str | None, str]] = [(f.id, f.text) for f in recent]
+    kept: list[FactCandidate | None] = []
+    halves: list[str] = []
+    for fact in facts:
+        for index, (partner_id, partner_text) in enumerate(partners):
+            reason = joined_rejection_reason(partner_text, fact.text) if partner_text else None
+            if reason is None:
+                continue
+            metrics.PII_REJECTED.labels(str(reason)).inc()
+            if partner_id is not None:
+                halves.append(partner_id)
+            else:
+                kept[index - len(recent)] = None
+            partners[index] = (partner_id, "")  # a half already gone completes nothing more
+            break
+        else:
+            kept.append(fact)
+            partners.append((None, fact.text))
+            continue
+        kept.append(None)
+        partners.append((None, ""))
+    return [f for f in kept if f is not None], halves
 
 
 def worth_writing(
