@@ -36,17 +36,19 @@ class InstructionKind(StrEnum):
     """Tells someone how to behave: "ignore …", "approve …", "from now on …", "نادیده بگیر"."""
 
 
-_ROLE = r"(?:system|assistant|user|developer|human|ai|bot|model|tool|سیستم|دستیار|کاربر|ربات)"
+_ROLE = r"(?:system|sys|assistant|user|developer|human|ai|bot|model|tool|سیستم|دستیار|کاربر|ربات)"
 
 _PROMPT_SHAPE = re.compile(
     r"(?:^|\n)\s*#{1,6}"  # a markdown heading
     r"|```|~~~"  # a code fence
     r"|<\|?/?\s*" + _ROLE + r"\b|<\||\|>"  # <system>, </assistant>, <|im_start|>
     r"|\[/?(?:inst|sys|system)\]|<<\s*/?sys\s*>>"
-    r"|(?:^|[\s\[(\-*>])" + _ROLE + r"\s*[:：]"  # "System:", "assistant :"
+    r"|(?:^|[\s\[(\-*>\"'])" + _ROLE + r"[\"']?\s*[:：=]"  # "System:", "assistant :", "sys="
+    r"|<\s*/?\s*[a-z_|]{2,}\s*>"  # any tag-like token: <im_start>, <s>, </instructions>
+    r"|[\"']\s*(?:role|content)\s*[\"']\s*:"  # a chat message written as JSON
     r"|\b(?:system|developer|admin)\s*(?:prompt|message|override|instruction|command|note|update|mode|notice)s?\b"
     r"|\boverride\b|\bjail\s*break|\bprompt\b|\bprompts\b|\binstructions?\b|\bdeveloper\s*mode\b"
-    r"|\b(?:dan|god|admin|sudo|debug)\s*mode\b|\bsudo\b|\broot\s*access\b|\bsuperuser\b"
+    r"|\b(?:dan|god|admin|sudo|debug)\s*mode\b|\bsudo\b|\broot\s*access\b|\bsuperuser\b|\badmin\w*|\bprivileg\w*"
     r"|(?:^|\s)/(?:system|admin|sudo)\b"
     r"|پرامپت|دستورالعمل|دستور\s*(?:سیستم|جدید|ویژه)|(?<!\w)دستورات|اعلان\s*سیستم|پیام\s*سیستم"
     r"|حالت\s*(?:توسعه|ادمین|مدیر|دیباگ)|(?<!\w)[اآ]دمین|مدیر\s*سیستم",
@@ -108,7 +110,20 @@ _IMPERATIVE = re.compile(
     r"|از\s*(?:این\s*به\s*بعد|الان\s*به\s*بعد|حالا\s*به\s*بعد|حالا)|(?<!\w)بعد\s*از\s*این"
     r"|در\s*(?:همه|تمام|هر)\s*(?:ی\s*)?(?:گفتگو|گفت\s*و\s*گو|مکالمه|جلسه|پاسخ|جواب|چت|پیام|خسارت|ادعا)"
     r"|بدون\s*(?:بررسی|پرسش|سوال|سؤال|چک|مدرک|استعلام|محدودیت|تایید|تأیید)|(?<!\w)نامحدود"
-    r"|(?<!\w)(?:باید|نباید|موظف|موظفی|موظفید)(?!\w)|(?<!\w)(?:همیشه|هرگز|هیچ\s*وقت)(?!\w)",
+    r"|(?<!\w)(?:باید|نباید|موظف|موظفی|موظفید)(?!\w)|(?<!\w)(?:همیشه|هرگز|هیچ\s*وقت)(?!\w)"
+    # Entitlements the user asserts for themselves, and blanket answers: what an assistant
+    # reading them would act on, never a fact about the writer.
+    r"|\bpre-?\s*approv\w*|\b(?:are|be|get|gets|getting|is\s+always|are\s+always|is\s+automatically"
+    r"|are\s+automatically)\s+approved\b|\bauthori[sz]ed\b|\bentitled\b|\bexempt\w*|\bpermission\w*"
+    r"|\bowes?\s+me\b|\bpromised\s+(?:me|us)\b|\bguarantee[sd]?\s+(?:me|us)\b"
+    r"|\b(?:don't|do\s+not|doesn't|does\s+not|never|no\s+longer)\s+apply\b"
+    r"|\b(?:answer|reply|response)\s+(?:to|for)\s+(?:any|every|all|each)\b|\bconfirm\s+(?:this|that|it|my)\b"
+    r"|\b(?:whatever|anything|everything)\s+i\s+(?:say|ask|want|request|claim)\b"
+    r"|(?:تایید|تأیید|پذیرفته)\s*(?:شده\s*(?:است|اند|ست)|میشود|میشوند|بشود|شود|بشه|میشه)"
+    r"|از\s*قبل\s*(?:تایید|تأیید|پرداخت)|(?<!\w)مجاز|(?<!\w)اجازه|(?<!\w)معاف|(?<!\w)بدهکار|قول\s*داد"
+    r"|اعمال\s*نمی|شامل\s*(?:حال\s*)?(?:من\s*)?نمی|(?:پاسخ|جواب)\s*(?:همه|تمام|هر)|هر\s*(?:چه|چی)\s*(?:بگویم|بگم|بخواهم|بخوام)"
+    # Second-person verbs of an order ("… که خسارتم را تایید کنی", "تو وکیل من هستی").
+    r"|(?<!\w)(?:ب?گ(?:و)?یی|بگی|ن?(?:ب)?کنی|ب?دهی|ب?دی|بپذیری|هستی|باشی|نپرسی|نگی|ندی|بنویسی)(?!\w)",
     re.IGNORECASE,
 )
 
@@ -121,6 +136,32 @@ _HABIT_WORD = re.compile(
 _WRITER_BEFORE = re.compile(r"(?:\b(?:i|we)|(?<!\w)(?:من|ما))(?:\s+[^\s]+){0,2}\s+$")
 
 
+# "you" in a statement about the writer: only a way to reach them or how they like to be
+# answered ("you can reach me after 5", "I prefer that you call me", "thank you").
+_YOU = re.compile(r"\b(?:you|your|yours|yourself|u|ur)\b")
+_YOU_ALLOWED = re.compile(
+    r"\b(?:you|u)\s+(?:can|may|could)\s+(?:reach|call|contact|e-?mail|text|message|find|ring|send)\b"
+    r"|\b(?:prefer|like|want|rather|wish)\s+(?:it\s+)?(?:that\s+|if\s+|when\s+)?(?:you|u)\s+(?:to\s+)?(?:call|e-?mail|text"
+    r"|contact|message|reach|write|answer|reply|speak|talk|use|send|ring)\b|\bthank\s+(?:you|u)\b"
+)
+_SHOMA = re.compile(r"(?<!\w)شما(?!\w)")
+_PREFERS = re.compile(r"ترجیح|دوست\s*دارم|بهتره|بهتر\s*است")
+# A Persian first-person verb: the writer is the subject of its "always"/"never"/"must".
+_FA_FIRST_PERSON = re.compile(
+    r"(?<!\w)(?:ن?می|ن|ب)\w+(?:م|یم)(?!\w)|\w+ه\s*(?:ام|ایم)(?!\w)"
+    r"|(?<!\w)(?:دارم|داریم|ندارم|نداریم|هستم|هستیم|نیستم|کنم|کنیم|شوم|شم|برم|بروم|بودم|بودیم)(?!\w)"
+)
+
+
+def _addresses_someone(norm: str) -> bool:
+    """Tell whether "you"/"شما" is in the statement other than to say how to reach or answer the writer."""
+    allowed = [m.span() for m in _YOU_ALLOWED.finditer(norm)]
+    for you in _YOU.finditer(norm):
+        if not any(start <= you.start() < end for start, end in allowed):
+            return True
+    return _SHOMA.search(norm) is not None and _PREFERS.search(norm) is None
+
+
 def instruction_kind(statement: str) -> InstructionKind | None:
     """Return why `statement` is an instruction rather than a fact about its writer, or None."""
     if _PROMPT_SHAPE.search(statement):
@@ -128,10 +169,13 @@ def instruction_kind(statement: str) -> InstructionKind | None:
     norm = " ".join(normalize_for_pii(statement).split())
     if _PROMPT_SHAPE.search(norm):
         return InstructionKind.PROMPT_SHAPE
-    if _ADDRESSED.search(norm):
+    if _ADDRESSED.search(norm) or _addresses_someone(norm):
         return InstructionKind.ADDRESSED
     for match in _IMPERATIVE.finditer(norm):
-        if _HABIT_WORD.match(match.group()) and _WRITER_BEFORE.search(norm, max(0, match.start() - 40), match.start()):
+        if _HABIT_WORD.match(match.group()) and (
+            _WRITER_BEFORE.search(norm, max(0, match.start() - 40), match.start())
+            or (not match.group().isascii() and _FA_FIRST_PERSON.search(norm))
+        ):
             continue  # the writer's own habit or need
         return InstructionKind.IMPERATIVE
     return None
