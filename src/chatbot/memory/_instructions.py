@@ -129,7 +129,8 @@ _IMPERATIVE = re.compile(
 
 # A first-person habit or wish is a fact even with "always" or "must" in it: "I always pay
 # in cash", "I need to renew before March", "من همیشه نقدی پرداخت می‌کنم". Such a word is let
-# through only right after the writer as subject (at most two words between).
+# through only right after the writer as subject (at most two words between), or, in Persian,
+# where a first-person verb says the writer is the subject ("هرگز تصادف نکرده‌ام").
 _HABIT_WORD = re.compile(
     r"(?:always|never|must|shall|should|ought|has\s+to|have\s+to|needs?\s+to|همیشه|هرگز|هیچ|باید|نباید)"
 )
