@@ -23,6 +23,11 @@ RUN_SECONDS = Histogram(
 RUNS_IN_FLIGHT = Gauge("chatbot_runs_in_flight", "Runs executing on this replica.", multiprocess_mode="livesum")
 RUNS_REJECTED = Counter("chatbot_runs_rejected_total", "Runs refused before starting.", ["reason"])
 PII_REJECTED = Counter("chatbot_memory_pii_rejected_total", "Memory candidates dropped by the PII guard.", ["category"])
+INSTRUCTIONS_REFUSED = Counter(
+    "chatbot_memory_instructions_refused_total",
+    "Memory statements refused as instructions to the assistant rather than facts about the user.",
+    ["kind"],
+)
 MEMORY_WRITES = Counter("chatbot_memory_writes_total", "Memory jobs by outcome.", ["outcome"])
 WINDOW_SHORTENED = Counter(
     "chatbot_window_shortened_total", "Model windows that had to shorten part of the current turn.", ["part"]
