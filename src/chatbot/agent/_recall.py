@@ -26,9 +26,9 @@ from chatbot.recall.block import recalled_heading, recalled_line, recalled_secti
 from chatbot.recall.service import RecalledTurn, ThreadRecall
 
 # The recent turns read with the question (a follow-up names little of what it is about).
-CONTEXT_MESSAGES = 4
+CONTEXT_MESSAGES = 2
 CONTEXT_WEIGHT = 0.3
-QUERY_TERMS = 24
+QUERY_TERMS = 16
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,15 +36,61 @@ STOPWORDS = ENGLISH_STOPWORDS | PERSIAN_STOPWORDS
 _MIN_LETTERS = 2
 
 
-def _stem(word: str) -> str:
-    """Return an English word without a plural ending; Persian words come stemmed from index_form."""
-    if not word.isascii() or len(word) <= 3 or not word.isalpha():
-        return word
-    if word.endswith("ies") and len(word) > 4:
-        return word[:-3] + "y"
-    if word.endswith("s") and not word.endswith(("ss", "us", "is")):
+_VOWELS = frozenset("aeiou")
+
+
+def _measure(stem: str) -> int:
+    """Porter's m: how many vowel-consonant sequences the stem has."""
+    form = "".join(
+        "v" if c in _VOWELS or (c == "y" and i > 0 and stem[i - 1] not in _VOWELS) else "c" for i, c in enumerate(stem)
+    )
+    return form.replace("vc", "|").count("|") if form else 0
+
+
+def _has_vowel(stem: str) -> bool:
+    return any(c in _VOWELS for c in stem) or "y" in stem[1:]
+
+
+def _cvc(stem: str) -> bool:
+    """Whether the stem ends consonant-vowel-consonant, the last not w, x or y ("hop", not "quot")."""
+    if len(stem) < 3:
+        return False
+    a, b, c = stem[-3], stem[-2], stem[-1]
+    return a not in _VOWELS and b in _VOWELS and c not in _VOWELS and c not in "wxy"
+
+
+def _step_1b_tidy(stem: str) -> str:
+    if stem.endswith(("at", "bl", "iz")):
+        return stem + "e"
+    if len(stem) > 1 and stem[-1] == stem[-2] and stem[-1] not in "lsz" and stem[-1] not in _VOWELS:
+        return stem[:-1]
+    return stem + "e" if _measure(stem) == 1 and _cvc(stem) else stem
+
+
+def _final_e(word: str) -> str:
+    """Drop a final e as Porter's step 5 does, so "quote" and "quoted" (quot) meet."""
+    if word.endswith("e") and (_measure(word[:-1]) > 1 or (_measure(word[:-1]) == 1 and not _cvc(word[:-1]))):
         return word[:-1]
     return word
+
+
+def _stem(word: str) -> str:
+    """Return an English word's stem by Porter's first step: plurals, -ed and -ing ("agreed" meets "agree").
+
+    Persian words come stemmed from index_form (plurals); other scripts are left as written.
+    """
+    if not word.isascii() or len(word) <= 3 or not word.isalpha():
+        return word
+    if word.endswith("sses") or word.endswith("ies"):
+        word = word[:-2]
+    elif word.endswith("s") and not word.endswith(("ss", "us", "is")):
+        word = word[:-1]
+    if word.endswith("eed"):
+        return _final_e(word[:-1] if _measure(word[:-3]) > 0 else word)
+    for suffix in ("ed", "ing"):
+        if word.endswith(suffix) and _has_vowel(word[: -len(suffix)]) and len(word) - len(suffix) >= 3:
+            return _final_e(_step_1b_tidy(word[: -len(suffix)]))
+    return _final_e(word)
 
 
 def terms(text: str) -> list[str]:

@@ -1,4 +1,4 @@
-"""The recall feature's own SQL: `thread_turns`, the searchable turns of each thread.
+"""The recall feature's own SQL: `thread_turns` (the searchable turns of each thread) and `thread_terms`.
 
 Statements as module constants beside the small functions that run them on a connection
 the caller passes in (AGENTS.md, "Where SQL lives"). Every statement names one thread_id by
@@ -9,7 +9,7 @@ a `thread_id` column), so deletion, retention and erasure take them with the thr
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,34 +23,41 @@ select position, message_id from thread_turns where thread_id = %s order by posi
 # One row per statement (a multi-row insert is not a router statement under the audit's
 # rules); the caller sends them in one pipeline. Conflicts are turns indexed already.
 INSERT_TURN = """
-insert into thread_turns (thread_id, position, message_id, role, created_at, content, terms, length, embedding)
-values (%s, %s, %s, %s, %s::timestamptz, %s, %s::tsvector, %s, %s::vector)
+insert into thread_turns (thread_id, position, message_id, role, created_at, content, terms, length, novel, embedding)
+values (%s, %s, %s, %s, %s::timestamptz, %s, %s::tsvector, %s, %s, %s::vector)
 on conflict do nothing
 """
-# BM25 over the turns before `before` (those that left the window): term frequency from
-# the tsvector's positions, document frequency and the mean length over the same turns,
-# and each query term's weight (the question's count more than the recent turns').
+# BM25 over the turns before `before` (those that left the window) that hold one of the
+# query's telling terms (`query`): term frequency from the tsvector's positions, each
+# term's weighted inverse document frequency computed by the caller from `thread_terms`
+# (`words`, `idfs`), and the mean length over the same turns. A turn that brought new terms
+# into the thread (a name, a number, a place: `novel`) ranks up to `novelty` higher: a late
+# question about a detail is answered by the turn that first stated it, not by one of the
+# many that talked around it.
 SEARCH_TURNS = """
-with stats as (
-    select count(*)::float8 as n, coalesce(avg(length), 1)::float8 as mean
-    from thread_turns where thread_id = %(thread)s and position < %(before)s
+with matched as (
+    select position, length, novel, terms from thread_turns
+    where thread_id = %(thread)s and position < %(before)s and terms @@ %(query)s::tsquery
 ),
-hits as (
-    select t.position, t.length, u.lexeme, coalesce(array_length(u.positions, 1), 1) as tf
-    from thread_turns t cross join lateral unnest(t.terms) as u
-    where t.thread_id = %(thread)s and t.position < %(before)s and t.terms @@ %(query)s::tsquery
-      and u.lexeme = any(%(words)s::text[])
-),
-df as (select lexeme, count(*)::float8 as df from hits group by lexeme),
-weights as (select * from unnest(%(words)s::text[], %(weights)s::float8[]) as w(lexeme, weight))
-select h.position,
-       sum(w.weight * ln(1 + (s.n - df.df + 0.5) / (df.df + 0.5))
-           * h.tf * (%(k1)s + 1) / (h.tf + %(k1)s * (1 - %(b)s + %(b)s * h.length / greatest(s.mean, 1)))) as score
-from hits h join df on df.lexeme = h.lexeme join weights w on w.lexeme = h.lexeme cross join stats s
-group by h.position
-order by score desc, h.position desc
+mean as (select greatest(coalesce(avg(length), 1), 1)::float8 as mean from matched)
+select m.position,
+       sum(q.idf * tf.n * (%(k1)s + 1) / (tf.n + %(k1)s * (1 - %(b)s + %(b)s * m.length / mean.mean)))
+       * (1 + %(novelty)s * least(m.novel, 4) / 4.0) as score
+from matched m
+cross join mean
+cross join lateral unnest(m.terms) as u
+cross join lateral (select coalesce(array_length(u.positions, 1), 1)::float8 as n) as tf
+join unnest(%(words)s::text[], %(idfs)s::float8[]) as q(lexeme, idf) on q.lexeme = u.lexeme
+group by m.position, m.novel
+order by score desc, m.position desc
 limit %(limit)s
 """
+# How many turns hold each term: one row per (thread, term), added to as turns are indexed.
+ADD_TERM = """
+insert into thread_terms (thread_id, term, turns) values (%s, %s, %s)
+on conflict (thread_id, term) do update set turns = thread_terms.turns + excluded.turns
+"""
+TERM_TURNS = "select term, turns from thread_terms where thread_id = %s and term = any(%s::text[])"
 # The nearest turns by cosine distance, of the query embedding's dimension.
 NEAREST_TURNS = """
 select position from thread_turns
@@ -83,6 +90,7 @@ class TurnRow:
     content: str
     terms: str
     length: int
+    novel: int
     embedding: str | None
 
 
@@ -109,11 +117,26 @@ async def insert_turns(conn: Conn, rows: Sequence[TurnRow]) -> None:
                     r.content,
                     r.terms,
                     r.length,
+                    r.novel,
                     r.embedding,
                 )
                 for r in rows
             ],
         )
+
+
+async def add_terms(conn: Conn, thread_id: str, counts: Mapping[str, int]) -> None:
+    """Add to how many turns hold each term (one row per term, in one pipeline)."""
+    if not counts:
+        return
+    async with conn.cursor() as cur:
+        await cur.executemany(ADD_TERM, [(thread_id, term, n) for term, n in counts.items()])
+
+
+async def term_turns(conn: Conn, thread_id: str, terms: Sequence[str]) -> dict[str, int]:
+    """Return how many of the thread's turns hold each of `terms` (absent: none)."""
+    rows = await (await conn.execute(TERM_TURNS, (thread_id, list(terms)))).fetchall()
+    return {str(r["term"]): int(r["turns"]) for r in rows}
 
 
 async def search_turns(conn: Conn, params: dict[str, Any]) -> list[tuple[int, float]]:

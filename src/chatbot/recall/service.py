@@ -14,8 +14,11 @@ nothing in the index that its transcript does not.
 from __future__ import annotations
 
 import asyncio
+import math
+import re
+from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -32,7 +35,13 @@ META_KEY = "chatbot"  # the key of the service's own metadata on a persisted mes
 # BM25's usual constants; b below the textbook 0.75: turns are short, and a long answer
 # that names the detail once should not lose to a short "ok, the garage" by much.
 K1, B = 1.2, 0.5
+# The turns scored are those holding one of the query's rarest terms, taken rarest first
+# while the turns they name stay under this bound (two terms at least): a term most turns
+# hold adds little to a score and would make the search read most of the thread.
+CANDIDATE_TURNS = 400
+NOVELTY = 1.0  # how much higher a turn that brought new terms ranks (queries.SEARCH_TURNS)
 RRF_K = 60  # reciprocal rank fusion of the lexical and the vector lists
+_LEXEME = re.compile(r"'([^']+)':")  # a term of a tsvector literal (recall/_terms.py)
 _BATCH = 32  # transcript versions read at a time when a thread is indexed from its transcript
 
 
@@ -103,15 +112,24 @@ class ThreadRecall:
         window kept (None: it kept none of them, so every earlier message may be recalled).
         """
         async with self.pool.connection() as conn:
-            before = await self._index(conn, thread_id, recent, whole=whole, window_first=window_first)
+            before, indexed = await self._index(conn, thread_id, recent, whole=whole, window_first=window_first)
             if before <= 0 or hits <= 0:
                 return []
-            ranked = await self._rank(conn, thread_id, before, query, question, hits)
+            # Twice as many as asked: a turn said again word for word counts once (below).
+            ranked = await self._rank(conn, thread_id, before, indexed, query, question, hits * 2)
             if not ranked:
                 return []
             wanted = sorted({p + d for p in ranked for d in (-1, 0, 1) if 0 <= p + d < before})
             found = {t.position: t for t in map(_turn, await queries.turns_at(conn, thread_id, wanted))}
-        return [_hit(found, position) for position in ranked if position in found]
+        out: list[RecallHit] = []
+        said: set[str] = set()
+        for position in ranked:
+            turn = found.get(position)
+            if turn is None or _said(turn) in said:
+                continue
+            said.add(_said(turn))
+            out.append(_hit(found, position))
+        return out[:hits]
 
     async def read(self, thread_id: str, message_ids: Sequence[str]) -> dict[str, RecalledTurn]:
         """Return the thread's indexed turns with these ids (a run record's recalled turns), by id."""
@@ -122,22 +140,17 @@ class ThreadRecall:
         return {str(r["message_id"]): _turn(r) for r in rows}
 
     async def _rank(
-        self, conn: Any, thread_id: str, before: int, query: Mapping[str, float], question: str, hits: int
+        self,
+        conn: Any,
+        thread_id: str,
+        before: int,
+        indexed: int,
+        query: Mapping[str, float],
+        question: str,
+        hits: int,
     ) -> list[int]:
-        lexical: list[int] = []
-        if query:
-            params = {
-                "thread": thread_id,
-                "before": before,
-                "query": tsquery_literal(query),
-                "words": list(query),
-                "weights": list(query.values()),
-                "k1": K1,
-                "b": B,
-                "limit": hits * 2,
-            }
-            lexical = [position for position, _ in await queries.search_turns(conn, params)]
-        vector = await self._nearest(conn, thread_id, before, question, hits * 2)
+        lexical = await self._lexical(conn, thread_id, before, indexed, query, hits)
+        vector = await self._nearest(conn, thread_id, before, question, hits)
         if not vector:
             return lexical[:hits]
         fused: dict[int, float] = {}
@@ -145,6 +158,35 @@ class ThreadRecall:
             for rank, position in enumerate(ranking):
                 fused[position] = fused.get(position, 0.0) + 1.0 / (RRF_K + rank + 1)
         return sorted(fused, key=lambda p: (-fused[p], -p))[:hits]
+
+    async def _lexical(
+        self, conn: Any, thread_id: str, before: int, indexed: int, query: Mapping[str, float], hits: int
+    ) -> list[int]:
+        """Return the positions of the best turns by BM25, best first."""
+        held = await queries.term_turns(conn, thread_id, list(query)) if query else {}
+        if not held:
+            return []
+        idf = {t: query[t] * math.log(1 + (indexed - n + 0.5) / (n + 0.5)) for t, n in held.items() if n > 0}
+        by_rarity = sorted(held, key=lambda t: held[t])
+        telling: list[str] = []
+        reach = 0
+        for term in by_rarity:
+            if len(telling) >= 2 and reach + held[term] > CANDIDATE_TURNS:
+                break
+            telling.append(term)
+            reach += held[term]
+        params = {
+            "thread": thread_id,
+            "before": before,
+            "query": tsquery_literal(dict.fromkeys(telling, 1.0)),
+            "words": list(idf),
+            "idfs": list(idf.values()),
+            "k1": K1,
+            "b": B,
+            "novelty": NOVELTY,
+            "limit": hits,
+        }
+        return [position for position, _ in await queries.search_turns(conn, params)]
 
     async def _nearest(self, conn: Any, thread_id: str, before: int, question: str, limit: int) -> list[int]:
         if self.embeddings is None or not question.strip():
@@ -156,8 +198,8 @@ class ThreadRecall:
 
     async def _index(
         self, conn: Any, thread_id: str, recent: Sequence[BaseMessage], *, whole: bool, window_first: str | None
-    ) -> int:
-        """Index what is not indexed yet; return the position of `window_first` (or of the next message)."""
+    ) -> tuple[int, int]:
+        """Index what is not indexed yet; return the position of `window_first` and how many turns are indexed."""
         messages = [m for m in recent if is_conversation_message(m)]
         newest = await queries.newest_turn(conn, thread_id)
         ids = [str(m.id) for m in messages]
@@ -172,15 +214,18 @@ class ThreadRecall:
             skip = 0 if newest is None else newest[0] + 1
             new, first_position = transcript[skip:], skip
         if new:
-            await queries.insert_turns(conn, await self._rows(thread_id, new, first_position))
+            rows = await self._rows(thread_id, new, first_position)
+            rows = await _with_novelty(conn, thread_id, rows)
+            await queries.insert_turns(conn, rows)
+            await queries.add_terms(conn, thread_id, _term_turns(rows))
         # The recent messages are the transcript's tail, now indexed through `end - 1`.
         end = first_position + len(new)
         if window_first is None:
-            return end
+            return end, end
         if window_first in ids:
-            return end - len(messages) + ids.index(window_first)
+            return end - len(messages) + ids.index(window_first), end
         position = await queries.position_of(conn, thread_id, window_first)
-        return end if position is None else position
+        return (end if position is None else position), end
 
     async def _transcript(self, thread_id: str, *, stop_at: set[str]) -> list[BaseMessage]:
         """Return the thread's messages oldest first, through the newest of `stop_at` (the run's history)."""
@@ -223,6 +268,7 @@ class ThreadRecall:
                     content=content,
                     terms=tsvector_literal(found),
                     length=len(found),
+                    novel=0,
                     embedding=vector,
                 )
             )
@@ -236,6 +282,31 @@ def _hit(found: Mapping[int, RecalledTurn], position: int) -> RecallHit:
     other = found.get(partner)
     neighbours = (other,) if other is not None and other.role != turn.role else ()
     return RecallHit(turn, neighbours)
+
+
+async def _with_novelty(conn: Any, thread_id: str, rows: list[queries.TurnRow]) -> list[queries.TurnRow]:
+    """Return the rows with how many terms each brought into the thread (none of its turns held them before)."""
+    held = await queries.term_turns(conn, thread_id, sorted({t for r in rows for t in _LEXEME.findall(r.terms)}))
+    seen = {t for t, n in held.items() if n > 0}
+    out = []
+    for row in rows:
+        found = set(_LEXEME.findall(row.terms))
+        out.append(replace(row, novel=len(found - seen)))
+        seen |= found
+    return out
+
+
+def _term_turns(rows: Sequence[queries.TurnRow]) -> dict[str, int]:
+    """Return how many of the rows hold each term (a term counts once per turn)."""
+    counts: Counter[str] = Counter()
+    for row in rows:
+        counts.update(_LEXEME.findall(row.terms))
+    return dict(counts)
+
+
+def _said(turn: RecalledTurn) -> str:
+    """Return what a turn said, as compared for repeats (case and spacing aside)."""
+    return f"{turn.role}:{' '.join(turn.content.casefold().split())}"
 
 
 def _vector(values: Sequence[float]) -> str:

@@ -20,6 +20,7 @@ create table if not exists thread_turns (
     content     text        not null,
     terms       tsvector    not null,  -- normalised terms (recall/_terms.py), built by the service, 'simple' form
     length      integer     not null,  -- terms in the message, for BM25's length normalisation
+    novel       integer     not null,  -- terms the thread had not used before this message (new information)
     embedding   vector      null,      -- dimension-free, as kb_chunks: the embedding model is a deployment choice
     primary key (thread_id, position)
 );
@@ -27,3 +28,14 @@ create table if not exists thread_turns (
 create unique index if not exists thread_turns_message on thread_turns (thread_id, message_id);
 -- btree_gin (0002): one GIN scan answers "this thread AND any of these terms".
 create index if not exists thread_turns_terms on thread_turns using gin (thread_id, terms);
+
+-- How many of a thread's turns hold each term (BM25's document frequency), kept as turns are
+-- indexed: the search reads the frequencies of its few query terms by key, and matches only
+-- the turns holding its more telling terms, so a search at 5,000 turns reads what those
+-- terms touch rather than every turn. Terms only (no text); distributed by thread_id too.
+create table if not exists thread_terms (
+    thread_id  text    not null,
+    term       text    not null,
+    turns      integer not null,
+    primary key (thread_id, term)
+);
