@@ -47,7 +47,7 @@ from chatbot.config import Settings
 from chatbot.db.pool import Pool
 from chatbot.recall import queries
 from chatbot.recall._terms import query_weights
-from chatbot.recall.service import ThreadRecall
+from chatbot.recall.service import Recaller, ThreadRecall
 from chatbot.text import normalize_persian
 from chatbot.threads.deletion import delete_threads
 
@@ -61,7 +61,7 @@ class Measured:
     def __init__(self) -> None:
         self.calls: list[tuple[int, int, float]] = []
 
-    async def __call__(self, recall: ThreadRecall, **kwargs: Any) -> Recalled:
+    async def __call__(self, recall: Recaller, **kwargs: Any) -> Recalled:
         started = time.perf_counter()
         out = await recall_into_window(recall, **kwargs)
         elapsed = (time.perf_counter() - started) * 1000

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
 
 from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 
@@ -23,7 +22,7 @@ from chatbot.agent._window import Window
 from chatbot.config import Settings
 from chatbot.recall._terms import query_weights
 from chatbot.recall.block import recalled_heading, recalled_line, recalled_section
-from chatbot.recall.service import RecalledTurn, ThreadRecall
+from chatbot.recall.service import RecalledTurn, Recaller, RecallHit
 
 # The recent turns read with the question (a follow-up names little of what it is about).
 CONTEXT_MESSAGES = 2
@@ -50,7 +49,7 @@ def window_left_out(window: Window, whole: bool) -> bool:
 
 
 async def recall_into_window(
-    recall: ThreadRecall,
+    recall: Recaller,
     *,
     settings: Settings,
     counter: TokenCounter,
@@ -67,7 +66,9 @@ async def recall_into_window(
     `history` is the window's history (the recent messages before the question), `whole`
     whether it is the whole thread; `rebuild(budget)` builds the window again with less room.
     """
-    if settings.recall_hits <= 0 or settings.recall_share <= 0 or not window_left_out(window, whole):
+    if settings.recall_hits <= 0 or settings.recall_share <= 0:
+        return Recalled(window)
+    if not recall.replays and not window_left_out(window, whole):
         return Recalled(window)
     if window.question_shortened or window.chunks_shortened or window.system_shortened:
         return Recalled(window)  # the budget is spent already: nothing may give way to recall
@@ -101,7 +102,7 @@ async def recall_into_window(
     return Recalled(replace(rebuilt, messages=messages, tokens=rebuilt.tokens + cost), tuple(chosen))
 
 
-def _within(hits: Sequence[Any], room: int, counter: TokenCounter, language: str) -> list[RecalledTurn]:
+def _within(hits: Sequence[RecallHit], room: int, counter: TokenCounter, language: str) -> list[RecalledTurn]:
     """Return the hits' turns that fit in `room` tokens: each hit, then its partner, best hit first."""
     spent = counter.count_text("\n\n" + recalled_heading(language)) + 1
     chosen: dict[str, RecalledTurn] = {}

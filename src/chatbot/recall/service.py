@@ -20,7 +20,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
 from langchain_core.embeddings import Embeddings
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
@@ -65,6 +65,51 @@ class RecallHit:
     neighbours: tuple[RecalledTurn, ...]
 
 
+class Recaller(Protocol):
+    """What the graph asks recall for (`ThreadRecall`, or a recorded run's turns in an evaluation)."""
+
+    @property
+    def replays(self) -> bool:
+        """True: the turns are a recorded run's, given whatever the window holds (`RecordedRecall`)."""
+        ...
+
+    async def find(
+        self,
+        thread_id: str,
+        recent: Sequence[BaseMessage],
+        *,
+        whole: bool,
+        window_first: str | None,
+        query: Mapping[str, float],
+        question: str,
+        hits: int,
+    ) -> list[RecallHit]:
+        """Return the turns found for the question, best first."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class RecordedRecall:
+    """A past run's recalled turns, given again as they were (`chatbot eval --from-feedback`)."""
+
+    turns: tuple[RecalledTurn, ...]
+    replays: bool = True
+
+    async def find(
+        self,
+        thread_id: str,
+        recent: Sequence[BaseMessage],
+        *,
+        whole: bool,
+        window_first: str | None,
+        query: Mapping[str, float],
+        question: str,
+        hits: int,
+    ) -> list[RecallHit]:
+        """Return the recorded turns, in the order they were given."""
+        return [RecallHit(turn, ()) for turn in self.turns]
+
+
 def is_conversation_message(message: BaseMessage) -> bool:
     """Whether a message is one the transcript shows: the user's, or an answer this service wrote."""
     if not isinstance(message.additional_kwargs.get(META_KEY), dict):
@@ -80,6 +125,8 @@ def _turn(row: Mapping[str, Any]) -> RecalledTurn:
 
 class ThreadRecall:
     """The searchable turns of every thread (`thread_turns`), indexed and searched per thread."""
+
+    replays = False
 
     def __init__(
         self,

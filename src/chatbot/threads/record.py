@@ -78,6 +78,8 @@ class ResolvedRun:
     """The system prompt's text (from `system_prompts`)."""
     system_message: str | None = None
     """The whole system message the model got, rebuilt from the record's parts."""
+    recalled: list[RecalledTurn] = field(default_factory=list)
+    """The recalled turns with their place and time (the evaluation gives them again)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -361,4 +363,5 @@ async def read_run_record(
         list(record.shortened or ()),
         read.prompt,
         _system_message(record, read.prompt, body["context"], read.chunks, read.recalled) if read.complete else None,
+        read.recalled,
     )
