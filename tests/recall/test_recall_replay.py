@@ -1,4 +1,4 @@
-"""Recalled turns in a run's replay: `chatbot replay` prints them, and `chatbot eval --from-feedback` gives them again."""
+"""Recalled turns replayed: `chatbot replay` prints them, `chatbot eval --from-feedback` gives them again."""
 
 from __future__ import annotations
 
