@@ -14,6 +14,7 @@ import psycopg
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from psycopg_pool import PoolTimeout
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 log = logging.getLogger(__name__)
@@ -23,6 +24,9 @@ PROBLEM_JSON = "application/problem+json"
 DATABASE_RETRY_AFTER_SECONDS = 2
 DATABASE_UNAVAILABLE = "the database is unavailable"
 """The detail of every 503 that means Postgres could not be reached or lost a run's lock."""
+DATABASE_ERRORS = (psycopg.OperationalError, PoolTimeout)
+"""What Postgres being unreachable raises (a lost or refused connection, a pool that could not
+hand one out in time): the one list code that maps a database error itself catches."""
 
 
 class Problem(Exception):

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import Any
 
 from chatbot.agent.outcome import EventSink
+from chatbot.agent.result import RunResult
 from chatbot.caller import CallerContext
 from chatbot.memory.jobs import RunEnded as RunEnded  # the run service makes it (threads/runs.py)
 
@@ -34,9 +34,10 @@ class Context:
     thread_id: str
     """The thread (the backend's chat session id) this run belongs to."""
 
-    scratch: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
-    """Working memory of this run's nodes, never persisted: the retrieved chunks' text goes
-    from `retrieve` to `generate` here, so no checkpoint (nor a failed run's writes) holds it."""
+    result: RunResult = field(default_factory=RunResult, compare=False, repr=False)
+    """What this run gives its caller, filled in by the nodes and never persisted: the
+    retrieved chunks' text goes from `retrieve` to `generate` here, so no checkpoint (nor a
+    failed run's writes) holds it (agent/result.py; agent/run.py returns it)."""
 
     events: EventSink | None = field(default=None, compare=False, repr=False)
     """Where the run's events go as they happen (agent/outcome.py); None: the graph's custom stream."""

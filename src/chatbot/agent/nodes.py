@@ -37,6 +37,7 @@ from chatbot.memory.namespaces import PROFILE_KEY, facts_namespace, profile_name
 from chatbot.models.offline import MemoryRequest, offline_reply, split_tokens
 from chatbot.models.reply import Reply
 from chatbot.models.usage import Usage
+from chatbot.retrieval.search import RetrievedChunk
 from chatbot.timestamps import now_rfc3339
 
 RECENT_IN_HANDOFF = 10
@@ -82,10 +83,10 @@ class Nodes:
         emit = _events(runtime.context)
         emit(StageProgress("retrieval", status="started"))
         question = str(state["messages"][-1].text)
-        chunks = [dict(c) for c in await self.deps.retriever(runtime.context.caller, question)]
+        chunks = [RetrievedChunk.from_state(c) for c in await self.deps.retriever(runtime.context.caller, question)]
         emit(StageProgress("retrieval", chunks=len(chunks)))
         # The text stays in this run's memory; state (and so any checkpoint) gets ids only.
-        runtime.context.scratch["chunks"] = chunks
+        runtime.context.result.chunks = chunks
         refs = chunk_refs(chunks)
         # A partial record (no status): what a run that fails from here on retrieved.
         partial = RecordedRun(runtime.context.run_id, model=self.settings.model, retrieved=chunk_versions(chunks))
@@ -108,6 +109,7 @@ class Nodes:
         window, summary, update = await self._window_and_summary(state, history, question, chunks, turns, ctx)
         recalled = await self._recall(state, history, question, summary, chunks, window, ctx)
         window = recalled.window
+        ctx.result.recalled = recalled.turns
         if self.deps.window_observer is not None:
             self.deps.window_observer(window.messages)
         streak = state.get("unanswered_streak", 0)
@@ -116,10 +118,10 @@ class Nodes:
             # The offline rules run once per turn: their result answers "noted" here and is
             # what the memory writer stores after the answer (write_memory hands it over).
             candidates = extract_offline(str(question.text), locale=ctx.locale)
-            ctx.scratch["memory_candidates"] = candidates
+            ctx.result.memory_candidates = candidates
             reply = offline_reply(
                 str(question.text),
-                chunks,
+                _as_mappings(chunks),
                 language=ctx.language,
                 unanswered_streak=streak,
                 memory_request=_memory_request(candidates),
@@ -175,7 +177,7 @@ class Nodes:
         question: HumanMessage,
         recalled: Recalled,
         prompt_sha: str,
-        chunks: list[dict[str, Any]],
+        chunks: list[RetrievedChunk],
         history: list[Any],
     ) -> dict[str, Any]:
         """Return the update of a turn whose model failed: the reason and what was shown, no answer.
@@ -185,7 +187,7 @@ class Nodes:
         fold is kept and no memory work follows (the graph ends on a failed outcome).
         """
         self._usage(ctx).extend(failure.usage)
-        ctx.scratch["failure"] = failure
+        ctx.result.model_failure = failure
         outcome = GraphOutcome("error", failure=Failure(failure.reason, failure.retry_after))
         ending = RecordedRun(
             ctx.run_id,
@@ -205,8 +207,7 @@ class Nodes:
     @staticmethod
     def _usage(ctx: Context) -> list[Usage]:
         """Return this run's model calls so far (the summary fold's, then the answer's)."""
-        calls: list[Usage] = ctx.scratch.setdefault("usage", [])
-        return calls
+        return ctx.result.usage
 
     def _usage_record(self, ctx: Context) -> tuple[dict[str, Any], ...]:
         calls = self._usage(ctx)
@@ -217,12 +218,11 @@ class Nodes:
         return tuple(call.as_dict() for call in calls)
 
     @staticmethod
-    def _chunks(state: ConversationState, ctx: Context) -> list[dict[str, Any]]:
+    def _chunks(state: ConversationState, ctx: Context) -> list[RetrievedChunk]:
         """Return this run's retrieved chunks, text included, from the run's own memory."""
         wanted = [tuple(ref) for ref in state.get("retrieved") or []]
-        cached = ctx.scratch.get("chunks") or []
         # Only what `retrieve` recorded for this run: the ids in state are the authority.
-        return [c for c in cached if (str(c["chunk_id"]), int(c.get("version") or 1)) in wanted]
+        return [c for c in ctx.result.chunks if (c.chunk_id, c.version) in wanted]
 
     def _record(
         self,
@@ -231,7 +231,7 @@ class Nodes:
         question: HumanMessage,
         recalled: Recalled,
         prompt_sha: str,
-        chunks: list[dict[str, Any]],
+        chunks: list[RetrievedChunk],
         history: list[Any],
     ) -> str:
         """Return the run record: how it ended, and what the model was given, by id (agent/record.py)."""
@@ -271,7 +271,7 @@ class Nodes:
                 run_id=ctx.run_id,
                 locale=ctx.locale,
                 user_text=str(question.text),
-                offline_candidates=ctx.scratch.get("memory_candidates"),
+                offline_candidates=ctx.result.memory_candidates,
                 ended=ctx.ended,
             )
         )
@@ -288,7 +288,7 @@ class Nodes:
         state: ConversationState,
         history: list[Any],
         question: HumanMessage,
-        chunks: list[dict[str, Any]],
+        chunks: list[RetrievedChunk],
         turns: int,
         ctx: Context,
     ) -> tuple[Window, str, dict[str, Any]]:
@@ -335,7 +335,7 @@ class Nodes:
         history: list[Any],
         question: HumanMessage,
         summary: str,
-        chunks: list[dict[str, Any]],
+        chunks: list[RetrievedChunk],
         window: Window,
         ctx: Context,
     ) -> Recalled:
@@ -362,7 +362,7 @@ class Nodes:
         history: list[Any],
         question: HumanMessage,
         summary: str,
-        chunks: list[dict[str, Any]],
+        chunks: list[RetrievedChunk],
         language: str,
         budget: int | None = None,
     ) -> Window:
@@ -371,7 +371,7 @@ class Nodes:
             profile=state.get("profile") or {},
             facts=state.get("facts") or [],
             summary=summary,
-            chunks=chunks,
+            chunks=_as_mappings(chunks),
             # Never the oldest messages of the recent list: they are folded into the summary
             # before the list drops them (see state.py).
             history=history[-WINDOW_HISTORY:],
@@ -391,13 +391,13 @@ class Nodes:
             if delay:
                 await asyncio.sleep(delay)
 
-    async def _ask_model(self, window: Window, chunks: list[dict[str, Any]], ctx: Context) -> ModelAnswer:
+    async def _ask_model(self, window: Window, chunks: list[RetrievedChunk], ctx: Context) -> ModelAnswer:
         emit = _events(ctx)
         settings = self.settings
         return await ask_model(
             self.deps.answer_chain(),
             window.messages,
-            known_chunk_ids={str(c["chunk_id"]) for c in chunks},
+            known_chunk_ids={c.chunk_id for c in chunks},
             language=ctx.language,
             limits=TimeLimits(
                 first_token=settings.model_first_token_timeout_seconds,
@@ -425,6 +425,11 @@ class Nodes:
 def _events(ctx: Context) -> EventSink:
     """Return where this run's events go: the caller's sink, else the graph's custom stream."""
     return ctx.events if ctx.events is not None else custom_stream_sink(get_stream_writer())
+
+
+def _as_mappings(chunks: list[RetrievedChunk]) -> list[dict[str, Any]]:
+    """Return the chunks as the window and the offline responder read them (models/ imports no retrieval)."""
+    return [c.to_state() for c in chunks]
 
 
 def _memory_request(candidates: MemoryCandidates) -> MemoryRequest | None:

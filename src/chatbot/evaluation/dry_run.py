@@ -8,12 +8,11 @@ is retrieval's reads of the tenant's knowledge base.
 
 from __future__ import annotations
 
-import asyncio
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
 from langchain_core.runnables import RunnableConfig
@@ -23,8 +22,8 @@ from langgraph.store.memory import InMemoryStore
 from chatbot.agent.collaborators import AgentDeps
 from chatbot.agent.context import Context
 from chatbot.agent.graph import build_graph
-from chatbot.agent.modelcall import ModelFailure
-from chatbot.agent.outcome import GraphEvent, GraphOutcome, Token, outcome_of
+from chatbot.agent.outcome import GraphEvent, Token
+from chatbot.agent.run import run_graph
 from chatbot.agent.state import ConversationState
 from chatbot.caller import CallerContext
 from chatbot.config import Settings
@@ -34,7 +33,6 @@ from chatbot.memory.jobs import drop_memory_job
 from chatbot.memory.namespaces import PROFILE_KEY, facts_namespace, profile_namespace
 from chatbot.models.usage import Usage
 from chatbot.recall.service import RecordedRecall
-from chatbot.threads.runs import failure_of
 
 Search = Callable[[CallerContext, str], Awaitable[Sequence[Mapping[str, Any]]]]
 EVAL_USER = "eval"
@@ -140,36 +138,29 @@ async def run_case(
         thread_id=thread_id,
         events=on_event,
     )
-    outcome: GraphOutcome | None = None
-    error: str | None = None
-    try:
-        config: RunnableConfig = {"configurable": {"thread_id": thread_id}}
-        events = graph.astream(state, config, context=context, stream_mode="updates")
-        async for update in cast(AsyncIterator[dict[str, Any]], events):
-            outcome = outcome_of(update) or outcome
-    except asyncio.CancelledError:
-        raise
-    except Exception as exc:  # a failed case is reported; the evaluation goes on
-        error = failure_of(exc).reason
+    config: RunnableConfig = {"configurable": {"thread_id": thread_id}}
+    result = await run_graph(graph, state, config, context)
     elapsed = time.perf_counter() - started
+    if result.raised is not None and not isinstance(result.raised, Exception):
+        raise result.raised  # cancelled: the evaluation stops; a failed case is reported
+    outcome = result.outcome
     answer: str | None = outcome.answer if outcome is not None and outcome.failure is None else None
-    if error is not None or outcome is None or outcome.failure is not None:
-        status = "error"
-        if error is None:
-            error = outcome.failure.reason if outcome is not None and outcome.failure is not None else "internal"
-            failure = context.scratch.get("failure")
-            if isinstance(failure, ModelFailure) and failure.shown:
-                answer = failure.shown
-    else:
+    failure = result.failure
+    error = None if failure is None else failure.reason
+    if failure is None and outcome is not None:
         status = outcome.status
+    else:
+        status = "error"
+        if result.raised is None and result.shown:
+            answer = result.shown
     return CaseResult(
         case_id=case.id,
         model=candidate.name,
         status=status,
-        citations=[str(c) for c in outcome.citations] if outcome is not None and error is None else [],
+        citations=[str(c) for c in outcome.citations] if outcome is not None and failure is None else [],
         answer=answer,
         error=error,
         latency_ms=round(elapsed * 1000, 1),
         ttft_ms=round((first_token[0] - started) * 1000, 1) if first_token else None,
-        usage=list(context.scratch.get("usage") or []),
+        usage=list(result.usage),
     )

@@ -25,6 +25,7 @@ reaches `MIN_COVERAGE`, and a vector hit only above `MIN_VECTOR_SIMILARITY`.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -64,6 +65,20 @@ class RetrievedChunk:
     def to_state(self) -> dict[str, Any]:
         """Return the chunk as a plain dict for graph state (serialisable by the checkpointer)."""
         return asdict(self)
+
+    @classmethod
+    def from_state(cls, chunk: Mapping[str, Any]) -> RetrievedChunk:
+        """Return the chunk a retriever gave as a mapping (a recorded or a demo chunk may lack
+        the score, the document or the language: they read as 0, empty)."""
+        return cls(
+            chunk_id=str(chunk["chunk_id"]),
+            document_id=str(chunk.get("document_id") or ""),
+            title=str(chunk.get("title") or ""),
+            text=str(chunk.get("text") or ""),
+            language=str(chunk.get("language") or ""),
+            score=float(chunk.get("score") or 0.0),
+            version=int(chunk.get("version") or 1),
+        )
 
 
 def _vector_literal(values: list[float]) -> str:

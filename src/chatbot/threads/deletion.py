@@ -18,13 +18,12 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-import psycopg
 from psycopg import AsyncConnection
-from psycopg_pool import PoolTimeout
 
 from chatbot.db import catalogue, langgraph_tables
 from chatbot.db.locks import Fence, forget_fence
 from chatbot.db.pool import Pool
+from chatbot.errors import DATABASE_ERRORS
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +59,6 @@ async def forget_unwritten_thread(pool: Pool, fence: Fence | None) -> None:
     try:
         async with pool.connection() as conn:
             await forget_fence(conn, fence.thread_id, fence.token)
-    except (psycopg.OperationalError, PoolTimeout) as exc:
+    except DATABASE_ERRORS as exc:
         extra = {"thread_id": fence.thread_id, "error": type(exc).__name__}
         log.warning("fence row of a refused first run not deleted", extra=extra)

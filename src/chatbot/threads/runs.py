@@ -29,22 +29,20 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
 
-import psycopg
 from langchain_core.messages import HumanMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.constants import START
 from langgraph.graph.state import CompiledStateGraph
-from psycopg_pool import PoolTimeout
 
 from chatbot import metrics
 from chatbot.agent.context import Context, RunEnded
-from chatbot.agent.modelcall import ModelFailure
-from chatbot.agent.outcome import GraphEvent, GraphOutcome, Token, outcome_of
+from chatbot.agent.outcome import GraphEvent, GraphOutcome, Token
 from chatbot.agent.record import chunk_versions
+from chatbot.agent.run import run_graph
 from chatbot.agent.state import META_KEY, user_turn
 from chatbot.caller import CallerContext
 from chatbot.db import usage_totals
@@ -52,7 +50,7 @@ from chatbot.db.locks import Fence, Lease, LeaseLost, Locks, UserErasing
 from chatbot.db.pool import Pool
 from chatbot.db.run_record import RecordedRun
 from chatbot.db.saver import fenced
-from chatbot.errors import Problem, database_problem
+from chatbot.errors import DATABASE_ERRORS, Problem, database_problem
 from chatbot.failures import Failure
 from chatbot.threads import cancel
 from chatbot.threads._ownership import Owner, check_owner, check_thread_access
@@ -64,21 +62,8 @@ from chatbot.tracing.service import NO_TRACING, Tracing
 
 log = logging.getLogger("chatbot.runs")
 
-DATABASE_ERRORS = (psycopg.OperationalError, PoolTimeout)
 # What a refused run is told to wait: runs of a busy replica end within seconds.
 BUSY_RETRY_AFTER_SECONDS = 2
-
-
-def failure_of(exc: BaseException) -> Failure:
-    """Return why a run whose graph raised `exc` failed (chatbot/failures.py words it)."""
-    if isinstance(exc, ModelFailure):
-        return Failure(exc.reason, exc.retry_after)
-    if isinstance(exc, TimeoutError):
-        return Failure("model_timeout")
-    if isinstance(exc, (LeaseLost, *DATABASE_ERRORS)):
-        # A lost lock session is a dropped database connection: the run cannot write.
-        return Failure("database")
-    return Failure("internal")
 
 
 @dataclass(kw_only=True, eq=False)
@@ -278,43 +263,31 @@ class RunService:
         )
         traced = trace.configure(config)
         user_cancelled = False
+        result = context.result
         try:
-            outcome: GraphOutcome | None = None
-            events = self.graph.astream(None, traced, context=context, stream_mode="updates", durability="exit")
-            async for update in cast(AsyncIterator[dict[str, Any]], events):
-                outcome = outcome_of(update) or outcome
+            await run_graph(self.graph, None, traced, context, durability="exit")
             self._graphs.pop(stream.run_id, None)  # over: a cancel can no longer cancel it
-            if outcome is None:
-                raise RuntimeError("the graph ended without an outcome")
-            if outcome.failure is not None:
-                # The model failed and the graph recorded it (agent/nodes.py): a typed outcome.
-                failure = context.scratch.get("failure")
-                terminal = outcome.failure
+            exc = result.raised
+            if exc is None:
+                outcome = result.outcome
+                assert outcome is not None  # run_graph says why when there is none
+                if outcome.failure is not None:
+                    # The model failed and the graph recorded it (agent/nodes.py): a typed outcome.
+                    failure = result.model_failure
+                    terminal = outcome.failure
+                else:
+                    status = outcome.status
+                    terminal = outcome
             else:
-                status = outcome.status
-                terminal = outcome
-        except BaseException as exc:
-            self._graphs.pop(stream.run_id, None)
-            if stream.run_id in self._cancelled:
-                # Stopped by a cancel (threads/cancel.py): the CancelledError it threw in the
-                # graph has been delivered; forget it so the awaits below run normally.
-                user_cancelled = True
-                if isinstance(exc, asyncio.CancelledError):
-                    current = cast(asyncio.Task[None], asyncio.current_task())
-                    while current.cancelling():
-                        current.uncancel()
-            elif isinstance(exc, LeaseLost) and lease.fence is not None:
-                # The final write was refused: by a cancel whose notice has not come yet?
-                with contextlib.suppress(*DATABASE_ERRORS):
-                    user_cancelled = await cancel.was_cancelled(self.pool, stream.thread_id, lease.fence.token)
-            if user_cancelled:
-                status = "cancelled"
-                terminal = Failure("cancelled")
-            else:
-                terminal = failure_of(exc)
-                failure = exc
-                if not isinstance(exc, Exception):  # cancelled: shutdown went past its grace period
-                    raise
+                user_cancelled = await self._cancelled_by_user(stream, lease, exc)
+                if user_cancelled:
+                    status = "cancelled"
+                    terminal = Failure("cancelled")
+                else:
+                    terminal = result.failure
+                    failure = exc
+                    if not isinstance(exc, Exception):  # cancelled: shutdown went past its grace period
+                        raise exc
         finally:
             self._graphs.pop(stream.run_id, None)
             self._cancelled.discard(stream.run_id)
@@ -329,7 +302,7 @@ class RunService:
             await lease.release()
             self._runs.pop(stream.run_id, None)
             # Before the terminal event: `chatbot usage` read right after `end` includes this run.
-            await self._add_usage(caller.tenant_id, context.scratch.get("usage") or [])
+            await self._add_usage(caller.tenant_id, result.usage)
             metrics.RUNS.labels(status).inc()
             if isinstance(terminal, Failure):
                 stream.fail(terminal)
@@ -358,6 +331,22 @@ class RunService:
                 },
             )
 
+    async def _cancelled_by_user(self, stream: RunStream, lease: Lease, exc: BaseException) -> bool:
+        """Return whether the graph stopped (`exc`) because a user's cancel decided so."""
+        if stream.run_id in self._cancelled:
+            # Stopped by a cancel (threads/cancel.py): the CancelledError it threw in the
+            # graph has been delivered; forget it so the awaits after the graph run normally.
+            if isinstance(exc, asyncio.CancelledError):
+                current = cast(asyncio.Task[None], asyncio.current_task())
+                while current.cancelling():
+                    current.uncancel()
+            return True
+        if isinstance(exc, LeaseLost) and lease.fence is not None:
+            # The final write was refused: by a cancel whose notice has not come yet?
+            with contextlib.suppress(*DATABASE_ERRORS):
+                return await cancel.was_cancelled(self.pool, stream.thread_id, lease.fence.token)
+        return False
+
     async def _record_cancelled(
         self, stream: RunStream, context: Context, config: RunnableConfig, lease: Lease, input_id: str
     ) -> None:
@@ -367,7 +356,7 @@ class RunService:
         thread's fence: only this run's holder can write it, and only after that cancel.
         """
         assert lease.fence is not None
-        usage = context.scratch.get("usage") or []
+        usage = context.result.usage
         record = RecordedRun(
             stream.run_id,
             status="cancelled",
@@ -376,7 +365,7 @@ class RunService:
             answer_id=str(uuid.uuid4()),
             shown=stream.shown,
             input_id=input_id,
-            retrieved=chunk_versions(context.scratch.get("chunks") or []),
+            retrieved=chunk_versions(context.result.chunks),
             usage=tuple(call.as_dict() for call in usage),
         ).dump()
         outcome = GraphOutcome("error", failure=Failure("cancelled")).stored()

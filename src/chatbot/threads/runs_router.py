@@ -6,16 +6,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Annotated, Any
 
-import psycopg
 from fastapi import APIRouter, Body, Depends, Header
 from fastapi.responses import JSONResponse, StreamingResponse
-from psycopg_pool import PoolTimeout
 from starlette.responses import Response
 
 from chatbot import openapi_examples as examples
 from chatbot.auth import CallerDep
 from chatbot.deps import AUTHENTICATED, LocksDep, PoolDep, SaverDep, SettingsDep
-from chatbot.errors import PROBLEM_JSON, Problem, database_problem
+from chatbot.errors import DATABASE_ERRORS, PROBLEM_JSON, Problem, database_problem
 from chatbot.failures import Failure
 from chatbot.json_body import StrictJsonRoute
 from chatbot.openapi import SSE_MEDIA, SSE_SCHEMA, STREAM_HEADERS, json_as_returned, no_content, v1_problems
@@ -27,7 +25,6 @@ from chatbot.threads._stream import Listener
 from chatbot.threads.deps import ReplaysDep, RunsDep
 from chatbot.threads.record import read_run_record
 from chatbot.threads.rejoin import follower_listener, parse_last_event_id, replay_listener
-from chatbot.threads.runs import DATABASE_ERRORS
 from chatbot.threads.schemas import NOT_A_RUN, FeedbackRequest, RunId, RunRequest, ThreadId, run_not_found
 
 # Bodies are read as strict UTF-8 JSON (json_body.py).
@@ -224,7 +221,7 @@ async def get_run_record(
         if run_id == NOT_A_RUN:
             raise run_not_found()
         record = await read_run_record(pool, saver.serde, locks, thread_id, run_id, caller.tenant_id)
-    except (psycopg.OperationalError, PoolTimeout):
+    except DATABASE_ERRORS:
         raise database_problem(retry_after=1) from None
     if record is None:
         raise run_not_found()
