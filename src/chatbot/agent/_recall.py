@@ -20,6 +20,7 @@ from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 from chatbot.agent._tokens import TokenCounter
 from chatbot.agent._window import Window
 from chatbot.config import Settings
+from chatbot.recall._related import related_terms
 from chatbot.recall._terms import query_weights
 from chatbot.recall.block import recalled_heading, recalled_line, recalled_section
 from chatbot.recall.service import RecalledTurn, Recaller, RecallHit
@@ -27,7 +28,7 @@ from chatbot.recall.service import RecalledTurn, Recaller, RecallHit
 # The recent turns read with the question (a follow-up names little of what it is about).
 CONTEXT_MESSAGES = 2
 CONTEXT_WEIGHT = 0.3
-QUERY_TERMS = 16
+QUERY_TERMS = 32
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +75,9 @@ async def recall_into_window(
         return Recalled(window)  # the budget is spent already: nothing may give way to recall
     kept = window.messages[1:-1]
     context = [str(m.text) for m in kept[-CONTEXT_MESSAGES:]]
-    query = query_weights(str(question.text), context, context_weight=CONTEXT_WEIGHT, limit=QUERY_TERMS)
+    query = query_weights(
+        str(question.text), context, context_weight=CONTEXT_WEIGHT, limit=QUERY_TERMS, related=related_terms
+    )
     first = str(kept[0].id) if kept else None
     hits = await recall.find(
         thread_id,
@@ -94,7 +97,8 @@ async def recall_into_window(
         return Recalled(window)
     section = recalled_section(chosen, language)
     cost = counter.count_text(section)
-    rebuilt = rebuild(settings.context_tokens - cost)
+    # A window its message count bounded (short turns) has the room already: no rebuild.
+    rebuilt = window if window.tokens + cost <= settings.context_tokens else rebuild(settings.context_tokens - cost)
     if _gave_way(window, rebuilt):
         return Recalled(window)
     system = SystemMessage(str(rebuilt.messages[0].text) + section)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from chatbot.retrieval.normalize import PERSIAN_STOPWORDS, index_form
 
@@ -121,15 +121,27 @@ def tsquery_literal(weights: Mapping[str, float]) -> str:
     return " | ".join(f"'{term}'" for term in weights)
 
 
-def query_weights(question: str, context: Iterable[str], *, context_weight: float, limit: int) -> dict[str, float]:
-    """Return the query's terms and weights: the question's at 1, the recent turns' lower.
+def query_weights(
+    question: str,
+    context: Iterable[str],
+    *,
+    context_weight: float,
+    limit: int,
+    related: Callable[[list[str]], list[str]] | None = None,
+    related_weight: float = 0.5,
+) -> dict[str, float]:
+    """Return the query's terms and weights: the question's at 1, related words and the recent turns' lower.
 
     A follow-up ("and what was his plate?") names little of what it is about; the recent
     window names the rest. Its terms count for less, so a question naming its subject
-    is not pulled off it by the conversation around it. At most `limit` terms, the
-    question's first, then the context's most frequent.
+    is not pulled off it by the conversation around it. `related` gives other words for
+    the question's own (recall/_related.py). At most `limit` terms: the question's first,
+    then its related words, then the context's most frequent.
     """
-    weights: dict[str, float] = dict.fromkeys(terms(question), 1.0)
+    asked = terms(question)
+    weights: dict[str, float] = dict.fromkeys(asked, 1.0)
+    for term in related(asked) if related is not None else []:
+        weights.setdefault(term, related_weight)
     counts = Counter(t for text in context for t in set(terms(text)) if t not in weights)
     for term, _ in counts.most_common():
         if len(weights) >= limit:
