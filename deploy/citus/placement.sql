@@ -27,6 +27,14 @@ where not exists (select 1 from pg_dist_partition where logicalrelid = 'run_feed
 select create_distributed_table('memory_jobs', 'thread_id', colocate_with => 'checkpoints')
 where not exists (select 1 from pg_dist_partition where logicalrelid = 'memory_jobs'::regclass);
 
+-- thread_turns: recall indexes and searches one thread's turns beside its checkpoints
+select create_distributed_table('thread_turns', 'thread_id', colocate_with => 'checkpoints')
+where not exists (select 1 from pg_dist_partition where logicalrelid = 'thread_turns'::regclass);
+
+-- thread_terms: the term frequencies of one thread's turns, written and read with them
+select create_distributed_table('thread_terms', 'thread_id', colocate_with => 'checkpoints')
+where not exists (select 1 from pg_dist_partition where logicalrelid = 'thread_terms'::regclass);
+
 -- kb_documents: an ingest writes one tenant's documents
 select create_distributed_table('kb_documents', 'tenant_id', colocate_with => 'none')
 where not exists (select 1 from pg_dist_partition where logicalrelid = 'kb_documents'::regclass);

@@ -113,6 +113,8 @@ class RunContext(BaseModel):
     facts: list[Any] = Field(default_factory=list)
     messages: list[ContextMessage] = Field(default_factory=list)
     retrieved: list[RetrievedChunk] = Field(default_factory=list)
+    recalled: list[ContextMessage] = Field(default_factory=list)
+    """Earlier turns of the thread recall gave the model, in the order given (docs/api.md)."""
 
 
 class RecordedAnswer(MessageRef):

@@ -34,6 +34,7 @@ from chatbot.memory.ttl import memory_ttl, start_memory_sweeper
 from chatbot.memory.writer import Extractor, MemoryWriter, offline_extractor
 from chatbot.models.chain import Models
 from chatbot.ops.sweeper import RetentionSweeper
+from chatbot.recall.service import ThreadRecall
 from chatbot.retrieval.embeddings import load_embeddings
 from chatbot.retrieval.retriever import KnowledgeRetriever
 from chatbot.threads.cancel import CancelListener
@@ -127,6 +128,12 @@ async def build_services(
     retriever = KnowledgeRetriever(
         pool, settings.model_first_token_timeout_seconds, embeddings=load_embeddings(settings.embeddings)
     )
+    recall = ThreadRecall(
+        pool,
+        saver.serde,
+        embeddings=retriever.embeddings,
+        embeddings_timeout=settings.model_first_token_timeout_seconds,
+    )
     collaborators = AgentDeps(
         settings=settings,
         retriever=retriever,
@@ -135,6 +142,7 @@ async def build_services(
         memory_sink=memory.submit,
         memory_reader=memory_reader(pool, max_facts=settings.memory_max_facts, lifetime=memory.lifetime),
         prompt_registry=SystemPromptsTable(pool),
+        recall=recall,
     )
     graph = build_graph(_overridden(collaborators, agent_overrides)).compile(checkpointer=saver, store=store)
     runs = RunService(

@@ -155,7 +155,10 @@ def _cli(env: dict[str, str], *args: str) -> None:
 
 async def _runs(url: str, thread: str, other: str) -> dict[str, str]:
     """The run path: streamed and JSON runs, memory, feedback, a rejoin's poll."""
-    async with running_app(url, rate_limit_per_minute=100, memory_ttl_days=30) as client:
+    async with running_app(url, rate_limit_per_minute=100, memory_ttl_days=30, context_tokens=1500) as client:
+        # A thread longer than the small window: its runs index and search its earlier turns (recall/).
+        for turn in range(12):
+            long = await send_for_answer(client, "audit-long", f"Turn {turn}: my garage is Golzar, plate 52K91{turn}")
         events = await send_for_events(client, thread, "remember that I live in Yazd and drive a Pride")
         first = events[-1][1]["run_id"]
         await send_for_answer(client, thread, "How do I file a car body claim?", locale="en-US")
@@ -166,14 +169,15 @@ async def _runs(url: str, thread: str, other: str) -> dict[str, str]:
         # A follower on a replica that is not running the run: one replay and one poll.
         await services_of(client).run_replays.follow(thread, "0" * 8 + "-0000-4000-8000-" + "0" * 12)
         await services_of(client).memory.drain(10)
-    return {"run": first}
+    return {"run": first, "long": long["run_id"]}
 
 
-async def _pages(url: str, thread: str, run: str) -> None:
+async def _pages(url: str, thread: str, run: str, long: str) -> None:
     """The page reads: record, messages, a finished run's stream, memory, cancel of an ended run."""
     async with running_app(url) as client:
         for path in (
             f"/v1/threads/{thread}/runs/{run}",
+            f"/v1/threads/audit-long/runs/{long}",
             f"/v1/threads/{thread}/messages?limit=5",
             f"/v1/threads/{thread}/runs/{run}/stream",
             "/v1/users/u1/memory",
@@ -223,7 +227,7 @@ def _drive(server: AuditServer, url: str) -> tuple[list[Recorded], list[Recorded
     collect("rare")
     ids = asyncio.run(_runs(url, "audit-a", "audit-b"))
     collect("run")
-    asyncio.run(_pages(url, "audit-a", ids["run"]))
+    asyncio.run(_pages(url, "audit-a", ids["run"], ids["long"]))
     collect("page")
     asyncio.run(_rare(url, "audit-a", "audit-b"))
     _cli(env, "migrate")
@@ -256,6 +260,9 @@ def test_every_statement_routes_under_the_placement(audit_server: AuditServer) -
             findings.append(Finding("cluster-multi-shard", statement.text, detail))
     by_path = {p: sum(1 for r in recorded if r.path == p) for p in ORDER}
     assert by_path["run"] > 10 and by_path["page"] > 3 and by_path["rare"] > 10, by_path
+    # Recall's index is written and searched on the run path, and read by the record.
+    assert sum("thread_turns" in r.text for r in recorded if r.path == "run") >= 3
+    assert any("thread_turns" in r.text for r in recorded if r.path == "page")
     assert not findings, "\n".join(str(f) for f in findings)
     if audit_server.citus:
         assert spread, "citus_stat_statements saw no multi-shard statement, not even the rare work's"

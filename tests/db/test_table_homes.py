@@ -25,6 +25,8 @@ HOMES: dict[str, frozenset[str]] = {
     "kb_terms": frozenset({"retrieval/queries.py"}),
     "maintenance_leases": frozenset({"ops/queries.py"}),
     "model_usage_daily": frozenset({"db/usage_totals.py"}),
+    "thread_turns": frozenset({"recall/queries.py"}),
+    "thread_terms": frozenset({"recall/queries.py"}),
 }
 
 # Statements that are away from home today, each with why; moving one home shrinks this.

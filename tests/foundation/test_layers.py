@@ -44,7 +44,7 @@ FOUNDATION = frozenset(
         "tasks",  # stopping a background asyncio task
     }
 )
-FEATURES = frozenset({"agent", "models", "memory", "retrieval", "threads", "tracing", "client"})
+FEATURES = frozenset({"agent", "models", "memory", "recall", "retrieval", "threads", "tracing", "client"})
 COMPOSITION = frozenset({"app", "services", "cli", "ops", "evaluation"})
 RANK = {**dict.fromkeys(FOUNDATION, 0), **dict.fromkeys(FEATURES, 1), **dict.fromkeys(COMPOSITION, 2)}
 
@@ -52,9 +52,11 @@ RANK = {**dict.fromkeys(FOUNDATION, 0), **dict.fromkeys(FEATURES, 1), **dict.fro
 # agent, then memory, models and retrieval at the bottom): the run path drives the graph,
 # the graph uses memory, the model responders and retrieval, and none of those looks up.
 FEATURE_IMPORTS: Mapping[str, frozenset[str]] = {
-    "threads": frozenset({"agent", "retrieval", "tracing"}),
+    "threads": frozenset({"agent", "recall", "retrieval", "tracing"}),
     "tracing": frozenset({"agent"}),  # reads a provider error's HTTP status (agent/modelcall.py)
-    "agent": frozenset({"memory", "models", "retrieval"}),
+    "agent": frozenset({"memory", "models", "recall", "retrieval"}),
+    # The thread's earlier turns: spelled as retrieval spells knowledge (retrieval/normalize.py).
+    "recall": frozenset({"retrieval"}),
     "memory": frozenset(),
     "models": frozenset(),
     "retrieval": frozenset(),

@@ -14,6 +14,7 @@ from chatbot.config import Settings
 from chatbot.memory.jobs import MemorySink, drop_memory_job
 from chatbot.memory.read import MemoryReader
 from chatbot.models.chain import ChainEntry
+from chatbot.recall.service import Recaller
 
 Retriever = Callable[[CallerContext, str], Awaitable[Sequence[Mapping[str, Any]]]]
 PromptRegistry = Callable[[str, str], Awaitable[None]]
@@ -55,6 +56,8 @@ class AgentDeps:
     """Sees every model window built (tests and diagnostics); must not keep references long."""
     prompt_registry: PromptRegistry | None = None
     """Keeps the text of each system prompt a run record names by hash; None: not kept."""
+    recall: Recaller | None = None
+    """Finds the thread's earlier turns that left the window (recall/); None: no recall (Studio)."""
 
     def answer_chain(self) -> tuple[ChainEntry, ...]:
         """Return the models that answer, in fallback order; empty for the offline responder."""

@@ -60,6 +60,8 @@ def record_sections(run: ResolvedRun, *, system_message: bool = False) -> list[S
         for c in ctx["retrieved"]
     ]
     sections.append((f"Retrieved ({_count(len(retrieved), 'chunk')})", retrieved or ["(none)"]))
+    recalled = [f"[{m['role']}] {m['id']}\n{m['content']}" for m in ctx.get("recalled") or []]
+    sections.append((f"Recalled ({_count(len(recalled), 'earlier turn')} of this thread)", recalled or ["(none)"]))
     if system_message:
         sections.append(("System message as sent", [run.system_message or "(cannot be rebuilt)"]))
     sections.append(("Input", [body["input"]["content"] if body["input"] else "(none)"]))

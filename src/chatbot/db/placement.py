@@ -48,6 +48,8 @@ PLACEMENTS: tuple[Placement, ...] = (
     _thread("thread_fences", "the fence check shares the checkpoint write's transaction"),
     _thread("run_feedback", "feedback checks its run in the thread's checkpoints"),
     _thread("memory_jobs", "inserted by the run's last node, deleted with the memory write, per thread"),
+    _thread("thread_turns", "recall indexes and searches one thread's turns beside its checkpoints"),
+    _thread("thread_terms", "the term frequencies of one thread's turns, written and read with them"),
     # Per-tenant data: one tenant's search, counters and usage are one shard.
     _tenant("kb_documents", "an ingest writes one tenant's documents"),
     _tenant("kb_chunks", "search reads one tenant's chunks; its foreign key to kb_documents includes tenant_id"),

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from chatbot.recall.service import RecalledTurn
 from chatbot.text import looks_persian
 
 STATUSES = ("answered", "clarifying", "escalate")
@@ -40,6 +41,8 @@ class RecordedWindow:
     """The retrieved chunks as they read then, in rank order (chunk_id, document_id, version, title, text, language)."""
     context_tokens: int | None
     """The window budget the run was built with; None: today's setting."""
+    recalled: tuple[RecalledTurn, ...] = ()
+    """The earlier turns of the thread recall gave the run's model, in the order given."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -64,6 +64,7 @@ async def _case(pool: Pool, tenant_id: str, row: Mapping[str, Any], record: Reso
         facts=tuple(context["facts"]),
         chunks=tuple(await _chunks(pool, tenant_id, context["retrieved"])),
         context_tokens=tokens if isinstance(tokens, int) else None,
+        recalled=tuple(record.recalled),
     )
     return Case(
         id=f"{row['thread_id']}/{row['run_id']}",

@@ -7,7 +7,9 @@ Where each part is read from (docs/records.md):
 - the window's messages, the input and the answer: the thread's transcript (every version of
   the `turn` channel, threads/transcript.py);
 - the retrieved chunks: `kb_chunks` by (chunk id, version), superseded versions included;
-- the system prompt's text: `system_prompts` by its sha256 (the API shows the hash).
+- the system prompt's text: `system_prompts` by its sha256 (the API shows the hash);
+- the recalled turns: the thread's indexed turns (`thread_turns`, recall/), by message id,
+  each a message of the transcript, with its place and time for the system message.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from chatbot.db.checkpoints import Checkpoints, RecordCheckpoint
 from chatbot.db.locks import Locks, thread_locked
 from chatbot.db.pool import Pool
 from chatbot.db.run_record import ChunkVersion, RecordedRun, WindowByIds
+from chatbot.recall.block import recalled_section
+from chatbot.recall.service import RecalledTurn, ThreadRecall
 from chatbot.retrieval.versions import read_chunk_versions
 from chatbot.threads import queries
 
@@ -72,6 +76,8 @@ class ResolvedRun:
     """The system prompt's text (from `system_prompts`)."""
     system_message: str | None = None
     """The whole system message the model got, rebuilt from the record's parts."""
+    recalled: list[RecalledTurn] = field(default_factory=list)
+    """The recalled turns with their place and time (the evaluation gives them again)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,12 +236,19 @@ async def _retrieved(pool: Pool, tenant_id: str, refs: tuple[ChunkVersion, ...])
 
 
 def _system_message(
-    record: RecordedRun, prompt: str | None, context: dict[str, Any], chunks: list[dict[str, Any]]
+    record: RecordedRun,
+    prompt: str | None,
+    context: dict[str, Any],
+    chunks: list[dict[str, Any]],
+    recalled: list[RecalledTurn],
 ) -> str | None:
     """Rebuild the system message from the record's parts, as the window built it (agent/system_message.py)."""
     cuts = record.window.system_cuts if record.window is not None else None
     if prompt is None or cuts is None or any(c["text"] is None for c in chunks):
         return None
+    if len(recalled) != len(record.recalled):
+        return None  # a recalled turn is not indexed any more: the message cannot be rebuilt
+    language = str((record.settings or {}).get("language") or "en")
     return compose_system_text(
         prompt,
         profile=context["profile"],
@@ -243,7 +256,7 @@ def _system_message(
         summary=context["summary"],
         chunks=chunks,
         cuts=SystemCuts(**cuts),
-    )
+    ) + recalled_section(recalled, language)
 
 
 @dataclass(frozen=True, slots=True)
@@ -258,6 +271,8 @@ class _Read:
     facts: list[str]
     chunks: list[dict[str, Any]]
     prompt: str | None
+    recalled: list[RecalledTurn]
+    """The recalled turns, in the order given."""
 
     @property
     def complete(self) -> bool:
@@ -274,6 +289,7 @@ def _context(read: _Read) -> dict[str, Any]:
         "facts": read.facts,
         "messages": _window(read.record, read.transcript) if read.complete else [],
         "retrieved": [{k: v for k, v in c.items() if k != "title"} for c in read.chunks],
+        "recalled": [{"id": t.message_id, "role": t.role, "content": t.content} for t in read.recalled],
     }
 
 
@@ -310,12 +326,15 @@ async def read_run_record(pool: Pool, locks: Locks, thread_id: str, run_id: str,
     chunks = await _retrieved(pool, tenant_id, record.retrieved)
     sha = record.system_prompt_sha256
     prompt = await prompt_text(pool, sha) if sha else None
-    read = _Read(snap, record, status, transcript, profile, facts, chunks, prompt)
+    found = await ThreadRecall(pool, serde).read(thread_id, record.recalled)
+    recalled = [found[i] for i in record.recalled if i in found]
+    read = _Read(snap, record, status, transcript, profile, facts, chunks, prompt, recalled)
     body = _body(read, thread_id)
     return ResolvedRun(
         body,
         dict(record.settings or {}),
         list(record.shortened or ()),
         read.prompt,
-        _system_message(record, read.prompt, body["context"], read.chunks) if read.complete else None,
+        _system_message(record, read.prompt, body["context"], read.chunks, read.recalled) if read.complete else None,
+        read.recalled,
     )
