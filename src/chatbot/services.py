@@ -130,7 +130,6 @@ async def build_services(
     )
     recall = ThreadRecall(
         pool,
-        saver.serde,
         embeddings=retriever.embeddings,
         embeddings_timeout=settings.model_first_token_timeout_seconds,
     )

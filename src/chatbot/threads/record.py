@@ -326,7 +326,7 @@ async def read_run_record(pool: Pool, locks: Locks, thread_id: str, run_id: str,
     chunks = await _retrieved(pool, tenant_id, record.retrieved)
     sha = record.system_prompt_sha256
     prompt = await prompt_text(pool, sha) if sha else None
-    found = await ThreadRecall(pool, serde).read(thread_id, record.recalled)
+    found = await ThreadRecall(pool).read(thread_id, record.recalled)
     recalled = [found[i] for i in record.recalled if i in found]
     read = _Read(snap, record, status, transcript, profile, facts, chunks, prompt, recalled)
     body = _body(read, thread_id)
