@@ -1,4 +1,7 @@
 -- Generated from src/chatbot/db/placement.py (chatbot migrate --citus applies the same).
+-- Apply with psql (autocommit: each statement on its own), on the coordinator, in the
+-- service's database, after `chatbot migrate` and after registering the workers in that
+-- database (citus_add_node: the node list is per database).
 
 -- checkpoints: every saver statement names one thread_id
 select create_distributed_table('checkpoints', 'thread_id', colocate_with => 'none')
@@ -23,6 +26,14 @@ where not exists (select 1 from pg_dist_partition where logicalrelid = 'run_feed
 -- memory_jobs: inserted by the run's last node, deleted with the memory write, per thread
 select create_distributed_table('memory_jobs', 'thread_id', colocate_with => 'checkpoints')
 where not exists (select 1 from pg_dist_partition where logicalrelid = 'memory_jobs'::regclass);
+
+-- thread_turns: recall indexes and searches one thread's turns beside its checkpoints
+select create_distributed_table('thread_turns', 'thread_id', colocate_with => 'checkpoints')
+where not exists (select 1 from pg_dist_partition where logicalrelid = 'thread_turns'::regclass);
+
+-- thread_terms: the term frequencies of one thread's turns, written and read with them
+select create_distributed_table('thread_terms', 'thread_id', colocate_with => 'checkpoints')
+where not exists (select 1 from pg_dist_partition where logicalrelid = 'thread_terms'::regclass);
 
 -- kb_documents: an ingest writes one tenant's documents
 select create_distributed_table('kb_documents', 'tenant_id', colocate_with => 'none')
@@ -69,8 +80,17 @@ select create_reference_table('system_prompts')
 where not exists (select 1 from pg_dist_partition where logicalrelid = 'system_prompts'::regclass);
 
 -- chatbot_hold_fence(text, uuid): co-located with thread_fences by p_thread
-select create_distributed_function('chatbot_hold_fence(text, uuid)', 'p_thread', colocate_with => 'thread_fences');
+select create_distributed_function('chatbot_hold_fence(text, uuid)', 'p_thread', colocate_with => 'thread_fences')
+where not exists (select 1 from pg_dist_object where classid = 'pg_proc'::regclass and objid = 'chatbot_hold_fence(text, uuid)'::regprocedure and distribution_argument_index is not null);
+
+-- chatbot_set_fence(text, uuid): co-located with thread_fences by p_thread
+select create_distributed_function('chatbot_set_fence(text, uuid)', 'p_thread', colocate_with => 'thread_fences')
+where not exists (select 1 from pg_dist_object where classid = 'pg_proc'::regclass and objid = 'chatbot_set_fence(text, uuid)'::regprocedure and distribution_argument_index is not null);
+
 -- chatbot_budget_reserve(text, text, uuid, bigint, numeric, date, date, timestamptz, timestamptz): co-located with budgets by p_tenant
-select create_distributed_function('chatbot_budget_reserve(text, text, uuid, bigint, numeric, date, date, timestamptz, timestamptz)', 'p_tenant', colocate_with => 'budgets');
+select create_distributed_function('chatbot_budget_reserve(text, text, uuid, bigint, numeric, date, date, timestamptz, timestamptz)', 'p_tenant', colocate_with => 'budgets')
+where not exists (select 1 from pg_dist_object where classid = 'pg_proc'::regclass and objid = 'chatbot_budget_reserve(text, text, uuid, bigint, numeric, date, date, timestamptz, timestamptz)'::regprocedure and distribution_argument_index is not null);
+
 -- chatbot_budget_settle(text, uuid, bigint, numeric): co-located with budgets by p_tenant
-select create_distributed_function('chatbot_budget_settle(text, uuid, bigint, numeric)', 'p_tenant', colocate_with => 'budgets');
+select create_distributed_function('chatbot_budget_settle(text, uuid, bigint, numeric)', 'p_tenant', colocate_with => 'budgets')
+where not exists (select 1 from pg_dist_object where classid = 'pg_proc'::regclass and objid = 'chatbot_budget_settle(text, uuid, bigint, numeric)'::regprocedure and distribution_argument_index is not null);

@@ -98,6 +98,11 @@ class Settings(BaseSettings):
     embeddings: str | None = None
 
     context_tokens: int = Field(default=6000, ge=256)
+    # Thread recall (docs/api.md, "Recall of earlier turns"): recalled turns take at most this
+    # share of CHATBOT_CONTEXT_TOKENS, out of the same budget; the search returns this many
+    # turns (each may bring the turn that answers it); 0 turns recall off.
+    recall_share: float = Field(default=0.2, ge=0, le=0.5)
+    recall_hits: int = Field(default=8, ge=0, le=50)
     # Kept for the run record's settings and older deployments' environments: the fold no
     # longer waits for this many turns (turns that leave the window are folded in batches
     # whatever the count: docs/api.md, "Summaries keep the beginning").

@@ -37,6 +37,7 @@ from chatbot.memory.writer import Extractor, MemoryWriter, offline_extractor
 from chatbot.models.chain import Models
 from chatbot.models.prices import parse_prices
 from chatbot.ops.sweeper import RetentionSweeper
+from chatbot.recall.service import ThreadRecall
 from chatbot.retrieval.embeddings import load_embeddings
 from chatbot.retrieval.retriever import KnowledgeRetriever
 from chatbot.threads.cancel import CancelListener
@@ -138,6 +139,11 @@ async def build_services(
     retriever = KnowledgeRetriever(
         pool, settings.model_first_token_timeout_seconds, embeddings=load_embeddings(settings.embeddings)
     )
+    recall = ThreadRecall(
+        pool,
+        embeddings=retriever.embeddings,
+        embeddings_timeout=settings.model_first_token_timeout_seconds,
+    )
     collaborators = AgentDeps(
         settings=settings,
         retriever=retriever,
@@ -147,6 +153,7 @@ async def build_services(
         memory_reader=memory_reader(pool, max_facts=settings.memory_max_facts, lifetime=memory.lifetime),
         prompt_registry=SystemPromptsTable(pool),
         budgets=budgets,
+        recall=recall,
     )
     graph = build_graph(_overridden(collaborators, agent_overrides)).compile(checkpointer=saver, store=store)
     runs = RunService(
@@ -171,7 +178,7 @@ async def build_services(
         pool=pool,
         locks=locks,
         saver=saver,
-        run_replays=RunReplays(pool, saver.serde),
+        run_replays=RunReplays(pool),
         store=store,
         retriever=retriever,
         graph=graph,

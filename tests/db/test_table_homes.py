@@ -28,6 +28,8 @@ HOMES: dict[str, frozenset[str]] = {
     "budgets": frozenset({"budgets/queries.py"}),
     "budget_counters": frozenset({"budgets/queries.py"}),
     "budget_reservations": frozenset({"budgets/queries.py"}),
+    "thread_turns": frozenset({"recall/queries.py"}),
+    "thread_terms": frozenset({"recall/queries.py"}),
 }
 
 # Statements that are away from home today, each with why; moving one home shrinks this.

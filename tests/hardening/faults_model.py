@@ -97,7 +97,7 @@ class FaultModel(BaseChatModel):
             arguments = json.dumps({"status": script.status, "answer": script.answer, "citations": []})
         size = max(PIECE, len(arguments) // MAX_PIECES + 1)
         pieces = [arguments[i : i + size] for i in range(0, len(arguments), size)]
-        for index, piece in enumerate(pieces):
+        for index, piece in enumerate(pieces):  # not polling: a faulty model's paced stream
             yield _chunk(piece, index == 0)
             if index == len(pieces) // 2 and script.mode in ("hang-mid", "raise-mid"):
                 if script.mode == "hang-mid":

@@ -146,7 +146,7 @@ async def test_postgres_restarted_while_a_replica_is_idle_serves_the_first_reque
     firsts: list[float] = []
     try:
         async with httpx.AsyncClient(base_url=replica.base_url, timeout=60) as client:
-            for round_ in range(RESTARTS):
+            for round_ in range(RESTARTS):  # not polling: rounds of load, each idling through a restart
                 threads = [f"pg-idle-{round_}-{i}" for i in range(CONCURRENT)]
                 # 24 requests 12 at a time, so the pool holds a dozen connections...
                 for _ in range(2):

@@ -15,6 +15,7 @@ from chatbot.config import Settings
 from chatbot.memory.jobs import MemorySink, drop_memory_job
 from chatbot.memory.read import MemoryReader
 from chatbot.models.chain import ChainEntry
+from chatbot.recall.service import Recaller
 
 Retriever = Callable[[CallerContext, str], Awaitable[Sequence[Mapping[str, Any]]]]
 PromptRegistry = Callable[[str, str], Awaitable[None]]
@@ -59,6 +60,8 @@ class AgentDeps:
     budgets: Budgets | None = None
     """Spending caps a summary fold's model call is reserved against (budgets/); None: unchecked.
     The answer call's reservation is the run service's, made before the run starts."""
+    recall: Recaller | None = None
+    """Finds the thread's earlier turns that left the window (recall/); None: no recall (Studio)."""
 
     def answer_chain(self) -> tuple[ChainEntry, ...]:
         """Return the models that answer, in fallback order; empty for the offline responder."""

@@ -21,7 +21,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from chatbot import metrics
 from chatbot.agent._tokens import token_counter_for
-from chatbot.failures import FailureReason
+from chatbot.failures import FailureReason, bounded_retry_after
 from chatbot.models.answer_field import valid_unicode
 from chatbot.models.chain import ChainEntry
 from chatbot.models.reply import Reply
@@ -144,6 +144,7 @@ async def ask_model(
     language: str,
     limits: TimeLimits,
     on_delta: Callable[[str], None],
+    on_cancelled: Callable[[Usage], None] | None = None,
 ) -> ModelAnswer:
     """Ask the chain for a structured answer, streaming its `answer` field as it arrives.
 
@@ -162,6 +163,13 @@ async def ask_model(
         started = time.perf_counter()
         try:
             await stream_structured(entry, window, _ANSWER_SCHEMA, limits=bounds, on_delta=on_delta, into=state)
+        except asyncio.CancelledError:
+            # Stopped (a user's cancel): the calls so far still cost the tenant, and the run's
+            # record keeps them (docs/records.md), so they go to `on_cancelled` on the way out.
+            if on_cancelled is not None:
+                for call in (*usage, _cut_usage(entry.spec, window, state)):
+                    on_cancelled(call)
+            raise
         except StreamTimeout as exc:
             usage.append(Usage.from_metadata("answer", entry.spec, state.usage))
             _count(entry.spec, "timeout", started)
@@ -212,15 +220,17 @@ async def ask_model(
     raise ModelFailure("EmptyChain", reason="model_failed", usage=usage)
 
 
-def streamed_usage(model: str, input_tokens: int | None, shown: str) -> Usage:
-    """Return the usage of an answer call stopped mid-stream, which the provider never reported.
+def _cut_usage(spec: str, window: Sequence[BaseMessage], state: Streamed) -> Usage:
+    """Return the usage of a call stopped mid-stream: the provider's counts when it sent them.
 
-    Input: the window the call sent (None: it was not sent). Output: the tokens of the text
-    streamed so far, counted with the model's tokenizer (the JSON around the answer field
-    is not counted: the provider's own count is the authority when it reports one).
+    A provider reports a streamed call's counts only at its end, which a cut call never
+    reaches; then the prompt and the text streamed so far are counted as the service counts
+    its window (agent/_tokens.py), an estimate rather than nothing.
     """
-    output = token_counter_for(model).count_text(shown) if shown else 0
-    return Usage("answer", model, input_tokens or 0, output)
+    if state.usage is not None:
+        return Usage.from_metadata("answer", spec, state.usage)
+    counter = token_counter_for(spec)
+    return Usage("answer", spec, counter.count_messages(window), counter.count_text(state.answer))
 
 
 def _reply(
@@ -330,7 +340,14 @@ def provider_status(exc: BaseException) -> int | None:
 
 
 def retry_after(exc: BaseException) -> float | None:
-    """Return the seconds the provider asked to wait (`retry-after-ms` or `Retry-After`), if it did."""
+    """Return the seconds the provider asked to wait (`retry-after-ms` or `Retry-After`), if it did.
+
+    Bounded to [0, RETRY_AFTER_MAX_SECONDS] (failures.py) where it enters.
+    """
+    return bounded_retry_after(_provider_wait(exc))
+
+
+def _provider_wait(exc: BaseException) -> float | None:
     for current in _causes(exc):
         headers = getattr(getattr(current, "response", None), "headers", None)
         if headers is None:

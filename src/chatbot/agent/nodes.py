@@ -13,6 +13,7 @@ from langgraph.runtime import Runtime
 
 from chatbot import metrics
 from chatbot.agent._prompts import system_prompt
+from chatbot.agent._recall import Recalled, recall_into_window
 from chatbot.agent._summary import fold_summary, messages_to_fold, offline_summary
 from chatbot.agent._tokens import token_counter_for
 from chatbot.agent._window import Window, WindowInputs, build_window
@@ -24,6 +25,7 @@ from chatbot.agent.record import chunk_refs, chunk_versions, prompt_sha256, shor
 from chatbot.agent.state import (
     FOLD_BATCH,
     META_KEY,
+    RECENT_MESSAGES,
     WINDOW_HISTORY,
     ConversationState,
 )
@@ -109,6 +111,9 @@ class Nodes:
         if self.deps.prompt_registry is not None:
             await self.deps.prompt_registry(prompt_sha, prompt)
         window, summary, update = await self._window_and_summary(state, history, question, chunks, turns, ctx)
+        recalled = await self._recall(state, history, question, summary, chunks, window, ctx)
+        window = recalled.window
+        ctx.result.recalled = recalled.turns
         if self.deps.window_observer is not None:
             self.deps.window_observer(window.messages)
         streak = state.get("unanswered_streak", 0)
@@ -128,12 +133,10 @@ class Nodes:
             await self._stream_offline(reply.content, _events(ctx))
             self._usage(ctx).append(Usage("answer", model))
         else:
-            # What the call sends, for a budget settling a call cancelled before its usage came.
-            ctx.result.answer_input_tokens = window.tokens
             try:
                 answered = await self._ask_model(window, chunks, ctx)
             except ModelFailure as failure:
-                return self._failed(ctx, failure, turns, question, window, prompt_sha, chunks, history)
+                return self._failed(ctx, failure, turns, question, recalled, prompt_sha, chunks, history)
             reply, model = answered.reply, answered.model
             self._usage(ctx).extend(answered.usage)
         answer = AIMessage(
@@ -160,7 +163,7 @@ class Nodes:
         ending = RecordedRun(
             ctx.run_id, status=reply.status, model=model, answer_id=str(answer.id), usage=self._usage_record(ctx)
         )
-        record = self._record(ctx, ending, question, window, prompt_sha, chunks, history)
+        record = self._record(ctx, ending, question, recalled, prompt_sha, chunks, history)
         return update | {
             "turns": turns,
             "messages": [answer],
@@ -176,7 +179,7 @@ class Nodes:
         failure: ModelFailure,
         turns: int,
         question: HumanMessage,
-        window: Window,
+        recalled: Recalled,
         prompt_sha: str,
         chunks: list[RetrievedChunk],
         history: list[Any],
@@ -202,7 +205,7 @@ class Nodes:
         return {
             "turns": turns,
             "outcome": outcome.stored(),
-            "record": self._record(ctx, ending, question, window, prompt_sha, chunks, history),
+            "record": self._record(ctx, ending, question, recalled, prompt_sha, chunks, history),
         }
 
     @staticmethod
@@ -230,12 +233,13 @@ class Nodes:
         ctx: Context,
         ending: RecordedRun,
         question: HumanMessage,
-        window: Window,
+        recalled: Recalled,
         prompt_sha: str,
         chunks: list[RetrievedChunk],
         history: list[Any],
     ) -> str:
         """Return the run record: how it ended, and what the model was given, by id (agent/record.py)."""
+        window = recalled.window
         return replace(
             ending,
             input_id=str(question.id),
@@ -243,6 +247,7 @@ class Nodes:
             window=window_by_ids(window, history[-WINDOW_HISTORY:]),
             shortened=shortened_parts(window),
             retrieved=chunk_versions(chunks),
+            recalled=recalled.ids,
             settings={
                 "context_tokens": self.settings.context_tokens,
                 "summary_after_turns": self.settings.summary_after_turns,
@@ -351,6 +356,33 @@ class Nodes:
             # Not found: it has left the recent list, so everything in it is newer.
         return messages_to_fold(len(history), start, end)
 
+    async def _recall(
+        self,
+        state: ConversationState,
+        history: list[Any],
+        question: HumanMessage,
+        summary: str,
+        chunks: list[RetrievedChunk],
+        window: Window,
+        ctx: Context,
+    ) -> Recalled:
+        """Add the thread's earlier turns the question needs to the window, when it left some out (agent/_recall.py)."""
+        if self.deps.recall is None:
+            return Recalled(window)
+        return await recall_into_window(
+            self.deps.recall,
+            settings=self.settings,
+            counter=self.counter,
+            thread_id=ctx.thread_id,
+            history=history,
+            # The recent list holds the whole thread until it first fills up.
+            whole=len(state["messages"]) < RECENT_MESSAGES and len(history) <= WINDOW_HISTORY,
+            question=question,
+            window=window,
+            language=ctx.language,
+            rebuild=lambda budget: self._window(state, history, question, summary, chunks, ctx.language, budget),
+        )
+
     def _window(
         self,
         state: ConversationState,
@@ -359,6 +391,7 @@ class Nodes:
         summary: str,
         chunks: list[RetrievedChunk],
         language: str,
+        budget: int | None = None,
     ) -> Window:
         inputs = WindowInputs(
             system_prompt=system_prompt(language),
@@ -371,7 +404,7 @@ class Nodes:
             history=history[-WINDOW_HISTORY:],
             question=question,
         )
-        window = build_window(inputs, budget=self.settings.context_tokens, counter=self.counter)
+        window = build_window(inputs, budget=budget or self.settings.context_tokens, counter=self.counter)
         if window.chunks_shortened:
             metrics.WINDOW_SHORTENED.labels("chunks").inc()
         if window.question_shortened:
@@ -399,6 +432,7 @@ class Nodes:
                 total=settings.model_timeout_seconds,
             ),
             on_delta=lambda delta: emit(Token(delta)),
+            on_cancelled=self._usage(ctx).append,
         )
 
     def _handoff(

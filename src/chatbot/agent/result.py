@@ -21,6 +21,7 @@ from chatbot.errors import DATABASE_ERRORS
 from chatbot.failures import Failure
 from chatbot.memory.extraction import MemoryCandidates
 from chatbot.models.usage import Usage
+from chatbot.recall.service import RecalledTurn
 from chatbot.retrieval.search import RetrievedChunk
 
 
@@ -52,9 +53,9 @@ class RunResult:
     """What `retrieve` found, text included, in rank order."""
     memory_candidates: MemoryCandidates | None = None
     """What the offline rules found in the user's message for memory (offline answers only)."""
-    answer_input_tokens: int | None = None
-    """The window's tokens the answer call sent (None: not sent): a cancelled call, which
-    reports no usage, is settled against its budget as this plus what was streamed."""
+    recalled: tuple[RecalledTurn, ...] = ()
+    """The thread's earlier turns recall gave the model, in the order given (agent/_recall.py);
+    the run record names them by id."""
 
     @property
     def failure(self) -> Failure | None:

@@ -14,6 +14,7 @@ from chatbot.client import (
     ChatbotClient,
     ChatbotError,
     ConflictError,
+    InvalidId,
     RateLimitedError,
     Retries,
     StreamInterrupted,
@@ -120,7 +121,7 @@ def converse(client: ChatbotClient, view: View, thread: str) -> None:
                 _ask(client, view, thread, text)
         except RateLimitedError as exc:
             view.error(RuntimeError(f"rate limited: try again in {exc.retry_after or 60:.0f} s"))
-        except (ChatbotError, StreamInterrupted) as exc:
+        except (ChatbotError, StreamInterrupted, InvalidId) as exc:
             view.error(exc)
         except KeyboardInterrupt:
             view.error(RuntimeError("interrupted"))

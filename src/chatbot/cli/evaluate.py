@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime
@@ -72,6 +73,23 @@ def progress_bar(total: int) -> Iterator[Callable[[CaseResult], None]]:
     with Progress(*columns, console=console, transient=True) as bar:
         task = bar.add_task("eval", total=total)
         yield lambda _: bar.advance(task)
+
+
+REPORT_FILES = ("report.json", "report.md")
+
+
+def check_out(out: Path) -> None:
+    """Make `--out` a folder the reports can be written to, before any case runs; exit 2 naming what is wrong."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        common.fail(f"--out {out}: cannot be a folder for the reports ({type(exc).__name__})", 2)
+    if not os.access(out, os.W_OK | os.X_OK):
+        common.fail(f"--out {out}: the folder cannot be written to", 2)
+    for name in REPORT_FILES:
+        target = out / name
+        if target.exists() and (not target.is_file() or not os.access(target, os.W_OK)):
+            common.fail(f"--out {out}: {name} is there and cannot be replaced", 2)
 
 
 def _search(pool: Any, settings: Settings) -> Any:
@@ -153,18 +171,15 @@ def evaluate_command(
             cases = load_dataset(dataset)
         except DatasetError as exc:
             common.fail(str(exc), 2)
+    check_out(out)
 
     async def _go() -> dict[str, Any]:
-        from chatbot.db.saver import PooledPostgresSaver, apply_library_patches
-
         async with common.open_pool_and_locks(settings) as (pool, locks):
             found = cases
             if from_feedback:
                 assert first is not None
-                apply_library_patches()  # as the server does before building its saver
-                serde = PooledPostgresSaver(pool).serde
                 rated: Score | None = "up" if score == "up" else "down" if score == "down" else None
-                found = await rated_cases(pool, serde, locks, tenant_id=tenant, since=first, until=last, score=rated)
+                found = await rated_cases(pool, locks, tenant_id=tenant, since=first, until=last, score=rated)
                 if not found:
                     common.fail(f"no rated runs of tenant {tenant} in that period", 2)
             budgets = None

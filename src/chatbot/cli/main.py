@@ -57,10 +57,10 @@ def migrate(
         typer.echo(f"migrated: {applied}")
         if citus:
             try:
-                await apply_placement(url)
+                placed = await apply_placement(url)
             except CitusMissing as exc:
                 common.fail(str(exc), 1)
-            typer.echo("placed: every table as src/chatbot/db/placement.py says")
+            typer.echo(f"placed: {', '.join(placed) or 'nothing (every table already placed)'}")
 
     common.run(_go())
 

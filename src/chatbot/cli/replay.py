@@ -60,6 +60,8 @@ def record_sections(run: ResolvedRun, *, system_message: bool = False) -> list[S
         for c in ctx["retrieved"]
     ]
     sections.append((f"Retrieved ({_count(len(retrieved), 'chunk')})", retrieved or ["(none)"]))
+    recalled = [f"[{m['role']}] {m['id']}\n{m['content']}" for m in ctx.get("recalled") or []]
+    sections.append((f"Recalled ({_count(len(recalled), 'earlier turn')} of this thread)", recalled or ["(none)"]))
     if system_message:
         sections.append(("System message as sent", [run.system_message or "(cannot be rebuilt)"]))
     sections.append(("Input", [body["input"]["content"] if body["input"] else "(none)"]))
@@ -88,7 +90,6 @@ def replay(
     system_message: bool = typer.Option(False, "--system-message", help="Also print the whole system message."),
 ) -> None:
     """Print a run's record: window, summary, memory, prompt, retrieved chunks, answer."""
-    from chatbot.db.saver import PooledPostgresSaver, apply_library_patches
     from chatbot.threads.record import read_run_record
     from chatbot.threads.schemas import NOT_A_RUN, canonical_run_id
 
@@ -100,9 +101,7 @@ def replay(
 
     async def _go() -> ResolvedRun | None:
         async with common.open_pool_and_locks(settings) as (pool, locks):
-            apply_library_patches()  # as the server does before building its saver
-            serde = PooledPostgresSaver(pool).serde
-            return await read_run_record(pool, serde, locks, thread_id, run, tenant)
+            return await read_run_record(pool, locks, thread_id, run, tenant)
 
     resolved = common.run(_go())
     if resolved is None:

@@ -16,7 +16,8 @@ Every shape stored so far is `format` 1, and `RecordedRun.parse` reads each:
   retrieved;
 - finished (`generate`): run_id, status, model, answer_id, input_id, system_prompt_sha256,
   the window (`window_span`, or `window` listing every id), question_chars, system_cuts,
-  shortened, retrieved, settings; a failed model call adds reason and shown. Records
+  shortened, retrieved, recalled (only when recall gave turns), settings; a failed model
+  call adds reason and shown. Records
   written before the model chain have no usage, the first ones no system_cuts, and they
   list the window's ids;
 - cancelled (threads/runs.py): run_id, status, reason, model, answer_id, shown, input_id,
@@ -94,6 +95,9 @@ class RecordedRun:
     """What the window cut to fit: any of "chunks", "question", "system"."""
     retrieved: tuple[ChunkVersion, ...] = ()
     """The retrieved chunk versions, in rank order."""
+    recalled: tuple[str, ...] = ()
+    """The message ids of the earlier turns recall gave the model, in the order given
+    (recall/); stored only when there are some, so a record without recall is as before."""
     settings: dict[str, Any] | None = None
     """The settings that shaped the window (context_tokens, tokenizer, language, ...)."""
 
@@ -119,6 +123,8 @@ class RecordedRun:
         if self.shortened is not None:
             out["shortened"] = list(self.shortened)
         out["retrieved"] = [list(ref) for ref in self.retrieved]
+        if self.recalled:
+            out["recalled"] = list(self.recalled)
         if self.settings is not None:
             out["settings"] = self.settings
         return out
@@ -143,6 +149,7 @@ class RecordedRun:
             window=WindowByIds.parse(value),
             shortened=_texts(value.get("shortened")),
             retrieved=_chunk_versions(value.get("retrieved")),
+            recalled=_texts(value.get("recalled")) or (),
             settings=_object(value.get("settings")),
         )
 

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from chatbot.recall.service import RecalledTurn
 from chatbot.text import looks_persian
 
 STATUSES = ("answered", "clarifying", "escalate")
@@ -39,6 +41,8 @@ class RecordedWindow:
     """The retrieved chunks as they read then, in rank order (chunk_id, document_id, version, title, text, language)."""
     context_tokens: int | None
     """The window budget the run was built with; None: today's setting."""
+    recalled: tuple[RecalledTurn, ...] = ()
+    """The earlier turns of the thread recall gave the run's model, in the order given."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,9 +74,15 @@ def default_locale(question: str) -> str:
 
 
 def load_dataset(path: Path) -> list[Case]:
-    """Return the cases of a JSON Lines file, in order; raise DatasetError on the first bad line."""
+    """Return the cases of a JSON Lines file, in order; raise DatasetError on the first bad line.
+
+    The whole file is read and checked before any case runs: a bad line found after an hour
+    of model calls would waste them all.
+    """
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        # Lines end at LF (CRLF too) only: JSON Lines' separator. `str.splitlines` would also
+        # cut at U+2028, U+2029 or U+0085, which a question may hold raw inside its JSON string.
+        lines = [line.removesuffix("\r") for line in path.read_text(encoding="utf-8").split("\n")]
     except (OSError, UnicodeDecodeError) as exc:
         raise DatasetError(f"{path}: cannot read it ({type(exc).__name__})") from None
     cases: list[Case] = []
@@ -83,6 +93,8 @@ def load_dataset(path: Path) -> list[Case]:
             raw = json.loads(line)
         except ValueError:
             raise DatasetError(f"{where}: not a JSON object") from None
+        except RecursionError:
+            raise DatasetError(f"{where}: nested too deep to be a case") from None
         case = parse_case(raw, where)
         if case.id in seen:
             raise DatasetError(f"{where}: id {case.id!r} is used twice")
@@ -99,10 +111,30 @@ def _numbered(lines: list[str]) -> Iterator[tuple[int, str]]:
             yield number, line
 
 
+# U+0000 and unpaired surrogates (a JSON escape such as "\ud800" decodes to one) cannot be
+# encoded as UTF-8: sent to a model or written to the report, they would fail after the cases ran.
+_UNENCODABLE = re.compile("[\x00\ud800-\udfff]")
+
+
+def _encodable(value: Any, where: str) -> None:
+    """Refuse a line holding, in any string of it, text that cannot be sent or written as UTF-8."""
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, str) and _UNENCODABLE.search(item):
+            raise DatasetError(f"{where}: a string holds U+0000 or an unpaired surrogate")
+        if isinstance(item, dict):
+            pending.extend(item.keys())
+            pending.extend(item.values())
+        elif isinstance(item, list):
+            pending.extend(item)
+
+
 def parse_case(raw: Any, where: str) -> Case:
     """Return the case of one dataset line; `where` prefixes any error."""
     if not isinstance(raw, dict):
         raise DatasetError(f"{where}: not a JSON object")
+    _encodable(raw, where)
     unknown = set(raw) - {"id", "question", "locale", "expect", "history"}
     if unknown:
         raise DatasetError(f"{where}: unknown fields {sorted(unknown)}")

@@ -34,6 +34,7 @@ from chatbot.evaluation.cases import Case, RecordedWindow
 from chatbot.memory.jobs import drop_memory_job
 from chatbot.memory.namespaces import PROFILE_KEY, facts_namespace, profile_namespace
 from chatbot.models.usage import Usage
+from chatbot.recall.service import RecordedRecall
 
 Search = Callable[[CallerContext, str], Awaitable[Sequence[Mapping[str, Any]]]]
 EVAL_USER = "eval"
@@ -149,6 +150,8 @@ async def _run_case(
         memory_sink=drop_memory_job,
         prompt_registry=None,
         budgets=budgets,  # the summary fold's call, when the tenant is charged
+        # A replayed run gets the earlier turns its thread's recall gave it, as they were.
+        recall=RecordedRecall(case.window.recalled) if case.window is not None and case.window.recalled else None,
     )
     graph = build_graph(deps).compile(checkpointer=InMemorySaver(), store=_recorded_store(case.window, tenant_id))
     question = HumanMessage(content=case.question, id=str(uuid.uuid4()))

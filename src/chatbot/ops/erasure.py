@@ -16,8 +16,7 @@ from chatbot.db.locks import Lease, Locks
 from chatbot.db.pool import Pool
 from chatbot.memory.resets import erase_memory
 from chatbot.retrieval.versions import prune_superseded_chunks
-from chatbot.threads.deletion import delete_thread_rows
-from chatbot.threads.queries import delete_feedback_of_user, forget_user_counts
+from chatbot.threads.deletion import delete_user_threads
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,10 +69,7 @@ async def _erase_locked(pool: Pool, locks: Locks, tenant_id: str, user_id: str, 
                 raise ErasureBusy("a run stayed in flight on one of the user's threads")
             leases.append(lease)
         async with pool.connection() as conn, conn.transaction():
-            # Counted before the threads go: feedback on them is deleted with them too.
-            feedback = await delete_feedback_of_user(conn, tenant_id, user_id, thread_ids)
-            await delete_thread_rows(conn, thread_ids)
-            await forget_user_counts(conn, tenant_id, user_id)
+            feedback = await delete_user_threads(conn, tenant_id, user_id, thread_ids)
             memory = await erase_memory(conn, tenant_id, user_id)
             await forget_user_budgets(conn, tenant_id, user_id)
         await prune_superseded_chunks(pool)  # knowledge versions only the erased threads cited

@@ -40,7 +40,6 @@ from langgraph.graph.state import CompiledStateGraph
 
 from chatbot import metrics
 from chatbot.agent.context import Context, RunEnded
-from chatbot.agent.modelcall import streamed_usage
 from chatbot.agent.outcome import GraphEvent, GraphOutcome, Token
 from chatbot.agent.record import chunk_versions
 from chatbot.agent.result import RunResult
@@ -70,6 +69,8 @@ Settlement = tuple[Reservation, Sequence[Spent]]
 
 # What a refused run is told to wait: runs of a busy replica end within seconds.
 BUSY_RETRY_AFTER_SECONDS = 2
+# Pauses between attempts at a cancelled run's record (about 6 s in all, the lock held).
+_RECORD_RETRY_SECONDS = (0.1, 0.3, 0.6, 1.0, 2.0, 2.0)
 
 
 @dataclass(kw_only=True, eq=False)
@@ -346,7 +347,7 @@ class RunService:
             self._runs.pop(stream.run_id, None)
             # Before the terminal event: `chatbot usage` read right after `end` includes this run.
             # The answer's budget reservation settles in the same round trip as the totals.
-            settle = self._answer_settlement(reservation, result, stream, user_cancelled)
+            settle = self._answer_settlement(reservation, result)
             await self._add_usage(caller.tenant_id, result.usage, settle)
             metrics.RUNS.labels(status).inc()
             if isinstance(terminal, Failure):
@@ -414,18 +415,34 @@ class RunService:
             usage=tuple(call.as_dict() for call in usage),
         ).dump()
         outcome = GraphOutcome("error", failure=Failure("cancelled")).stored()
-        fence = Fence(stream.thread_id, cancel.cancel_token(lease.fence.token))
-        try:
-            await asyncio.shield(
-                self.graph.aupdate_state(
-                    fenced(config, fence), {"outcome": outcome, "record": record}, as_node="generate"
+        token: str | None = cancel.cancel_token(lease.fence.token)
+        # Retried (the thread's lock is still held, so nothing else writes it meanwhile): a
+        # database that blinks must not lose what the user was shown. A refused write reads
+        # which cancel token the fence holds and writes under it; none means another holder
+        # took the thread (this run's lock session dropped), and then the thread is not ours.
+        for pause in (*_RECORD_RETRY_SECONDS, None):
+            if token is None:
+                break
+            try:
+                await asyncio.shield(
+                    self.graph.aupdate_state(
+                        fenced(config, Fence(stream.thread_id, token)),
+                        {"outcome": outcome, "record": record},
+                        as_node="generate",
+                    )
                 )
-            )
-        except (*DATABASE_ERRORS, LeaseLost) as exc:
-            log.warning(
-                "cancelled run's record not written",
-                extra={"thread_id": stream.thread_id, "run_id": stream.run_id, "error": type(exc).__name__},
-            )
+                return
+            except (*DATABASE_ERRORS, LeaseLost) as exc:
+                error = type(exc).__name__
+                if pause is None:
+                    break
+            await asyncio.sleep(pause)
+            with contextlib.suppress(*DATABASE_ERRORS):
+                token = await cancel.record_token(self.pool, stream.thread_id, lease.fence.token)
+        log.error(
+            "cancelled run's record not written",
+            extra={"thread_id": stream.thread_id, "run_id": stream.run_id, "error": error},
+        )
 
     def _run_done(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
@@ -446,20 +463,19 @@ class RunService:
                     await usage_totals.add(conn, tenant_id, calls)
                 if settle is not None and self.budgets is not None:
                     await self.budgets.settle_on(conn, *settle)
-        except DATABASE_ERRORS as exc:
+        except Exception as exc:  # whatever the counts or the database do, the run's end goes out
             log.warning("usage totals not written", extra={"tenant_id": tenant_id, "error": type(exc).__name__})
 
-    def _answer_settlement(
-        self, reservation: Reservation | None, result: RunResult, stream: RunStream, cancelled: bool
-    ) -> Settlement | None:
-        """Return the answer's reservation and what its calls used (a failed call: what it reported)."""
+    @staticmethod
+    def _answer_settlement(reservation: Reservation | None, result: RunResult) -> Settlement | None:
+        """Return the answer's reservation and what its calls used.
+
+        A failed call settles to what it reported; a cancelled one to what agent/modelcall.py
+        counted for it (its window and the text streamed, unless the provider had reported).
+        """
         if reservation is None:
             return None
-        calls = [call for call in result.usage if call.kind == "answer"]
-        if cancelled and not calls:
-            # A cancelled call reports nothing: it is counted as its window and what was streamed.
-            calls = [streamed_usage(self.answer_models[0], result.answer_input_tokens, stream.shown)]
-        return reservation, calls
+        return reservation, [call for call in result.usage if call.kind == "answer"]
 
     async def drain(self, timeout: float) -> None:
         """Let in-flight runs finish (graceful shutdown); cancel what is left after `timeout`."""

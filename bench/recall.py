@@ -1,0 +1,251 @@
+"""Thread recall on long conversations: are the turns a late question needs in the model's input?
+
+Builds long conversations (bench/_recall_data.py: Persian and English, 300 to 1,000 user
+turns, details that come back among small talk, topic changes and distractors) through
+the runs endpoint, in-process (httpx's ASGI transport against `chatbot.app.create_app`,
+offline model, default settings), then asks each conversation's late questions and
+reads each run's record. A needed turn counts as in the model's input when the record's
+window (`context.messages`) or recalled turns (`context.recalled`) name it, or its detail
+is in the summary or the remembered facts given. Prints, per kind of question and in all:
+  all        share of questions with every needed turn in the input
+  any        share with at least one
+and the model input's median size in tokens with recall and without it (the window the
+same run built before recall), and the recall step's time in those runs. Then times the
+recall step alone (`ThreadRecall.find` on a thread indexed directly) at 100, 1,000 and
+5,000 turns.
+
+    .venv/bin/python -m bench.recall [--conversations 6] [--min-turns 300] [--max-turns 1000] [--seed 7]
+
+Uses CHATBOT_DATABASE_URL (migrated here; the bench's threads are deleted afterwards) or
+starts an embedded Postgres in a temp dir.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import secrets
+import statistics
+import time
+import uuid
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import Any
+
+import httpx
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+from pydantic import SecretStr
+
+import chatbot.agent.nodes
+from bench._pg import bench_database
+from bench._recall_data import LOCALES, Conversation, conversation
+from chatbot.agent._recall import CONTEXT_WEIGHT, QUERY_TERMS, Recalled, recall_into_window
+from chatbot.app import create_app
+from chatbot.cli.common import mint_token
+from chatbot.config import Settings
+from chatbot.db.pool import Pool
+from chatbot.recall import queries
+from chatbot.recall._terms import query_weights
+from chatbot.recall.service import Recaller, ThreadRecall
+from chatbot.text import normalize_persian
+from chatbot.threads.deletion import delete_threads
+
+TENANT = "bench-recall"
+STEP_DEPTHS = (100, 1000, 5000)
+
+
+class Measured:
+    """The recall step of each run, as the graph called it: input size without and with recall, and its time."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[int, int, float]] = []
+
+    async def __call__(self, recall: Recaller, **kwargs: Any) -> Recalled:
+        started = time.perf_counter()
+        out = await recall_into_window(recall, **kwargs)
+        elapsed = (time.perf_counter() - started) * 1000
+        self.calls.append((kwargs["window"].tokens, out.window.tokens, elapsed))
+        return out
+
+
+async def _transcript_user_ids(client: httpx.AsyncClient, thread: str, headers: dict[str, str]) -> list[str]:
+    messages: list[dict[str, Any]] = []
+    params: dict[str, Any] = {"limit": 100}
+    while True:
+        page = (await client.get(f"/v1/threads/{thread}/messages", params=params, headers=headers)).json()
+        messages = page["messages"] + messages
+        if not page["has_more"]:
+            return [m["id"] for m in messages if m["role"] == "user"]
+        params = {"limit": 100, "before": page["next_before"]}
+
+
+def _holds(text: str, value: str) -> bool:
+    return normalize_persian(value) in normalize_persian(text)
+
+
+async def _run_conversation(
+    client: httpx.AsyncClient, settings: Settings, conv: Conversation, measured: Measured, thread: str
+) -> list[dict[str, Any]]:
+    token = mint_token(settings, tenant=TENANT, user=f"u-{thread}", locale=LOCALES[conv.language], ttl=3600)
+    headers = {"Authorization": f"Bearer {token}"}
+    json_headers = {"Accept": "application/json", **headers}
+    for text in conv.turns:
+        response = await client.post(
+            f"/v1/threads/{thread}/runs", json={"message": {"content": text}}, headers=json_headers
+        )
+        assert response.status_code == 200, response.text
+    ids = await _transcript_user_ids(client, thread, headers)
+    assert len(ids) == len(conv.turns)
+    results = []
+    for question in conv.questions:
+        measured.calls.clear()
+        body = {"message": {"content": question.text}}
+        end = (await client.post(f"/v1/threads/{thread}/runs", json=body, headers=json_headers)).json()
+        record = (await client.get(f"/v1/threads/{thread}/runs/{end['run_id']}", headers=headers)).json()
+        context = record["context"]
+        given = {m["id"] for m in context["messages"]} | {m["id"] for m in context["recalled"]}
+        remembered = "\n".join([context.get("summary") or "", *map(str, context.get("facts") or [])])
+        found = [
+            ids[turn] in given or _holds(remembered, value)
+            for turn, value in zip(question.needed, question.values, strict=True)
+        ]
+        without, with_recall, step = measured.calls[-1] if measured.calls else (0, 0, 0.0)
+        results.append(
+            {
+                "kind": question.kind,
+                "language": conv.language,
+                "all": all(found),
+                "any": any(found),
+                "tokens_without": without,
+                "tokens_with": with_recall,
+                "step_ms": step,
+                "recalled": len(context["recalled"]),
+            }
+        )
+    return results
+
+
+def _share(rows: Sequence[dict[str, Any]], key: str) -> float:
+    return sum(1 for r in rows if r[key]) / len(rows) if rows else 0.0
+
+
+def _print_quality(rows: list[dict[str, Any]]) -> None:
+    print(f"{'questions':<22} {'n':>4} {'all':>6} {'any':>6} {'recalled':>9}")
+    groups: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for r in rows:
+        groups[r["kind"]].append(r)
+        groups[f"lang {r['language']}"].append(r)
+    for name in sorted(groups):
+        g = groups[name]
+        print(
+            f"{name:<22} {len(g):>4} {_share(g, 'all'):>6.2f} {_share(g, 'any'):>6.2f}"
+            f" {statistics.mean(r['recalled'] for r in g):>9.1f}"
+        )
+    print(f"{'all questions':<22} {len(rows):>4} {_share(rows, 'all'):>6.2f} {_share(rows, 'any'):>6.2f}")
+    without = statistics.median(r["tokens_without"] for r in rows)
+    with_recall = statistics.median(r["tokens_with"] for r in rows)
+    print(
+        f"model input median tokens: {with_recall:.0f} with recall, {without:.0f} without"
+        f" (x{with_recall / max(without, 1):.2f})"
+    )
+    steps = sorted(r["step_ms"] for r in rows)
+    print(f"recall step in these runs: p50 {statistics.median(steps):.1f} ms, max {steps[-1]:.1f} ms")
+
+
+def _messages(conv: Conversation, depth: int) -> list[BaseMessage]:
+    """Return `depth` messages of a conversation (questions and short answers), as the graph stores them."""
+    out: list[BaseMessage] = []
+    answers = ("Noted, thank you.", "Yes, that is covered by your policy.", "I have added that to your file.")
+    for i in range(depth):
+        meta = {"chatbot": {"created_at": "2026-12-01T10:00:00Z", "run_id": f"r{i // 2}"}}
+        if i % 2 == 0:
+            out.append(
+                HumanMessage(conv.turns[(i // 2) % len(conv.turns)], id=str(uuid.uuid4()), additional_kwargs=meta)
+            )
+        else:
+            out.append(AIMessage(answers[i % 3], id=str(uuid.uuid4()), additional_kwargs=meta))
+    return out
+
+
+async def _step_times(pool: Pool, seed: int) -> list[tuple[int, float, float]]:
+    """Time `ThreadRecall.find` alone on threads of 100, 1,000 and 5,000 indexed messages."""
+    recall = ThreadRecall(pool)
+    rows = []
+    for depth in STEP_DEPTHS:
+        conv = conversation(seed + depth, random.Random(depth).choice(["en", "fa"]), max(depth // 2, 300), 20)
+        thread = f"bench-recall-step-{uuid.uuid4().hex[:8]}"
+        messages = _messages(conv, depth)
+        async with pool.connection() as conn:
+            for start in range(0, depth, 500):
+                batch = messages[start : start + 500]
+                await queries.insert_turns(conn, await recall._rows(thread, batch, start))
+        recent = messages[-79:]
+        times = []
+        for _ in range(3):
+            for question in conv.questions:
+                context = [str(m.text) for m in recent[-4:]]
+                query = query_weights(question.text, context, context_weight=CONTEXT_WEIGHT, limit=QUERY_TERMS)
+                started = time.perf_counter()
+                await recall.find(
+                    thread,
+                    recent,
+                    whole=False,
+                    window_first=str(recent[-60].id),
+                    query=query,
+                    question=question.text,
+                    hits=6,
+                )
+                times.append((time.perf_counter() - started) * 1000)
+        await delete_threads(pool, [thread])
+        times.sort()
+        rows.append((depth, statistics.median(times), times[int(len(times) * 0.95)]))
+    return rows
+
+
+async def main(count: int, min_turns: int, max_turns: int, seed: int) -> None:
+    """Build the conversations, ask the late questions, and print the figures."""
+    rng = random.Random(seed)
+    convs = [
+        conversation(seed + i, "en" if i % 2 == 0 else "fa", rng.randint(min_turns, max_turns)) for i in range(count)
+    ]
+    measured = Measured()
+    chatbot.agent.nodes.recall_into_window = measured  # times the step the graph runs
+    async with bench_database("bench_recall") as url:
+        settings = Settings(
+            environment="test",
+            database_url=url,
+            service_secret=SecretStr(secrets.token_urlsafe(48)),
+            log_level="WARNING",
+        )
+        app = create_app(settings)
+        async with app.router.lifespan_context(app):
+            services = app.state.services
+            threads = [f"bench-recall-{uuid.uuid4().hex[:8]}" for _ in convs]
+            rows: list[dict[str, Any]] = []
+            try:
+                transport = httpx.ASGITransport(app=app)
+                async with httpx.AsyncClient(transport=transport, base_url="http://bench", timeout=120) as client:
+                    for conv, thread in zip(convs, threads, strict=True):
+                        started = time.perf_counter()
+                        rows += await _run_conversation(client, settings, conv, measured, thread)
+                        took = time.perf_counter() - started
+                        print(f"  {conv.language} conversation of {len(conv.turns)} turns: {took:.0f} s", flush=True)
+                steps = await _step_times(services.pool, seed)
+            finally:
+                await delete_threads(services.pool, threads)
+    print(f"{count} conversations ({sum(len(c.turns) for c in convs)} turns), {len(rows)} late questions, seed {seed}")
+    _print_quality(rows)
+    print("recall step alone (ThreadRecall.find, index up to date):")
+    for depth, p50, p95 in steps:
+        print(f"  {depth:>5} turns: p50 {p50:.1f} ms, p95 {p95:.1f} ms")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--conversations", type=int, default=6)
+    parser.add_argument("--min-turns", type=int, default=300)
+    parser.add_argument("--max-turns", type=int, default=1000)
+    parser.add_argument("--seed", type=int, default=7)
+    args = parser.parse_args()
+    asyncio.run(main(args.conversations, args.min_turns, args.max_turns, args.seed))

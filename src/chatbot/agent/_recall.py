@@ -1,0 +1,133 @@
+"""The recall step of `generate`: earlier turns of the thread that left the window, for this question.
+
+Recall runs only when the window left something out (the thread no longer fits it). The
+search (recall/service.py) reads the question with the recent turns around it, so a
+follow-up finds what it refers to. The turns found go into the system message's last
+section within a bounded share of the context budget (`CHATBOT_RECALL_SHARE`), best first
+and each with its partner (question or answer) while the budget allows, and the window is
+then rebuilt with that much less room for recent turns. Recall gives way to everything
+else: it never cuts the question, chunks or system text the window kept without it; when
+it would, the run goes without recall.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+
+from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
+
+from chatbot.agent._tokens import TokenCounter
+from chatbot.agent._window import Window
+from chatbot.config import Settings
+from chatbot.recall._related import related_terms
+from chatbot.recall._terms import query_weights
+from chatbot.recall.block import recalled_heading, recalled_line, recalled_section
+from chatbot.recall.service import RecalledTurn, Recaller, RecallHit
+
+# The recent turns read with the question (a follow-up names little of what it is about).
+CONTEXT_MESSAGES = 2
+CONTEXT_WEIGHT = 0.3
+QUERY_TERMS = 32
+
+
+@dataclass(frozen=True, slots=True)
+class Recalled:
+    """The window with recalled turns in it, and those turns in the order given."""
+
+    window: Window
+    turns: tuple[RecalledTurn, ...] = ()
+
+    @property
+    def ids(self) -> tuple[str, ...]:
+        """The recalled message ids, as the run record names them."""
+        return tuple(t.message_id for t in self.turns)
+
+
+def window_left_out(window: Window, whole: bool) -> bool:
+    """Whether the window left any earlier message of the thread out (else recall has nothing to add)."""
+    return window.first_kept > 0 or not whole
+
+
+async def recall_into_window(
+    recall: Recaller,
+    *,
+    settings: Settings,
+    counter: TokenCounter,
+    thread_id: str,
+    history: Sequence[BaseMessage],
+    whole: bool,
+    question: HumanMessage,
+    window: Window,
+    language: str,
+    rebuild: Callable[[int], Window],
+) -> Recalled:
+    """Return the window with the turns recall found for the question, or as it was when none fit.
+
+    `history` is the window's history (the recent messages before the question), `whole`
+    whether it is the whole thread; `rebuild(budget)` builds the window again with less room.
+    """
+    if settings.recall_hits <= 0 or settings.recall_share <= 0:
+        return Recalled(window)
+    if not recall.replays and not window_left_out(window, whole):
+        return Recalled(window)
+    if window.question_shortened or window.chunks_shortened or window.system_shortened:
+        return Recalled(window)  # the budget is spent already: nothing may give way to recall
+    kept = window.messages[1:-1]
+    context = [str(m.text) for m in kept[-CONTEXT_MESSAGES:]]
+    query = query_weights(
+        str(question.text), context, context_weight=CONTEXT_WEIGHT, limit=QUERY_TERMS, related=related_terms
+    )
+    first = str(kept[0].id) if kept else None
+    hits = await recall.find(
+        thread_id,
+        history,
+        whole=whole,
+        window_first=first,
+        query=query,
+        question=str(question.text),
+        hits=settings.recall_hits,
+    )
+    if not hits:
+        return Recalled(window)
+    core = counter.count_messages([window.messages[0], window.messages[-1]])
+    room = min(int(settings.context_tokens * settings.recall_share), settings.context_tokens - core)
+    chosen = _within(hits, room, counter, language)
+    if not chosen:
+        return Recalled(window)
+    section = recalled_section(chosen, language)
+    cost = counter.count_text(section)
+    # A window its message count bounded (short turns) has the room already: no rebuild.
+    rebuilt = window if window.tokens + cost <= settings.context_tokens else rebuild(settings.context_tokens - cost)
+    if _gave_way(window, rebuilt):
+        return Recalled(window)
+    system = SystemMessage(str(rebuilt.messages[0].text) + section)
+    messages = [system, *rebuilt.messages[1:]]
+    return Recalled(replace(rebuilt, messages=messages, tokens=rebuilt.tokens + cost), tuple(chosen))
+
+
+def _within(hits: Sequence[RecallHit], room: int, counter: TokenCounter, language: str) -> list[RecalledTurn]:
+    """Return the hits' turns that fit in `room` tokens: each hit, then its partner, best hit first."""
+    spent = counter.count_text("\n\n" + recalled_heading(language)) + 1
+    chosen: dict[str, RecalledTurn] = {}
+    for hit in hits:
+        for turn in (hit.turn, *hit.neighbours):
+            if turn.message_id in chosen:
+                continue
+            cost = counter.count_text(recalled_line(turn, language)) + 1
+            if spent + cost > room:
+                if turn is hit.turn:
+                    break  # the hit does not fit: its partner alone would be out of context
+                continue
+            chosen[turn.message_id] = turn
+            spent += cost
+    return sorted(chosen.values(), key=lambda t: t.position)
+
+
+def _gave_way(before: Window, after: Window) -> bool:
+    """Whether the smaller budget cut something the window kept without recall."""
+    return (
+        (after.question_shortened and not before.question_shortened)
+        or (after.chunks_shortened and not before.chunks_shortened)
+        or (after.system_shortened and not before.system_shortened)
+    )

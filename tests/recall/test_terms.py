@@ -1,0 +1,31 @@
+"""Recall's terms: Persian spelled as retrieval spells it, English stemmed, stop words out."""
+
+from __future__ import annotations
+
+from chatbot.recall._related import related_terms
+from chatbot.recall._terms import query_weights, terms, tsvector_literal
+
+
+def test_persian_letters_digits_and_half_spaces_meet_one_spelling() -> None:
+    # Arabic kaf and yeh, Arabic-Indic and Persian digits, a half-space or none.
+    assert terms("پلاك ماشين ٤٧ط٨٢١") == terms("پلاک ماشین ۴۷ط۸۲۱") == terms("پلاک ماشین 47ط821")
+    assert set(terms("بیمه نامه")) <= set(terms("بیمه‌نامه ام"))
+    assert "821" in terms("پلاک ۴۷ط۸۲۱") and "47" in terms("پلاک ۴۷ط۸۲۱")
+
+
+def test_english_words_meet_their_inflections_and_stop_words_go() -> None:
+    assert terms("We agreed on the garages") == terms("agree garage")
+    assert terms("What was the other driver's plate?") == ["driver", "plate"]
+    assert terms("quoted") == terms("quote")
+
+
+def test_the_tsvector_literal_keeps_each_term_once_with_its_positions() -> None:
+    assert tsvector_literal(["plate", "garage", "plate"]) == "'plate':1,3 'garage':2"
+
+
+def test_a_query_weighs_the_question_over_related_words_and_the_recent_turns() -> None:
+    query = query_weights(
+        "When was the crash?", ["Which garage did we agree on?"], context_weight=0.3, limit=32, related=related_terms
+    )
+    assert query["crash"] == 1.0 and query["accident"] == 0.5 and query[terms("garage")[0]] == 0.3
+    assert "crash" not in related_terms(["crash"])
