@@ -95,7 +95,7 @@ def _moment(value: str | None, option: str) -> datetime | None:
     try:
         return parse_since(value)
     except ValueError as exc:
-        common.fail(f"{option}: {exc}", 2)
+        common.fail(f"{option}: {exc}: give a date as YYYY-MM-DD, or an ISO datetime.", 2)
         raise  # unreachable: fail exits
 
 
@@ -152,8 +152,16 @@ def evaluate_command(
 
     async def _go() -> dict[str, Any]:
         from chatbot.db.saver import PooledPostgresSaver, apply_library_patches
+        from chatbot.retrieval.ingest import document_count
 
         async with common.open_pool_and_locks(settings) as (pool, locks):
+            if not await document_count(pool, tenant):
+                # A mistyped tenant would otherwise run every case against nothing and exit 0.
+                common.fail(
+                    f"tenant {tenant} has no knowledge base: check --tenant, "
+                    f"or load one with chatbot ingest --tenant {tenant} PATH.",
+                    2,
+                )
             found = cases
             if from_feedback:
                 assert first is not None

@@ -230,3 +230,9 @@ async def ingest_paths(
         },
     )
     return report
+
+
+async def document_count(pool: AsyncConnectionPool[Any], tenant_id: str) -> int:
+    """Return how many documents the tenant's knowledge base holds (0: none was ingested)."""
+    async with pool.connection() as conn:
+        return len(await queries.known_documents(conn, tenant_id))
