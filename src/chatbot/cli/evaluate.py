@@ -75,6 +75,7 @@ def progress_bar(total: int) -> Iterator[Callable[[CaseResult], None]]:
 
 
 def _search(pool: Any, settings: Settings) -> Any:
+    from chatbot.models.offline import OFFLINE_CANDIDATES
     from chatbot.retrieval.embeddings import load_embeddings
     from chatbot.retrieval.search import search_knowledge
 
@@ -83,7 +84,8 @@ def _search(pool: Any, settings: Settings) -> Any:
     async def search(caller: CallerContext, query: str) -> list[dict[str, Any]]:
         # Bounded like a replica's retrieval: an embeddings provider can hang too.
         async with asyncio.timeout(settings.model_first_token_timeout_seconds):
-            found = await search_knowledge(pool, caller, query, embeddings=embeddings)
+            # As a replica retrieves (services.py): the graph keeps what a model's prompt holds.
+            found = await search_knowledge(pool, caller, query, k=OFFLINE_CANDIDATES, embeddings=embeddings)
         return [c.to_state() for c in found]
 
     return search
