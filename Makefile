@@ -62,7 +62,7 @@ faults: $(STAMP)
 		--timeout=$(LONG_TIMEOUT) tests/hardening/test_faults_kill.py tests/hardening/test_faults_postgres.py tests/hardening/test_faults_model.py
 
 ## make soak: ten minutes of mixed traffic on two replicas, every transcript checked against what
-## the clients were acknowledged (`make test` runs the same for 30 s); figures in docs/reliability.md
+## the clients were acknowledged (`make test` runs the same for 30 s); figures in docs/measurements/reliability.md
 SOAK_SECONDS ?= 600
 SOAK_USERS ?= 5
 soak: $(STAMP)

@@ -97,7 +97,7 @@ def serve(
             log_config=None,
             access_log=False,
             timeout_graceful_shutdown=int(settings.shutdown_grace_seconds),
-            # Limits against slow or half-sent requests (docs/reliability.md): a request head
+            # Limits against slow or half-sent requests (docs/measurements/reliability.md): a request head
             # must arrive within the read timeout, idle connections close after the keep-alive.
             http=cast(
                 Any, functools.partial(HeadDeadlineH11Protocol, head_timeout=settings.request_read_timeout_seconds)
