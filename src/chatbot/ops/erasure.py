@@ -8,23 +8,13 @@ knowledge versions only the erased threads cited. This module only orders them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from chatbot.db import langgraph_tables
 from chatbot.db.locks import Lease, Locks
 from chatbot.db.pool import Pool
 from chatbot.memory.resets import erase_memory
+from chatbot.responses import ErasureReport
 from chatbot.retrieval.versions import prune_superseded_chunks
 from chatbot.threads.deletion import delete_user_threads
-
-
-@dataclass(frozen=True, slots=True)
-class ErasureReport:
-    """What an erasure removed."""
-
-    threads_deleted: int
-    memory_items_deleted: int
-    feedback_deleted: int
 
 
 class ErasureBusy(Exception):
@@ -71,7 +61,7 @@ async def _erase_locked(pool: Pool, locks: Locks, tenant_id: str, user_id: str, 
             feedback = await delete_user_threads(conn, tenant_id, user_id, thread_ids)
             memory = await erase_memory(conn, tenant_id, user_id)
         await prune_superseded_chunks(pool)  # knowledge versions only the erased threads cited
-        return ErasureReport(len(thread_ids), memory, feedback)
+        return ErasureReport(threads_deleted=len(thread_ids), memory_items_deleted=memory, feedback_deleted=feedback)
     finally:
         for lease in leases:
             await lease.release()
