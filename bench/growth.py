@@ -31,7 +31,7 @@ from chatbot.agent.state import META_KEY, user_turn
 from chatbot.caller import CallerContext
 from chatbot.config import Settings
 from chatbot.db.pool import make_pool
-from chatbot.db.saver import PooledPostgresSaver, apply_library_patches
+from chatbot.db.saver import PooledPostgresSaver
 from chatbot.timestamps import now_rfc3339
 
 CHUNKS = [
@@ -77,7 +77,6 @@ async def run_turn(graph: Any, thread: str, turn: int) -> float:
 
 
 async def main(turns: int, other_threads: int) -> None:
-    apply_library_patches()  # as the server does at start-up (db/saver.py)
     async with bench_database("growth") as url:
         settings = Settings(environment="dev", database_url=url)
         pool = make_pool(url, settings, name="bench", min_size=1, max_size=4)

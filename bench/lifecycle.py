@@ -43,7 +43,7 @@ from chatbot.cli.common import mint_token
 from chatbot.config import Settings
 from chatbot.db.locks import Locks
 from chatbot.db.pool import Pool, connection_kwargs
-from chatbot.db.saver import PooledPostgresSaver, apply_library_patches
+from chatbot.db.saver import PooledPostgresSaver
 from chatbot.memory.items import utcnow
 from chatbot.memory.jobs import MemoryJob, RunEnded
 from chatbot.memory.queries import insert_job
@@ -126,7 +126,6 @@ def percentile(values: Sequence[float], q: float) -> float:
 
 async def main(threads: int, jobs: int) -> None:
     """Measure and print."""
-    apply_library_patches()  # as the server does at start-up (db/saver.py)
     async with bench_database("bench_lifecycle") as url:
         settings = Settings(
             environment="test",

@@ -46,7 +46,7 @@ from chatbot.caller import CallerContext
 from chatbot.cli.common import mint_token
 from chatbot.config import Settings
 from chatbot.db.pool import Pool
-from chatbot.db.saver import PooledPostgresSaver, apply_library_patches
+from chatbot.db.saver import PooledPostgresSaver
 from chatbot.retrieval.ingest import ingest_paths
 from chatbot.retrieval.search import search_knowledge
 from chatbot.threads.deletion import delete_threads
@@ -124,7 +124,7 @@ async def measure(
         await app.state.services.graph.aget_state(config)
         raw_elapsed = time.perf_counter() - started
         started = time.perf_counter()
-        await read_messages(app.state.services.pool, app.state.services.saver.serde, thread)
+        await read_messages(app.state.services.pool, thread)
         record_elapsed = time.perf_counter() - started
         if i >= 3:
             endpoint.append(elapsed * 1000)
@@ -135,7 +135,6 @@ async def measure(
 
 async def main(depths: Sequence[int], samples: int) -> None:
     """Build the threads, measure them and print the table."""
-    apply_library_patches()  # as the server does at start-up (db/saver.py)
     begun = time.perf_counter()
     async with bench_database("bench_messages") as url:
         settings = Settings(

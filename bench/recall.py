@@ -171,9 +171,9 @@ def _messages(conv: Conversation, depth: int) -> list[BaseMessage]:
     return out
 
 
-async def _step_times(pool: Pool, serde: Any, seed: int) -> list[tuple[int, float, float, float]]:
+async def _step_times(pool: Pool, seed: int) -> list[tuple[int, float, float, float]]:
     """Time `ThreadRecall.find` alone on threads of 100, 1,000 and 5,000 indexed messages."""
-    recall = ThreadRecall(pool, serde)
+    recall = ThreadRecall(pool)
     rows = []
     for depth in STEP_DEPTHS:
         conv = conversation(seed + depth, random.Random(depth).choice(["en", "fa"]), max(depth // 2, 300), 20)
@@ -237,7 +237,7 @@ async def main(count: int, min_turns: int, max_turns: int, seed: int) -> None:
                         rows += await _run_conversation(client, settings, conv, measured, thread)
                         took = time.perf_counter() - started
                         print(f"  {conv.language} conversation of {len(conv.turns)} turns: {took:.0f} s", flush=True)
-                steps = await _step_times(services.pool, services.saver.serde, seed)
+                steps = await _step_times(services.pool, seed)
             finally:
                 await delete_threads(services.pool, threads)
     if rows:  # --conversations 0 times the recall step alone

@@ -54,7 +54,7 @@ from chatbot.cli.common import mint_token
 from chatbot.config import Settings
 from chatbot.db.locks import Locks
 from chatbot.db.pool import Pool, connection_kwargs, make_pool
-from chatbot.db.saver import PooledPostgresSaver, apply_library_patches
+from chatbot.db.saver import PooledPostgresSaver
 from chatbot.memory.writer import MemoryWriter
 from chatbot.retrieval.ingest import ingest_paths
 from chatbot.retrieval.search import search_knowledge
@@ -307,7 +307,6 @@ async def rows_per_run(pool: Pool, run: RunOnce, label: str, questions: list[tup
 
 async def main(args: argparse.Namespace) -> None:
     """Set up the database, the server and the in-process graphs; measure; print."""
-    apply_library_patches()  # as the server does at start-up (db/saver.py)
     questions = load_questions()
     secret = secrets.token_urlsafe(48)
     settings = Settings(service_secret=SecretStr(secret), database_url="postgresql:///unused")

@@ -220,7 +220,7 @@ async def sdk_floor(double: ProviderDouble, chars: int, piece_chars: int, repeat
         model="gpt-4o-mini", base_url=double.openai_base_url, api_key=key, stream_usage=True, stream_chunk_timeout=0
     )
     lc_anthropic = ChatAnthropic(
-        model_name="claude-haiku-4-5", base_url=double.anthropic_base_url, api_key=key, timeout=None, stop=None
+        model="claude-haiku-4-5", base_url=double.anthropic_base_url, api_key=key, timeout=None, stop=None
     )
     openai_params: dict[str, Any] = {
         "model": "gpt-4o-mini",

@@ -110,6 +110,12 @@ def worst_cases() -> dict[str, str]:
         "ASCII digit soup 1.2.3. (8,000)": (TRIGGER + ".".join(_clean_digits(LIMIT, random.Random(7))))[:LIMIT],
         "commas: x,,,,...,y": TRIGGER + "x" + "," * (LIMIT - len(TRIGGER) - 2) + "y",
         "talk talk talk ...": (TRIGGER + "talk " * LIMIT)[:LIMIT],
+        # What the guard's normalisation reads as one number or one word (memory/pii.py).
+        "digits between U+034F (8,000)": (TRIGGER + "1\u034f" * LIMIT)[:LIMIT],
+        "number words one two ... (8,000)": (TRIGGER + "one two three four five six seven eight nine " * LIMIT)[:LIMIT],
+        "Persian number words (8,000)": (TRIGGER + "یک دو سه چهار پنج شش هفت هشت نه " * LIMIT)[:LIMIT],
+        "letters one by one a b (8,000)": (TRIGGER + "a b " * LIMIT)[:LIMIT],
+        "mixed separators 1-2.3 4,5+ (8,000)": (TRIGGER + "1-2.3 4,5+6/7*8~9 " * LIMIT)[:LIMIT],
     }
     assert all(len(text) <= LIMIT for text in cases.values())
     return cases

@@ -1,4 +1,7 @@
 -- Generated from src/chatbot/db/placement.py (chatbot migrate --citus applies the same).
+-- Apply with psql (autocommit: each statement on its own), on the coordinator, in the
+-- service's database, after `chatbot migrate` and after registering the workers in that
+-- database (citus_add_node: the node list is per database).
 
 -- checkpoints: every saver statement names one thread_id
 select create_distributed_table('checkpoints', 'thread_id', colocate_with => 'none')
@@ -56,6 +59,18 @@ where not exists (select 1 from pg_dist_partition where logicalrelid = 'model_us
 select create_distributed_table('memory_resets', 'tenant_id', colocate_with => 'kb_documents')
 where not exists (select 1 from pg_dist_partition where logicalrelid = 'memory_resets'::regclass);
 
+-- budgets: a model call's check reads its tenant's budgets, user budgets included
+select create_distributed_table('budgets', 'tenant_id', colocate_with => 'kb_documents')
+where not exists (select 1 from pg_dist_partition where logicalrelid = 'budgets'::regclass);
+
+-- budget_counters: a reservation locks its tenant's and its user's counters in one shard
+select create_distributed_table('budget_counters', 'tenant_id', colocate_with => 'kb_documents')
+where not exists (select 1 from pg_dist_partition where logicalrelid = 'budget_counters'::regclass);
+
+-- budget_reservations: written and summed beside the counters they hold against
+select create_distributed_table('budget_reservations', 'tenant_id', colocate_with => 'kb_documents')
+where not exists (select 1 from pg_dist_partition where logicalrelid = 'budget_reservations'::regclass);
+
 -- store: one namespace (tenant, user, kind) is one shard
 select create_distributed_table('store', 'prefix', colocate_with => 'none')
 where not exists (select 1 from pg_dist_partition where logicalrelid = 'store'::regclass);
@@ -65,4 +80,17 @@ select create_reference_table('system_prompts')
 where not exists (select 1 from pg_dist_partition where logicalrelid = 'system_prompts'::regclass);
 
 -- chatbot_hold_fence(text, uuid): co-located with thread_fences by p_thread
-select create_distributed_function('chatbot_hold_fence(text, uuid)', 'p_thread', colocate_with => 'thread_fences');
+select create_distributed_function('chatbot_hold_fence(text, uuid)', 'p_thread', colocate_with => 'thread_fences')
+where not exists (select 1 from pg_dist_object where classid = 'pg_proc'::regclass and objid = 'chatbot_hold_fence(text, uuid)'::regprocedure and distribution_argument_index is not null);
+
+-- chatbot_set_fence(text, uuid): co-located with thread_fences by p_thread
+select create_distributed_function('chatbot_set_fence(text, uuid)', 'p_thread', colocate_with => 'thread_fences')
+where not exists (select 1 from pg_dist_object where classid = 'pg_proc'::regclass and objid = 'chatbot_set_fence(text, uuid)'::regprocedure and distribution_argument_index is not null);
+
+-- chatbot_budget_reserve(text, text, uuid, bigint, numeric, date, date, timestamptz, timestamptz): co-located with budgets by p_tenant
+select create_distributed_function('chatbot_budget_reserve(text, text, uuid, bigint, numeric, date, date, timestamptz, timestamptz)', 'p_tenant', colocate_with => 'budgets')
+where not exists (select 1 from pg_dist_object where classid = 'pg_proc'::regclass and objid = 'chatbot_budget_reserve(text, text, uuid, bigint, numeric, date, date, timestamptz, timestamptz)'::regprocedure and distribution_argument_index is not null);
+
+-- chatbot_budget_settle(text, uuid, bigint, numeric): co-located with budgets by p_tenant
+select create_distributed_function('chatbot_budget_settle(text, uuid, bigint, numeric)', 'p_tenant', colocate_with => 'budgets')
+where not exists (select 1 from pg_dist_object where classid = 'pg_proc'::regclass and objid = 'chatbot_budget_settle(text, uuid, bigint, numeric)'::regprocedure and distribution_argument_index is not null);

@@ -11,7 +11,6 @@ from fastapi import FastAPI
 from chatbot import openapi
 from chatbot.auth import ServiceAuthMiddleware, TokenVerifier
 from chatbot.config import Settings
-from chatbot.db.saver import apply_library_patches
 from chatbot.errors import install_problem_handlers
 from chatbot.health import router as health_router
 from chatbot.limits import BodySizeLimitMiddleware
@@ -42,8 +41,6 @@ def create_app(
     traces runs into it whatever `CHATBOT_TRACING` says; its owner shuts it down.
     """
     settings = settings or Settings()
-    # Process-wide, once, before any saver exists (db/saver.py says why each is safe).
-    apply_library_patches()
     # Loaded here, not in the lifespan: a missing provider extra fails at start-up, loudly.
     models = load_models(settings)
     # Also here: CHATBOT_TRACING=otlp without the `tracing` extra fails at start-up.

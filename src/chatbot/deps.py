@@ -23,7 +23,6 @@ from langgraph.store.postgres.aio import AsyncPostgresStore
 from chatbot.config import Settings
 from chatbot.db.locks import Locks
 from chatbot.db.pool import Pool
-from chatbot.db.saver import FencedPostgresSaver
 
 # Documentation only: `ServiceAuthMiddleware` (auth.py) has verified the token before any
 # `/v1/` route runs, so this scheme never refuses (`auto_error=False`); it is here so the
@@ -57,7 +56,6 @@ class Infrastructure(Protocol):
     settings: Settings
     pool: Pool
     locks: Locks
-    saver: FencedPostgresSaver
     store: AsyncPostgresStore
 
 
@@ -69,7 +67,5 @@ def infrastructure(read: Callable[[Infrastructure], T]) -> Callable[[Request], A
 SettingsDep = Annotated[Settings, Depends(infrastructure(lambda s: s.settings))]
 PoolDep = Annotated[Pool, Depends(infrastructure(lambda s: s.pool))]
 LocksDep = Annotated[Locks, Depends(infrastructure(lambda s: s.locks))]
-SaverDep = Annotated[FencedPostgresSaver, Depends(infrastructure(lambda s: s.saver))]
-"""The checkpointer (its serializer reads transcripts and records)."""
 StoreDep = Annotated[AsyncPostgresStore, Depends(infrastructure(lambda s: s.store))]
 """The long-term memory store."""

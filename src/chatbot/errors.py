@@ -33,17 +33,25 @@ class Problem(Exception):
     """An error that becomes a problem-details response."""
 
     def __init__(
-        self, status: int, detail: str, *, title: str | None = None, headers: Mapping[str, str] | None = None
+        self,
+        status: int,
+        detail: str,
+        *,
+        title: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        members: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__(detail)
         self.status = status
         self.detail = detail
         self.title = title or HTTPStatus(status).phrase
         self.headers = dict(headers or {})
+        self.members = dict(members or {})
+        """Extension members of the problem object (`reason`, `budget`), beside the standard ones."""
 
     def body(self) -> dict[str, Any]:
         """Return the problem-details object."""
-        return problem_body(self.status, self.detail, self.title)
+        return problem_body(self.status, self.detail, self.title) | self.members
 
 
 def problem_body(status: int, detail: str, title: str | None = None) -> dict[str, Any]:
@@ -112,7 +120,7 @@ def install_problem_handlers(app: FastAPI) -> None:
         if exc.status == 503 and "Retry-After" not in headers:
             # Code that maps a database error itself (the run path) still tells callers when to retry.
             headers = {**headers, "Retry-After": str(DATABASE_RETRY_AFTER_SECONDS)}
-        return problem_response(exc.status, exc.detail, title=exc.title, headers=headers)
+        return JSONResponse(exc.body(), status_code=exc.status, media_type=PROBLEM_JSON, headers=headers)
 
     # One mapping for every endpoint: a lost connection, a refused connect, a pool that
     # could not hand out a connection within its (short) timeout, an admin shutdown. All

@@ -37,12 +37,28 @@ _TABLE: dict[str, tuple[int, str]] = {
 }
 
 
+RETRY_AFTER_MAX_SECONDS = 300.0
+"""The longest wait passed on from a provider's `Retry-After` (docs/api.md): a provider that asks
+for 999999 s, or an HTTP date a year away, would otherwise park every caller's retries for days."""
+
+
+def bounded_retry_after(seconds: float | None) -> float | None:
+    """Return a provider's wait bounded to [0, RETRY_AFTER_MAX_SECONDS]; None for none or not a number."""
+    if seconds is None or not math.isfinite(seconds):
+        return None if seconds is None or math.isnan(seconds) else RETRY_AFTER_MAX_SECONDS
+    return min(max(0.0, seconds), RETRY_AFTER_MAX_SECONDS)
+
+
 @dataclass(frozen=True, slots=True)
 class Failure:
-    """A failed run's reason, with the provider's `Retry-After` when it gave one."""
+    """A failed run's reason, with the provider's `Retry-After` when it gave one (bounded)."""
 
     reason: FailureReason
     retry_after: float | None = None
+
+    def __post_init__(self) -> None:
+        # Bounded where it is kept: the live stream, the JSON answer and a replay all read it here.
+        object.__setattr__(self, "retry_after", bounded_retry_after(self.retry_after))
 
     @property
     def status(self) -> int:

@@ -23,6 +23,11 @@ RUN_SECONDS = Histogram(
 RUNS_IN_FLIGHT = Gauge("chatbot_runs_in_flight", "Runs executing on this replica.", multiprocess_mode="livesum")
 RUNS_REJECTED = Counter("chatbot_runs_rejected_total", "Runs refused before starting.", ["reason"])
 PII_REJECTED = Counter("chatbot_memory_pii_rejected_total", "Memory candidates dropped by the PII guard.", ["category"])
+INSTRUCTIONS_REFUSED = Counter(
+    "chatbot_memory_instructions_refused_total",
+    "Memory statements refused as instructions to the assistant rather than facts about the user.",
+    ["kind"],
+)
 MEMORY_WRITES = Counter("chatbot_memory_writes_total", "Memory jobs by outcome.", ["outcome"])
 WINDOW_SHORTENED = Counter(
     "chatbot_window_shortened_total", "Model windows that had to shorten part of the current turn.", ["part"]
@@ -63,9 +68,13 @@ MODEL_TOKENS = Counter(
 
 
 def count_tokens(tenant_id: str, model: str, kind: str, input_tokens: int, output_tokens: int, cached: int) -> None:
-    """Add one model call's reported tokens to `chatbot_model_tokens_total` (zero counts add no series)."""
+    """Add one model call's reported tokens to `chatbot_model_tokens_total` (zero counts add no series).
+
+    Never raises: a count that is not a positive int (a provider's garbled report) adds nothing,
+    where prometheus_client would raise on a negative increment.
+    """
     for direction, count in (("input", input_tokens), ("output", output_tokens), ("cached_input", cached)):
-        if count:
+        if isinstance(count, int) and not isinstance(count, bool) and count > 0:
             MODEL_TOKENS.labels(tenant_id, model, kind, direction).inc(count)
 
 
@@ -119,3 +128,16 @@ def worker_metrics(workers: int) -> Iterator[Path | None]:
     finally:
         os.environ.pop(MULTIPROC_ENV, None)
         shutil.rmtree(path, ignore_errors=True)
+
+
+BUDGET_REFUSALS = Counter(
+    "chatbot_budget_refusals_total",
+    "Model calls refused by a budget before they were sent, by the budget's scope and period and the call's kind.",
+    ["scope", "period", "kind"],
+)
+BUDGET_SHARE_LEFT = Gauge(
+    "chatbot_budget_share_left",
+    "Smallest share of a tenant budget left after the latest reservation (0 to 1).",
+    ["tenant_id"],
+    multiprocess_mode="mostrecent",
+)

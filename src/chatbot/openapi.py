@@ -40,7 +40,8 @@ Every error is an RFC 9457 problem document (`application/problem+json`:
 several checks fail, the first of this order answers: `413` body over 64 KiB (chunked
 bodies too), `401` token, `422` request shape (unknown fields, `tenant_id`/`user_id` in a
 body, a body that is not UTF-8 JSON, U+0000 or unpaired surrogates in text), `404`
-another caller's thread, `429` rate limit (`Retry-After` in whole seconds), `409` a run
+another caller's thread, `429` rate limit or spending budget (`Retry-After` in whole
+seconds; a budget's problem has `reason` `budget_exhausted` and `budget`), `409` a run
 in flight on the thread. `503` with `Retry-After` when Postgres is unreachable (within
 3 seconds, on every endpoint that needs it) or when a replica already runs as many runs
 as it may: retry, on any replica.
@@ -120,7 +121,9 @@ _PROBLEMS: dict[int, tuple[str, str, dict[str, Any]]] = {
     ),
     431: ("The request headers are larger than 16 KiB.", "request headers too large", {}),
     429: (
-        "The user's rate limit of runs per minute is exceeded.",
+        "The user's rate limit of runs per minute is exceeded; or a budget of model spending does not fit the"
+        ' run\'s answer: then `reason` is `budget_exhausted` and `budget` is `{"scope": "tenant" | "user",'
+        ' "period": "day" | "month"}`, `Retry-After` the seconds until that period resets.',
         "rate limit exceeded",
         {"Retry-After": _RETRY_AFTER},
     ),

@@ -168,12 +168,31 @@ class MemoryFact(BaseModel):
     )
 
 
+class FactVersion(BaseModel):
+    """A fact with when it was believed: current (`valid_until` null) or closed by a later fact of the same kind."""
+
+    id: str
+    text: str
+    category: str
+    valid_from: datetime
+    valid_until: datetime | None = None
+    source: FactSource | None = Field(default=None, description="The run whose turn wrote this version.")
+    closed_by: FactSource | None = Field(
+        default=None, description="The run whose turn replaced this version; null while it is current."
+    )
+
+
 class UserMemory(BaseModel):
     """`GET /v1/users/{user_id}/memory`: what the store holds about the user."""
 
     user_id: str
     profile: dict[str, Any] = Field(default_factory=dict)
     facts: list[MemoryFact] = Field(default_factory=list)
+    history: list[FactVersion] | None = Field(
+        default=None,
+        description="With `?history=true` only: every fact with when it was believed, oldest first. "
+        "The model sees current facts only.",
+    )
 
 
 class ErasureReport(BaseModel):

@@ -22,6 +22,8 @@ from langgraph.store.postgres.aio import AsyncPostgresStore
 
 from chatbot.agent.collaborators import AgentDeps
 from chatbot.agent.graph import build_graph
+from chatbot.agent.modelcall import answer_input_bound
+from chatbot.budgets.service import Budgets
 from chatbot.config import Settings
 from chatbot.db.locks import Locks
 from chatbot.db.pool import Pool, connection_kwargs, make_pool, resolve_database_url
@@ -33,6 +35,8 @@ from chatbot.memory.read import memory_reader
 from chatbot.memory.ttl import memory_ttl, start_memory_sweeper
 from chatbot.memory.writer import Extractor, MemoryWriter, offline_extractor
 from chatbot.models.chain import Models
+from chatbot.models.offline import OFFLINE_CANDIDATES
+from chatbot.models.prices import parse_prices
 from chatbot.ops.sweeper import RetentionSweeper
 from chatbot.recall.service import ThreadRecall
 from chatbot.retrieval.embeddings import load_embeddings
@@ -68,6 +72,8 @@ class Services:
     retention: RetentionSweeper | None
     """The retention sweep, when CHATBOT_RETENTION_DAYS is set."""
     tracing: Tracing
+    budgets: Budgets
+    """Spending caps checked before every model call (budgets/service.py)."""
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[Services]:
@@ -114,23 +120,33 @@ async def build_services(
     pool = make_pool(conninfo, settings, name="main", min_size=settings.pool_min_size, max_size=settings.pool_max_size)
     locks = Locks(session_url, connection_kwargs(settings), sessions=settings.lock_connections)
     saver = FencedPostgresSaver(pool)
+    budgets = Budgets(
+        pool,
+        prices=parse_prices(settings.model_prices),  # a malformed value fails the start, named
+        output_cap=settings.model_max_output_tokens,
+        reservation_seconds=settings.budget_reservation_seconds,
+    )
     store = AsyncPostgresStore(pool, ttl=memory_ttl(settings.memory_ttl_days))
     memory = MemoryWriter(
         pool=pool,
         locks=locks,
         max_facts=settings.memory_max_facts,
-        extractor=memory_extractor or _memory_extractor(settings, models, pool),
+        extractor=memory_extractor or _memory_extractor(settings, models, pool, budgets),
         ttl=store.ttl_config,
         lease_seconds=settings.memory_job_lease_seconds,
         poll_seconds=settings.memory_job_poll_seconds,
         might_write=model_might_write if memory_extractor is None and models.memory is not None else None,
     )
     retriever = KnowledgeRetriever(
-        pool, settings.model_first_token_timeout_seconds, embeddings=load_embeddings(settings.embeddings)
+        pool,
+        settings.model_first_token_timeout_seconds,
+        embeddings=load_embeddings(settings.embeddings),
+        # Enough for the offline responder to pick its section from (models/offline.py); the
+        # graph gives a model the first MODEL_CHUNKS of them (agent/nodes.py).
+        k=OFFLINE_CANDIDATES,
     )
     recall = ThreadRecall(
         pool,
-        saver.serde,
         embeddings=retriever.embeddings,
         embeddings_timeout=settings.model_first_token_timeout_seconds,
     )
@@ -142,6 +158,7 @@ async def build_services(
         memory_sink=memory.submit,
         memory_reader=memory_reader(pool, max_facts=settings.memory_max_facts, lifetime=memory.lifetime),
         prompt_registry=SystemPromptsTable(pool),
+        budgets=budgets,
         recall=recall,
     )
     graph = build_graph(_overridden(collaborators, agent_overrides)).compile(checkpointer=saver, store=store)
@@ -153,6 +170,9 @@ async def build_services(
         max_in_flight=settings.max_runs_in_flight,
         tracing=tracing,
         model=settings.model,
+        budgets=budgets,
+        answer_models=tuple(entry.spec for entry in models.answer),
+        answer_input_tokens=answer_input_bound(models.answer[0].spec, settings.context_tokens) if models.answer else 0,
     )
     retention = None
     if settings.retention_days > 0:
@@ -164,7 +184,7 @@ async def build_services(
         pool=pool,
         locks=locks,
         saver=saver,
-        run_replays=RunReplays(pool, saver.serde),
+        run_replays=RunReplays(pool),
         store=store,
         retriever=retriever,
         graph=graph,
@@ -173,10 +193,11 @@ async def build_services(
         memory=memory,
         retention=retention,
         tracing=tracing,
+        budgets=budgets,
     )
 
 
-def _memory_extractor(settings: Settings, models: Models, pool: Pool) -> Extractor:
+def _memory_extractor(settings: Settings, models: Models, pool: Pool, budgets: Budgets) -> Extractor:
     if models.memory is None:
         return offline_extractor
     return model_extractor(
@@ -185,6 +206,7 @@ def _memory_extractor(settings: Settings, models: Models, pool: Pool) -> Extract
         timeout=settings.model_first_token_timeout_seconds,
         name=models.memory.spec,
         pool=pool,
+        budgets=budgets,
     )
 
 

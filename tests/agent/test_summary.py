@@ -199,3 +199,33 @@ async def test_an_over_long_first_model_summary_keeps_its_beginning_as_the_openi
     model = FakeListChatModel(responses=["Claim CLM-7731 about hail damage. " + "More. " * 400])
     summary = await fold_summary("", turns(2), "en", model)
     assert summary.startswith("Claim CLM-7731") and len(summary) <= OPENING_MAX_CHARS
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        "Error: upstream request timed out",
+        "An error occurred while processing your request.",
+        '{"error": {"message": "The server had an error", "type": "server_error"}}',
+        "<!DOCTYPE html><html><body>502 Bad Gateway</body></html>",
+        "Internal Server Error",
+        "Rate limit reached for requests",
+        "upstream connect error or disconnect/reset before headers",
+        "Traceback (most recent call last):\n  File ...",
+        "status: 503 service unavailable",
+        "x" * (4 * SUMMARY_MAX_CHARS + 1),
+    ],
+)
+async def test_a_reply_that_looks_like_an_error_or_is_far_too_long_is_discarded_and_retried_later(reply: str) -> None:
+    previous = "The customer's car was damaged by hail; claim CLM-7731."
+    model = FakeListChatModel(responses=[reply, "- later: they asked about the deductible"])
+    # Discarded: the previous summary stays, so the caller keeps the messages to fold again.
+    assert await fold_summary(previous, turns(2), "en", model) == previous
+    again = await fold_summary(previous, turns(2), "en", model)
+    assert again.startswith(previous) and "deductible" in again
+
+
+async def test_a_summary_that_mentions_an_error_is_still_a_summary() -> None:
+    reply = "The customer reported an error in their policy's address and asked to correct it."
+    model = FakeListChatModel(responses=[reply])
+    assert await fold_summary("", turns(2), "en", model) == reply

@@ -17,6 +17,7 @@ from pathlib import Path
 from chatbot.client import ChatbotClient, TranscriptMessage
 from tests.fixtures.app import Replica
 from tests.fixtures.postgres import TEST_SECRET
+from tests.fixtures.wait import wait_until_sync
 
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07|\r")
 EN_QUESTIONS = ["What does travel insurance cover for medical costs abroad?", "How do I cancel my car body policy?"]
@@ -81,7 +82,7 @@ def test_chat_through_a_pipe_prints_answers_citations_status_and_history(kb_repl
         f"{m.role}: {m.content}" + (f" [{', '.join(m.citations)}]" if m.citations else "") + "\n" for m in messages
     )
     assert (
-        done.stdout == f"thread: cli-pipe (commands: /history, /memory, /new, /quit (or end of input); "
+        done.stdout == f"thread: cli-pipe (commands: /history, /memory, /forget ID, /new, /quit (or end of input); "
         f"anything else is a message)\n{turns}{history}"
     )
 
@@ -208,3 +209,24 @@ def test_a_refused_message_is_reported_and_the_session_goes_on(kb_replica: Repli
     assert out[2].startswith("commands: /history")
     assert out[-1] == "status: answered"
     assert [m.role for m in transcript(kb_replica, "u-refused", "cli-refused")] == ["user", "assistant"]
+
+
+def test_forget_with_a_dot_segment_is_refused_and_the_memory_stays(kb_replica: Replica, tmp_path: Path) -> None:
+    with ChatbotClient(kb_replica.base_url, secret=TEST_SECRET, tenant_id="acme", user_id="u-forget-dots") as client:
+        assert client.run("cli-dots", "remember that my car is a Peugeot 206").status == "answered"
+        wait_until_sync(lambda: bool(client.memory().facts), what="the fact remembered", timeout=10)
+        kept = client.memory().facts
+    done = subprocess.run(
+        chat_command(kb_replica, "u-forget-dots", "cli-dots", "en-US"),
+        input="/forget ..\n/forget ../..\n",
+        capture_output=True,
+        text=True,
+        env=chat_env(tmp_path),
+        timeout=60,
+        check=True,
+    )
+    out = done.stdout.splitlines()
+    assert out[1].startswith("error: ") and "'..' is not an id" in out[1], out
+    assert out[2].startswith("error: 404"), out
+    with ChatbotClient(kb_replica.base_url, secret=TEST_SECRET, tenant_id="acme", user_id="u-forget-dots") as client:
+        assert client.memory().facts == kept

@@ -320,3 +320,56 @@ async def test_a_recorded_window_reaches_the_model_whole(double: ProviderDouble)
                                     summary=window.summary, chunks=[chunk], language="en")  # fmt: skip
     assert system["content"] == expected
     assert [m["content"] for m in messages] == ["Hi, I am going abroad.", "How can I help?", case.question]
+
+
+@pytest.mark.parametrize(
+    ("what", "line"),
+    [
+        ("a lone surrogate in the question", '{"id": "a", "question": "Is \\ud800 covered?"}'),
+        ("a lone surrogate in the id", '{"id": "\\udfff", "question": "Is it covered?"}'),
+        (
+            "U+0000 in a history turn",
+            '{"id": "a", "question": "q?", "history": [{"role": "user", "content": "\\u0000"}]}',
+        ),
+        ("a line nested 100,000 deep", "[" * 100_000 + "]" * 100_000),
+    ],
+)
+def test_a_bad_line_anywhere_exits_2_with_one_line_before_any_case_runs(
+    kb_url: str, double: ProviderDouble, tmp_path: Path, what: str, line: str
+) -> None:
+    data = tmp_path / "cases.jsonl"
+    good = "".join(json.dumps({"id": f"travel-{n}", "question": TRAVEL}) + "\n" for n in range(3))
+    data.write_text(good + line + "\n", encoding="utf-8")
+    out = tmp_path / "out"
+    done = chatbot_eval(kb_url, double, "--dataset", str(data), "--model", MODEL, "--out", str(out))
+    assert done.exit_code == 2, (what, done.output[-500:])
+    assert len(done.output.strip().splitlines()) == 1 and "cases.jsonl:4" in done.output, done.output[-500:]
+    assert double.requests == [] and not (out / "report.json").exists()
+
+
+@pytest.mark.parametrize("what", ["a file", "report.json a folder", "under a file"])
+def test_an_out_that_cannot_take_the_reports_exits_2_before_any_case_runs(
+    kb_url: str, double: ProviderDouble, dataset: Path, tmp_path: Path, what: str
+) -> None:
+    out = tmp_path / "out"
+    if what == "a file":
+        out.write_text("not a folder", encoding="utf-8")
+    elif what == "report.json a folder":
+        (out / "report.json").mkdir(parents=True)
+    else:
+        (tmp_path / "file").write_text("x", encoding="utf-8")
+        out = tmp_path / "file" / "out"
+    done = chatbot_eval(kb_url, double, "--dataset", str(dataset), "--model", MODEL, "--out", str(out))
+    assert done.exit_code == 2, (what, done.output[-500:])
+    assert len(done.output.strip().splitlines()) == 1 and "--out" in done.output, done.output[-500:]
+    assert double.requests == []
+
+
+def test_a_question_holding_a_line_separator_is_one_case(kb_url: str, double: ProviderDouble, tmp_path: Path) -> None:
+    data = tmp_path / "cases.jsonl"
+    question = "What does travel insurance cover\u2028for medical costs\u0085 abroad?"
+    data.write_text(json.dumps({"id": "sep", "question": question}, ensure_ascii=False) + "\n", encoding="utf-8")
+    done = chatbot_eval(kb_url, double, "--dataset", str(data), "--model", "offline", "--out", str(tmp_path / "o"))
+    assert done.exit_code == 0, done.output[-800:]
+    report = json.loads((tmp_path / "o" / "report.json").read_text(encoding="utf-8"))
+    assert [case["id"] for case in report["cases"]] == ["sep"]

@@ -18,6 +18,7 @@ from chatbot.client.events import Event
 from chatbot.responses import ProblemDetails, RunEnd, TranscriptMessage, UserMemory
 from tests.fixtures.app import Replica, start_replica
 from tests.fixtures.postgres import TEST_SECRET
+from tests.fixtures.wait import wait_until
 
 QUESTION = "What does travel insurance cover for medical costs abroad?"
 
@@ -56,15 +57,16 @@ def test_the_sync_client_stops_a_streaming_run_and_says_409_once_it_is_over(slow
 async def test_the_async_client_cancels_a_run_another_request_waits_for(slow_replica: Replica) -> None:
     async with AsyncChatbotClient(slow_replica.base_url, **caller()) as client:
         waiting = asyncio.create_task(client.run("client-cancel-async", QUESTION))
-        run_id = None
-        for _ in range(500):  # the user's message is durable before the answer starts
+
+        async def started_run() -> str | None:
             with contextlib.suppress(ChatbotError):  # 404 until the run has written the thread
                 page = await client.messages("client-cancel-async")
-                run_id = page.messages[-1].run_id if page.messages else None
-            if run_id:
-                break
-            await asyncio.sleep(0.02)
-        assert run_id is not None
+                return page.messages[-1].run_id if page.messages else None
+            return None
+
+        # The user's message is durable before the answer starts.
+        run_id = await wait_until(started_run, what="the run's message in the transcript")
+        assert run_id is not None  # wait_until returns only a truthy value
         await client.cancel("client-cancel-async", run_id)
         with pytest.raises(ConflictError) as raised:
             await waiting  # `run` waits for the end: a cancelled run raises its 409 problem

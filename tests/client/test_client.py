@@ -257,3 +257,23 @@ def test_a_503_that_clears_is_retried_until_it_succeeds(client: ChatbotClient, k
     assert end.status == "answered" and waits == [1.0, 1.0]  # Retry-After: 1, honoured each time
     assert recorder.paths == ["/v1/threads/c-flaky/runs"] * 3
     assert [m.role for m in client.messages("c-flaky").messages] == ["user", "assistant"]  # one run, not three
+
+
+def test_forget_fact_with_a_dot_segment_or_a_reserved_character_never_reaches_another_resource(
+    kb_replica: Replica,
+) -> None:
+    from chatbot.client import InvalidId
+
+    with client_for(kb_replica, user="u-dots") as client:
+        assert client.run("c-dots", "remember that my car is a Peugeot 206").status == "answered"
+        wait_until_sync(lambda: bool(client.memory().facts), what="the fact remembered", timeout=10)
+        kept = client.memory().facts
+        for refused in ("..", ".", ""):
+            with pytest.raises(InvalidId):
+                client.forget_fact(refused)
+        for odd in ("../..", "a/..", "?", "#", "%2e%2e", "..;", "a b", "x/../../..", "%00"):
+            with pytest.raises(ChatbotError) as caught:
+                client.forget_fact(odd)
+            assert caught.value.status == 404, odd
+        # Nothing of the user's memory went: `..` once resolved to `DELETE …/memory`.
+        assert client.memory().facts == kept

@@ -13,8 +13,12 @@ TargetlistAndFunctionsSupported):
   distributed table.
 On the run path and the page reads, every distributed table a statement reads or writes
 must have its distribution column equal to a parameter or a constant (directly, or through
-an equality with the column of a co-located table that is), in the conjunctive part of the
-WHERE or a join condition: a router statement, one shard.
+an equality with the column of a co-located table of the same query level that is), in the
+conjunctive part of the WHERE or a join condition: a router statement, one shard. A
+correlated subquery is no exception: its tables need an equality of their own, since an
+equality with the outer query's column (`bl.thread_id = checkpoints.thread_id`) makes Citus
+run the subquery on every shard (a real cluster showed it: tests/db/test_statement_audit.py
+checks the audit against the cluster's counts under `make test-citus`).
 
 Function volatility is read from the audit's own Postgres (`pg_proc`), by name: a name with
 any non-IMMUTABLE overload counts as non-IMMUTABLE. Operators and casts are not checked
@@ -233,6 +237,19 @@ class StatementAudit:
             findings.extend(_Checker(self, text, path).statement(raw.stmt))
         return findings
 
+    def distributed_tables(self, text: str) -> list[str]:
+        """Return the distributed tables a statement names (none when it does not parse)."""
+        try:
+            parsed = parse_sql(text)
+        except Exception:
+            return []
+        names: set[str] = set()
+        for raw in parsed:
+            checker = _Checker(self, text, "rare")
+            checker.walk(raw.stmt, None)
+            names.update(o.table for o in checker.occurrences if o.placement and o.placement.kind == "distributed")
+        return sorted(names)
+
 
 class _Checker:
     def __init__(self, audit: StatementAudit, text: str, path: Path) -> None:
@@ -358,7 +375,11 @@ class _Checker:
                 other_column = _column(b)
                 other = self.resolve(other_column, scope) if other_column else None
                 if other is not None and other.placement is not None and occurrence.placement is not None:
-                    if other.placement.group == occurrence.placement.group:
+                    # A correlation (a subquery's table equal to an outer query's) does not route:
+                    # Citus prunes each table by its own restrictions, and `bl.thread_id =
+                    # checkpoints.thread_id` in a subquery gives it none, so the subquery runs on
+                    # every shard. Only a join in one FROM carries the value across.
+                    if other.placement.group == occurrence.placement.group and other.scope == occurrence.scope:
                         self.links.append((other, occurrence))
 
     def select(self, stmt: ast.SelectStmt, parent: _Scope | None) -> None:

@@ -17,21 +17,24 @@ import os
 import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
+from decimal import Decimal
 from pathlib import Path
 
 import psycopg
 import pytest
 from typer.testing import CliRunner
 
+from chatbot.budgets.admin import BudgetTarget, set_budget
 from chatbot.cli.main import app as cli
 from chatbot.db.migrate import migrate
-from chatbot.db.placement import citus_sql, placement_of
+from chatbot.db.placement import apply_placement, citus_sql, placement_of
+from chatbot.models.usage import Usage
 from tests.db.statement_rules import Finding, StatementAudit
 from tests.db.statement_rules import Path as StatementPath
 from tests.fixtures.app import running_app, services_of
 from tests.fixtures.knowledge import DEMO_KB, load_demo_kb
 from tests.fixtures.messages import send_for_answer, send_for_events
-from tests.fixtures.postgres import create_database
+from tests.fixtures.postgres import citus_workers, create_database
 from tests.fixtures.tokens import auth
 
 REPO = Path(__file__).resolve().parents[2]
@@ -57,13 +60,45 @@ class Recorded:
 
 @dataclass
 class AuditServer:
-    """A Postgres with pg_stat_statements, and the maintenance URL to read it from."""
+    """A Postgres with pg_stat_statements, and the maintenance URL to read it from.
+
+    On a Citus coordinator (`make test-citus`) the audited database is a Citus database,
+    placed, and `citus_stat_statements` says which statements Citus ran on more than one shard.
+    """
 
     server_url: str
 
-    def reset(self) -> None:
+    @property
+    def citus(self) -> bool:
+        return citus_workers(self.server_url) is not None
+
+    def prepare(self, database_url: str) -> None:
+        """Place the migrated database's tables on a Citus coordinator, and count its statements there."""
+        if not self.citus:
+            return
+        asyncio.run(apply_placement(database_url))
+        with psycopg.connect(database_url, autocommit=True) as conn:
+            conn.execute("create extension if not exists pg_stat_statements")  # citus_stat_statements reads it
+
+    def reset(self, database_url: str | None = None) -> None:
         with psycopg.connect(self.server_url, autocommit=True) as conn:
             conn.execute("select pg_stat_statements_reset()")
+        if self.citus and database_url is not None:
+            with psycopg.connect(database_url, autocommit=True) as conn:
+                conn.execute("select citus_stat_statements_reset()")
+
+    def multi_shard(self, database_url: str) -> list[str]:
+        """Return the statements Citus ran on more than one shard since the last reset (none off Citus).
+
+        A router statement carries the distribution value it was routed by (`partition_key`);
+        one without it ran on every shard of a distributed table, or on a reference table's
+        one placement (the caller tells which by parsing it).
+        """
+        if not self.citus:
+            return []
+        with psycopg.connect(database_url, autocommit=True) as conn:
+            rows = conn.execute("select query from citus_stat_statements where partition_key is null").fetchall()
+        return [str(r[0]) for r in rows]
 
     def statements(self, database_url: str) -> list[tuple[str, int]]:
         name = psycopg.conninfo.conninfo_to_dict(database_url)["dbname"]
@@ -137,6 +172,12 @@ async def _runs(url: str, thread: str, other: str) -> dict[str, str]:
         # A follower on a replica that is not running the run: one replay and one poll.
         await services_of(client).run_replays.follow(thread, "0" * 8 + "-0000-4000-8000-" + "0" * 12)
         await services_of(client).memory.drain(10)
+        # A model call under budgets: its reservation and settlement (the offline model has none).
+        budgets = services_of(client).budgets
+        await set_budget(budgets.pool, BudgetTarget("acme", "each_user"), "day", "tokens", Decimal(10**6))
+        await set_budget(budgets.pool, BudgetTarget("acme", "tenant"), "month", "usd", Decimal(100))
+        held = await budgets.reserve("acme", "u1", kind="answer", models=["openai:audit"], input_tokens=100)
+        await budgets.settle(held, [Usage("answer", "openai:audit", 50, 5)])
     return {"run": first, "long": long["run_id"]}
 
 
@@ -168,8 +209,10 @@ async def _rare(url: str, thread: str, other: str) -> None:
         assert (await client.delete("/v1/users/u1", headers=auth())).status_code == 200
 
 
-def _drive(server: AuditServer, url: str) -> list[Recorded]:
+def _drive(server: AuditServer, url: str) -> tuple[list[Recorded], list[Recorded]]:
+    """Drive every phase; return what the service sent, and what the cluster ran on several shards."""
     seen: dict[str, Recorded] = {}
+    spread: dict[str, Recorded] = {}
 
     def collect(phase: StatementPath) -> None:
         for text, calls in server.statements(url):
@@ -179,11 +222,16 @@ def _drive(server: AuditServer, url: str) -> list[Recorded]:
                 seen[text] = Recorded(text, path, calls + (known.calls if known else 0))
             else:
                 seen[text] = Recorded(text, known.path, known.calls + calls)
-        server.reset()
+        for text in server.multi_shard(url):
+            path = "rare" if _starts(text, BACKGROUND) else phase
+            if text not in spread or ORDER[path] > ORDER[spread[text].path]:
+                spread[text] = Recorded(text, path, 1)
+        server.reset(url)
 
     env = {"CHATBOT_DATABASE_URL": url, "CHATBOT_ENVIRONMENT": "test"}
-    server.reset()
     asyncio.run(migrate(url))
+    server.prepare(url)
+    server.reset(url)
     asyncio.run(load_demo_kb(url))
     collect("rare")
     ids = asyncio.run(_runs(url, "audit-a", "audit-b"))
@@ -195,10 +243,13 @@ def _drive(server: AuditServer, url: str) -> list[Recorded]:
     _cli(env, "ingest", "--tenant", "acme", str(DEMO_KB))
     _cli(env, "retention", "--older-than", "0")
     _cli(env, "usage", "--since", "2000-01-01")
+    _cli(env, "budget", "set", "--tenant", "acme", "--user", "u2", "--daily", "1000", "--tokens")
+    _cli(env, "budget", "show", "--tenant", "acme")
+    _cli(env, "budget", "clear", "--tenant", "acme", "--user", "u2")
     _cli(env, "erase-user", "--tenant", "acme", "--user", "u9")
     _cli({**env, "CHATBOT_EXPORT_KEY": "audit-key-" + "z" * 30}, "feedback", "export", "--since", "2000-01-01")
     collect("rare")
-    return list(seen.values())
+    return list(seen.values()), list(spread.values())
 
 
 def _starts(text: str, keys: tuple[str, ...]) -> bool:
@@ -208,17 +259,25 @@ def _starts(text: str, keys: tuple[str, ...]) -> bool:
 
 def test_every_statement_routes_under_the_placement(audit_server: AuditServer) -> None:
     url = create_database(audit_server.server_url)
-    recorded = _drive(audit_server, url)
+    recorded, spread = _drive(audit_server, url)
     audit = StatementAudit(audit_server.volatility())
     findings: list[Finding] = []
     for statement in recorded:
         findings.extend(audit.check(statement.text, statement.path))
+    # On a real cluster: a run or page statement that Citus ran on several shards fails even
+    # when the rules above passed it (the audit is only as good as its model of the planner).
+    for statement in spread:
+        if statement.path != "rare" and audit.distributed_tables(statement.text):
+            detail = f"Citus ran it on more than one shard on the {statement.path} path"
+            findings.append(Finding("cluster-multi-shard", statement.text, detail))
     by_path = {p: sum(1 for r in recorded if r.path == p) for p in ORDER}
     assert by_path["run"] > 10 and by_path["page"] > 3 and by_path["rare"] > 10, by_path
     # Recall's index is written and searched on the run path, and read by the record.
     assert sum("thread_turns" in r.text for r in recorded if r.path == "run") >= 3
     assert any("thread_turns" in r.text for r in recorded if r.path == "page")
     assert not findings, "\n".join(str(f) for f in findings)
+    if audit_server.citus:
+        assert spread, "citus_stat_statements saw no multi-shard statement, not even the rare work's"
 
 
 def test_every_table_has_a_placement(audit_server: AuditServer) -> None:
@@ -259,6 +318,19 @@ def test_the_citus_sql_file_is_the_placement() -> None:
             "run",
             "not-routed",
         ),
+        (  # LangGraph's get-checkpoint read: its subquery names the thread only through the outer row
+            "select thread_id, (select array_agg(bl.blob) from checkpoint_blobs bl"
+            " where bl.thread_id = checkpoints.thread_id and bl.checkpoint_ns = checkpoints.checkpoint_ns)"
+            " from checkpoints where thread_id = $1 and checkpoint_ns = $2",
+            "run",
+            "not-routed",
+        ),
+        (  # LangGraph's delta-channel walk: the blob probe correlated in an EXISTS
+            "select checkpoint_id, exists (select 1 from checkpoint_blobs b0 where b0.thread_id = checkpoints.thread_id"
+            " and b0.channel = $1) as hb_0 from checkpoints where thread_id = $2 and checkpoint_id <= $3",
+            "run",
+            "not-routed",
+        ),
         (  # one writing CTE across the thread and tenant groups
             "with gone as (delete from thread_fences where thread_id = $1)"
             " delete from run_rate_windows where tenant_id = $2",
@@ -279,11 +351,15 @@ def test_the_audit_passes_router_statements() -> None:
         " on conflict (thread_id) do update set token = excluded.token",
         "select c.checkpoint from checkpoints c join checkpoint_blobs b on b.thread_id = c.thread_id"
         " where c.thread_id = $1",
+        # the service's get-checkpoint read: each subquery names the thread itself
+        "select thread_id, (select array_agg(bl.blob) from checkpoint_blobs bl where bl.thread_id = $1"
+        " and bl.checkpoint_ns = checkpoints.checkpoint_ns) from checkpoints where thread_id = $1",
         "delete from run_rate_windows where tenant_id = $1 and user_id = $2 and window_start < now()",
     ):
         assert audit.check(statement, "run") == [], statement
 
 
+@pytest.mark.plain_postgres(reason="every database there has the citus extension (tests/db/test_citus_placement.py)")
 def test_migrate_citus_says_when_the_database_has_no_citus(migrated_database_url: str) -> None:
     done = CliRunner().invoke(cli, ["migrate", "--citus"], env={"CHATBOT_DATABASE_URL": migrated_database_url})
     assert done.exit_code == 1

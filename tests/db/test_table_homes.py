@@ -25,6 +25,9 @@ HOMES: dict[str, frozenset[str]] = {
     "kb_terms": frozenset({"retrieval/queries.py"}),
     "maintenance_leases": frozenset({"ops/queries.py"}),
     "model_usage_daily": frozenset({"db/usage_totals.py"}),
+    "budgets": frozenset({"budgets/queries.py"}),
+    "budget_counters": frozenset({"budgets/queries.py"}),
+    "budget_reservations": frozenset({"budgets/queries.py"}),
     "thread_turns": frozenset({"recall/queries.py"}),
     "thread_terms": frozenset({"recall/queries.py"}),
 }

@@ -12,10 +12,15 @@ from datetime import UTC, datetime, timedelta
 
 import psycopg
 import pytest
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.base import empty_checkpoint
+from psycopg.rows import dict_row
 
 from chatbot.caller import CallerContext
+from chatbot.db.langgraph_tables import first_checkpoint_owner
 from chatbot.db.locks import Locks
 from chatbot.db.pool import Pool, connection_kwargs
+from chatbot.db.saver import PooledPostgresSaver
 from chatbot.threads.ratelimit import RateLimiter
 from tests.fixtures.postgres import settings_for
 
@@ -51,6 +56,27 @@ async def test_a_granted_lock_sets_the_fence_and_a_refused_one_leaves_it(
     assert again is not None and again.fence is not None
     assert _token(isolated_database_url, "t-lock") == again.fence.token
     await again.release()
+
+
+async def test_the_fence_statement_reads_the_threads_owner(
+    two_replicas: tuple[Locks, Locks], isolated_database_url: str
+) -> None:
+    first, _ = two_replicas
+    lease = await first.try_run("t-owner", "acme", "u1")
+    assert lease is not None and lease.owner is None  # no checkpoint yet: nobody owns the thread
+    await lease.release()
+    async with await psycopg.AsyncConnection.connect(
+        isolated_database_url, autocommit=True, row_factory=dict_row
+    ) as conn:
+        saver = PooledPostgresSaver(conn)
+        config: RunnableConfig = {"configurable": {"thread_id": "t-owner", "checkpoint_ns": ""}}
+        for user in ("u1", "u2"):  # the first checkpoint's writer is the owner
+            config = await saver.aput(config, empty_checkpoint(), {"tenant_id": "acme", "user_id": user}, {})  # type: ignore[typeddict-unknown-key]
+        assert await first_checkpoint_owner(conn, "t-owner") == ("acme", "u1")
+    lease = await first.try_run("t-owner", "acme", "u2")
+    assert lease is not None and lease.owner == ("acme", "u1")
+    assert _token(isolated_database_url, "t-owner") == (lease.fence.token if lease.fence else None)
+    await lease.release()
 
 
 async def test_a_lock_whose_fence_cannot_be_set_is_given_back(

@@ -44,20 +44,23 @@ FOUNDATION = frozenset(
         "tasks",  # stopping a background asyncio task
     }
 )
-FEATURES = frozenset({"agent", "models", "memory", "recall", "retrieval", "threads", "tracing", "client"})
+FEATURES = frozenset({"agent", "models", "memory", "recall", "retrieval", "threads", "tracing", "client", "budgets"})
 COMPOSITION = frozenset({"app", "services", "cli", "ops", "evaluation"})
 RANK = {**dict.fromkeys(FOUNDATION, 0), **dict.fromkeys(FEATURES, 1), **dict.fromkeys(COMPOSITION, 2)}
 
 # Which features a feature may import. Together they form one order (threads, tracing,
-# agent, then memory, models and retrieval at the bottom): the run path drives the graph,
-# the graph uses memory, the model responders and retrieval, and none of those looks up.
+# agent, then memory, budgets, models and retrieval at the bottom): the run path drives the
+# graph, the graph uses memory, the model responders and retrieval, and none of those looks
+# up. Budgets sit under every model call (the run's answer, the summary, the memory job)
+# and price with the models' prices.
 FEATURE_IMPORTS: Mapping[str, frozenset[str]] = {
-    "threads": frozenset({"agent", "recall", "retrieval", "tracing"}),
+    "threads": frozenset({"agent", "budgets", "recall", "retrieval", "tracing"}),
     "tracing": frozenset({"agent"}),  # reads a provider error's HTTP status (agent/modelcall.py)
-    "agent": frozenset({"memory", "models", "recall", "retrieval"}),
+    "agent": frozenset({"budgets", "memory", "models", "recall", "retrieval"}),
     # The thread's earlier turns: spelled as retrieval spells knowledge (retrieval/normalize.py).
     "recall": frozenset({"retrieval"}),
-    "memory": frozenset(),
+    "memory": frozenset({"budgets"}),
+    "budgets": frozenset({"models"}),
     "models": frozenset(),
     "retrieval": frozenset(),
     "client": frozenset(),
@@ -183,10 +186,10 @@ def test_every_package_and_top_level_module_has_a_layer() -> None:
 def test_the_walk_sees_the_imports_the_code_makes() -> None:
     edges = module_edges()
     # Known imports, one per kind: plain `from x import y`, `from chatbot import module`,
-    # an import inside a function (cli/replay.py imports the saver where it needs it).
+    # an import inside a function (cli/replay.py imports the record reader where it needs it).
     assert ("chatbot.agent.nodes", "chatbot.memory.namespaces") in edges
     assert ("chatbot.agent.nodes", "chatbot.metrics") in edges
-    assert ("chatbot.cli.replay", "chatbot.db.saver") in edges
+    assert ("chatbot.cli.replay", "chatbot.threads.record") in edges
 
 
 def test_no_import_points_up_a_layer_or_against_the_feature_order() -> None:

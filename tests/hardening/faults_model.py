@@ -19,7 +19,7 @@ from langchain_core.outputs import ChatGenerationChunk, ChatResult
 
 TOOL = "StructuredAnswer"  # the title of the schema `ask_model` asks for
 PIECE = 9  # characters of tool-call arguments per streamed chunk (more for a huge answer)
-MAX_PIECES = 20  # the streaming parse is quadratic in pieces x length (docs/reliability.md)
+MAX_PIECES = 20  # the streaming parse is quadratic in pieces x length (docs/measurements/reliability.md)
 
 
 class ProviderError(Exception):
@@ -97,7 +97,7 @@ class FaultModel(BaseChatModel):
             arguments = json.dumps({"status": script.status, "answer": script.answer, "citations": []})
         size = max(PIECE, len(arguments) // MAX_PIECES + 1)
         pieces = [arguments[i : i + size] for i in range(0, len(arguments), size)]
-        for index, piece in enumerate(pieces):
+        for index, piece in enumerate(pieces):  # not polling: a faulty model's paced stream
             yield _chunk(piece, index == 0)
             if index == len(pieces) // 2 and script.mode in ("hang-mid", "raise-mid"):
                 if script.mode == "hang-mid":

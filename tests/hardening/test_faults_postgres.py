@@ -7,7 +7,7 @@ streaming: the run ends (answered, or `503`), never hangs. After each, once the 
 is ready again, every acknowledged message is in its thread once, no answer is
 half-written, no lock is left behind, and the next run answers.
 
-A third case restarts Postgres while a replica sits idle (docs/reliability.md): the first
+A third case restarts Postgres while a replica sits idle (docs/measurements/reliability.md): the first
 request after it must be served at once, not answer `503` after walking the pool's dead
 connections. `make test` runs one restart; `make faults` (which sets `CHATBOT_FAULT_KILLS`)
 runs `CHATBOT_FAULT_RESTARTS` (default 5) with 15 s of idleness each.
@@ -146,7 +146,7 @@ async def test_postgres_restarted_while_a_replica_is_idle_serves_the_first_reque
     firsts: list[float] = []
     try:
         async with httpx.AsyncClient(base_url=replica.base_url, timeout=60) as client:
-            for round_ in range(RESTARTS):
+            for round_ in range(RESTARTS):  # not polling: rounds of load, each idling through a restart
                 threads = [f"pg-idle-{round_}-{i}" for i in range(CONCURRENT)]
                 # 24 requests 12 at a time, so the pool holds a dozen connections...
                 for _ in range(2):

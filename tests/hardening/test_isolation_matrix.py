@@ -47,6 +47,7 @@ import pytest
 
 from tests.fixtures.app import Replica, running_app
 from tests.fixtures.sse import events_of
+from tests.fixtures.wait import wait_until
 from tests.hardening.isolation_probes import RIDER_FIGURE, a_only_chunks, ingest_knowledge, probe_and_remember
 from tests.hardening.isolation_world import (
     CALLERS,
@@ -228,7 +229,7 @@ async def _owners_talk_while_others_are_refused(world: World, threads: list[Thre
 
     Every one of theirs is refused (404). A refused run used to take the thread's lock before
     its owner check, so the owner's own runs met `409 a run is already in flight` with nothing
-    of theirs in flight (4 times out of 8; docs/reliability.md).
+    of theirs in flight (4 times out of 8; docs/measurements/reliability.md).
     """
     ledger = world.ledger
     done = {t.id: asyncio.Event() for t in threads}
@@ -422,17 +423,17 @@ _OWNER_READ = "select metadata ->> 'tenant_id' as tenant_id%"  # the owner check
 
 async def _blocked_owner_reads(conn: psycopg.AsyncConnection[Any], count: int) -> None:
     """Wait until `count` owner checks of the app wait on the lock the test holds on `checkpoints`."""
-    for _ in range(1000):
+
+    async def waiting() -> bool:
         cur = await conn.execute(
             "select count(*) from pg_stat_activity where datname = current_database() "
             "and wait_event_type = 'Lock' and query like %s",
             (_OWNER_READ,),
         )
         row = await cur.fetchone()
-        if row is not None and row[0] >= count:
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"fewer than {count} owner checks ever waited")
+        return row is not None and row[0] >= count
+
+    await wait_until(waiting, what=f"{count} owner checks waiting on the lock")
 
 
 async def test_another_callers_refused_run_never_holds_the_owners_thread(migrated_database_url: str) -> None:

@@ -14,6 +14,7 @@ from chatbot.memory.writer import offline_extractor
 from tests.fixtures.app import running_app, services_of
 from tests.fixtures.catalogue import rows_containing
 from tests.fixtures.tokens import auth
+from tests.fixtures.wait import wait_until
 from tests.memory.test_memory_e2e import memory_of, say
 
 EN = {"locale": "en-US"}
@@ -24,13 +25,13 @@ def _run_id(events: list[tuple[str, dict[str, Any]]]) -> str:
 
 
 async def _facts_when(client: httpx.AsyncClient, done: Any, **token: Any) -> list[dict[str, Any]]:
-    """Poll GET memory until `done(facts)` holds (memory lands after the answer)."""
-    for _ in range(200):
-        facts = (await memory_of(client, **token))["facts"]
-        if done(facts):
-            return facts
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"memory never settled: {facts}")
+    """Wait until GET memory's facts make `done(facts)` hold (memory lands after the answer)."""
+
+    async def settled() -> list[dict[str, Any]] | None:
+        facts: list[dict[str, Any]] = (await memory_of(client, **token))["facts"]
+        return facts if done(facts) else None
+
+    return await wait_until(settled, what="the remembered facts")
 
 
 def _job_rows(url: str, user: str) -> int:

@@ -14,6 +14,7 @@ from chatbot.memory.jobs import MemoryJob
 from chatbot.memory.writer import offline_extractor
 from tests.fixtures.app import running_app, services_of
 from tests.fixtures.tokens import Caller
+from tests.fixtures.wait import wait_until
 from tests.memory.test_memory_e2e import memory_of, say, wait_for_fact
 
 EN: Caller = {"locale": "en-US"}
@@ -107,10 +108,7 @@ async def test_memory_nobody_uses_is_removed_after_its_ttl(isolated_database_url
         await wait_for_fact(client, "Yazd", **EN)
         assert store_rows(url, "u1")
         # Nobody reads or writes it now; the store's sweeper deletes the rows themselves.
-        for _ in range(300):  # up to a minute on a loaded machine
-            if not store_rows(url, "u1"):
-                break
-            await asyncio.sleep(0.2)
+        await wait_until(lambda: not store_rows(url, "u1"), what="the sweeper deleting the rows", timeout=60)
         assert store_rows(url, "u1") == []
         assert await memory_of(client, **EN) == {"user_id": "u1", "profile": {}, "facts": []}
         # Memory written afterwards is remembered again.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from langchain_core.callbacks import AsyncCallbackManagerForLLMRun
 from langchain_core.messages import BaseMessage
 from langchain_core.outputs import ChatResult
@@ -11,6 +12,7 @@ from langchain_core.outputs import ChatResult
 from chatbot.memory.jobs import MemoryJob
 from chatbot.memory.model_extraction import model_extractor
 from tests.fixtures.models import ScriptedChatModel
+from tests.fixtures.provider_double import Behaviour, ProviderDouble
 
 
 def _job(text: str) -> MemoryJob:
@@ -88,3 +90,21 @@ async def test_the_model_is_asked_only_when_the_writer_says_something_about_them
     for statement in ("I drive a Peugeot 206, what does body cover?", "من در اصفهان زندگی می‌کنم."):
         await extract(_job(statement))
     assert len(model.calls) == 2
+
+
+async def test_negative_token_counts_from_the_memory_model_keep_the_fact_and_count_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A real provider package against the wire double, reporting counts below zero.
+    from langchain_openai import ChatOpenAI
+
+    monkeypatch.setenv("OPENAI_API_KEY", "test-key")
+    reply = {"facts": [{"text": "I drive a Toyota Corolla 2019", "category": "vehicle"}]}
+    with ProviderDouble() as double:
+        double.default = Behaviour(obj=reply, usage=(-5, -7, -1))
+        model = ChatOpenAI(model="gpt-4o-mini", base_url=double.openai_base_url, max_retries=0)
+        found = await model_extractor(model, timeout=10, name="openai:gpt-4o-mini")(
+            _job("I drive a Toyota Corolla 2019, what does body cover?")
+        )
+        assert len(double.requests) == 1
+    assert [f.text for f in found.facts] == ["I drive a Toyota Corolla 2019"]

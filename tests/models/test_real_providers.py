@@ -1,5 +1,5 @@
 """The service through the real provider packages, against the wire double: every answer complete,
-every failure named, every token counted (CONTRACT.md "Real models").
+every failure named, every token counted (docs/contract.md, "Real models").
 
 Each case runs on the three ways a structured answer travels: OpenAI `response_format`
 json_schema (gpt-4o*), an OpenAI forced tool call (gpt-4-turbo) and an Anthropic forced
@@ -295,3 +295,87 @@ async def test_a_hung_summary_call_delays_the_answer_by_its_own_bound_only(
             assert events[-1][0] == "end"
     assert any(r.model == "gpt-4o" for r in double.requests)  # a fold was tried
     assert slowest < 10  # the summary's 0.5 s bound, never the provider's 30 s
+
+
+CALL_TOKENS_MAX = 10_000_000  # docs/records.md: one call's counts are clamped to [0, this]
+
+
+async def post_within(client: httpx.AsyncClient, thread: str, tenant: str) -> list[tuple[str, dict[str, Any]]]:
+    """Send a message and read its whole stream, failing (not hanging) when it has no end within 20 s."""
+    response = await asyncio.wait_for(
+        client.post(
+            f"/v1/threads/{thread}/runs",
+            json={"message": {"content": QUESTION}},
+            headers=auth(tenant=tenant, **EN),
+        ),
+        20,
+    )
+    assert response.status_code == 200, response.text
+    return parse_sse(response.text)
+
+
+@pytest.mark.parametrize("reported", ["huge", "negative"])
+async def test_odd_token_counts_are_clamped_where_they_enter_and_the_run_always_ends(
+    kb_database_url: str, double: ProviderDouble, path: str, reported: str
+) -> None:
+    double.default = Behaviour(usage=(10**30, 2**63, 10**30) if reported == "huge" else (-5, -7, -1))
+    tenant = f"odd-{reported}-{path}"
+    async with service(kb_database_url, double, path) as client:
+        pool = client.app.state.services.pool  # type: ignore[attr-defined]
+        async with pool.connection() as conn:
+            # A tenant whose daily totals are already at the top of bigint: the addition saturates.
+            await conn.execute(
+                "insert into model_usage_daily (tenant_id, day, model, kind, calls, input_tokens, output_tokens,"
+                " cached_input_tokens) values (%s, (now() at time zone 'utc')::date, %s, 'answer', 1, %s, %s, 0)",
+                (tenant, PATHS[path][0], 2**63 - 2, 2**63 - 2),
+            )
+        for turn in range(2):
+            events = await post_within(client, f"{tenant}-{turn}", tenant)
+            name, end = events[-1]
+            assert name == "end" and end["status"] == "answered", events[-1]
+        rec = await client.get(f"/v1/threads/{tenant}-1/runs/{end['run_id']}", headers=auth(tenant=tenant, **EN))
+        (call,) = rec.json()["usage"]
+        expected = CALL_TOKENS_MAX if reported == "huge" else 0
+        assert (call["input_tokens"], call["output_tokens"]) == (expected, expected)
+        assert call["cached_input_tokens"] <= call["input_tokens"]
+        async with pool.connection() as conn:
+            row = await (
+                await conn.execute(
+                    "select calls, input_tokens, output_tokens from model_usage_daily where tenant_id = %s", (tenant,)
+                )
+            ).fetchone()
+    assert row is not None and row["calls"] == 3
+    top = 2**63 - 1 if reported == "huge" else 2**63 - 2
+    assert (row["input_tokens"], row["output_tokens"]) == (top, top)
+
+
+async def test_line_separators_in_an_answer_reach_the_user_whole(
+    kb_database_url: str, double: ProviderDouble, path: str
+) -> None:
+    # U+2028, U+2029 and U+0085 are not SSE line ends: a provider writes them raw inside its JSON.
+    answer = "Line one\u2028line two\u2029line three\u0085and the rest\x0b\x0c\x1c of it, " + english_answer(200)
+    double.default = Behaviour(answer=answer, piece_chars=7)
+    async with service(kb_database_url, double, path) as client:
+        events = await run(client, f"separators-{path}")
+    name, end = events[-1]
+    assert name == "end" and end["status"] == "answered", events[-1]
+    assert end["message"]["content"] == answer == shown(events)
+
+
+@pytest.mark.parametrize("path", ["openai-json-schema", "openai-tools"])
+async def test_a_providers_huge_retry_after_is_passed_on_bounded(
+    kb_database_url: str, double: ProviderDouble, path: str
+) -> None:
+    # OpenAI's SDK retries at once when the wait is over 60 s, so the run ends with the 429.
+    # (Anthropic's SDK sleeps whatever the provider asks before its retry: that run ends at
+    # the answer's total time limit instead, a 504, never waiting longer.)
+    double.default = Behaviour(http_status=429, retry_after=999999)
+    async with service(kb_database_url, double, path) as client:
+        response = await client.post(
+            f"/v1/threads/limited-huge-{path}/runs",
+            json={"message": {"content": QUESTION}},
+            headers=auth(**EN) | {"Accept": "application/json"},
+        )
+    assert response.status_code == 503 and response.json()["reason"] == "model_rate_limited"
+    # docs/api.md: a provider's wait is passed on up to 300 s.
+    assert response.json()["retry_after"] == 300 and response.headers["retry-after"] == "300"

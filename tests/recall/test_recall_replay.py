@@ -42,9 +42,7 @@ async def test_replay_and_eval_give_the_recalled_turns_as_the_model_got_them(
         )
         assert rated.status_code == 204
         services = services_of(client)
-        resolved = await read_run_record(
-            services.pool, services.saver.serde, services.locks, "replayed", record["run_id"], "acme"
-        )
+        resolved = await read_run_record(services.pool, services.locks, "replayed", record["run_id"], "acme")
         assert resolved is not None
         # `chatbot replay`: the recalled turns have a section, and the system message rebuilt is the one sent.
         sections = dict((title, lines) for title, lines in record_sections(resolved, system_message=True))
@@ -53,7 +51,6 @@ async def test_replay_and_eval_give_the_recalled_turns_as_the_model_got_them(
         assert sections["System message as sent"] == [str(windows[-1][0].content)]
         cases = await rated_cases(
             services.pool,
-            services.saver.serde,
             services.locks,
             tenant_id="acme",
             since=datetime.now(UTC) - timedelta(hours=1),

@@ -94,7 +94,7 @@ class VirtualUser:
     async def soak(self, deadline: float, think: float) -> None:
         """Run operations until the loop's clock passes `deadline`."""
         loop = asyncio.get_running_loop()
-        while loop.time() < deadline:
+        while loop.time() < deadline:  # not polling: the soak's traffic, for its duration
             kind = self.next_kind()
             try:
                 await self.operations[kind]()
@@ -294,7 +294,7 @@ class VirtualUser:
         await post_and_hang_up(self.bases[self.replica()], ledger.thread_id, content, self.tokens())
         self.tally.add("run (stream)", None)
         ledger.maybe[content] += 1
-        for refused in range(40):
+        for refused in range(40):  # not polling: a client's resend policy after a 409
             outcome = await self.stream_run(self.clients[self.replica()], ledger, content)
             if outcome != "409":
                 waited = "after 409" if refused else "at once"

@@ -19,6 +19,7 @@ from chatbot.threads._stream import Listener, StreamEvent
 from tests.fixtures.app import running_app, services_of
 from tests.fixtures.provider_double import Behaviour, ProviderDouble
 from tests.fixtures.tokens import auth
+from tests.fixtures.wait import wait_until
 
 CALLER = CallerContext("acme", "u1", "en-US")
 EN = {"locale": "en-US"}
@@ -137,11 +138,9 @@ async def test_a_cancel_of_an_unknown_run_or_of_another_callers_thread_is_404(
 async def test_a_cancelled_run_in_json_mode_answers_the_409_problem(slow_client: httpx.AsyncClient) -> None:
     waiting = asyncio.create_task(ask(slow_client, "stop-4", "What does travel insurance cover?"))
     runs = runs_of(slow_client)
-    for _ in range(1000):  # until the run has started on this replica
-        started = [r for r, s in runs._runs.items() if s.thread_id == "stop-4"]
-        if started:
-            break
-        await asyncio.sleep(0.01)
+    started = await wait_until(
+        lambda: [r for r, s in runs._runs.items() if s.thread_id == "stop-4"], what="the run started on this replica"
+    )
     (run_id,) = started
     await until_token(runs._runs[run_id].listen())
     assert (await slow_client.post(cancel_url("stop-4", run_id), headers=auth(**EN))).status_code == 202
@@ -155,7 +154,7 @@ async def test_a_cancel_racing_the_end_has_exactly_one_outcome(migrated_database
     async with running_app(migrated_database_url) as client:
         runs = runs_of(client)
         outcomes = {True: 0, False: 0}
-        for turn in range(50):
+        for turn in range(50):  # not polling: races at random offsets, not a wait
             thread = f"race-{turn}"
             listener = await runs.start(thread, CALLER, "Hi")
             # Even turns cancel at once (the cancel wins); odd ones anywhere up to well past the end.

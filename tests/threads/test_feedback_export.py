@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from typer.testing import CliRunner
 
 from chatbot.agent.state import RECENT_MESSAGES
@@ -90,7 +89,7 @@ async def open_test_pool(url: str) -> Pool:
 
 async def exported(pool: Pool, since: datetime, key: bytes | None = None) -> list[dict[str, Any]]:
     """Return every record the export yields for `since`."""
-    return [record async for record in export_feedback(pool, AsyncPostgresSaver(pool), since, key=key)]
+    return [record async for record in export_feedback(pool, since, key=key)]
 
 
 def without_rated_at(records: list[dict[str, Any]]) -> list[dict[str, Any]]:

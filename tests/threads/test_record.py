@@ -65,10 +65,7 @@ async def test_the_record_shows_the_window_the_model_was_given_before_and_after_
         state = services_of(client)
         prompt = await prompt_text(state.pool, records[0]["context"]["system_prompt_sha256"])
         # What the command-line replay also shows: the system message rebuilt from the record.
-        rebuilt = [
-            (await read_run_record(state.pool, state.saver.serde, state.locks, "record-folds", e["run_id"], "acme"))
-            for e in ends
-        ]
+        rebuilt = [(await read_run_record(state.pool, state.locks, "record-folds", e["run_id"], "acme")) for e in ends]
     assert len(windows) == len(records) == 16
     summaries = [r["context"]["summary"] for r in records]
     assert summaries[0] == "" and summaries[-1] != ""  # runs before and after a fold

@@ -76,9 +76,7 @@ async def test_replay_draws_panels_on_a_terminal(kb_database_url: str) -> None:
             )
         ).json()
         state = services_of(client)
-        record = await read_run_record(
-            state.pool, state.saver.serde, state.locks, "replay-panels", end["run_id"], "acme"
-        )
+        record = await read_run_record(state.pool, state.locks, "replay-panels", end["run_id"], "acme")
     assert record is not None
     console = Console(force_terminal=True, record=True, width=100)
     render(record_sections(record), console)

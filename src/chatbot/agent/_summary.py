@@ -54,6 +54,24 @@ _TOPIC_CHARS = 90
 # Each dropped message is cut before it is sent to a summarising model, so a fold of many
 # long turns stays one bounded call.
 _TRANSCRIPT_MESSAGE_CHARS = 1200
+# A reply this long is no summary (a transcript echoed back, a page of HTML): discarded, not
+# cut, and the fold retried on a later turn. Shorter replies over the bound are cut (`_bound`).
+SUMMARY_REPLY_MAX_CHARS = 4 * SUMMARY_MAX_CHARS
+# What a gateway or a provider sends with status 200 in place of a reply (peers report such
+# bodies becoming the summary): an error's opening words, a JSON error object, an HTML page.
+_LOOKS_LIKE_AN_ERROR = re.compile(
+    r"""^\W{0,3}(?:
+        \{\s*"?(?:error|detail|message|status)"?\s*:
+      | <(?:!doctype|html|head|body)\b
+      | (?:an?\s+)?(?:unexpected\s+|internal\s+)?(?:error|exception)\b
+      | (?:internal\s+server\s+error|bad\s+gateway|service\s+(?:temporarily\s+)?unavailable|gateway\s+time-?out)\b
+      | (?:rate\s+limit|too\s+many\s+requests|quota\s+exceeded|request\s+(?:failed|timed\s+out))\b
+      | upstream\s+(?:connect\s+)?error\b
+      | traceback\s+\(most\s+recent\s+call\s+last\)
+      | (?:status|http)\s*[:=]?\s*[45]\d\d\b
+    )""",
+    re.IGNORECASE | re.VERBOSE,
+)
 _WHITESPACE = re.compile(r"\s+")
 _CITATION = re.compile(r"\s*\[chunk:[^\]]*\]")
 _SENTENCE_END = re.compile(r"(?<=[.!?؟])\s")
@@ -290,6 +308,11 @@ async def fold_summary(
     if on_usage is not None:
         on_usage(Usage.from_metadata("summary", model.spec, getattr(reply, "usage_metadata", None)))
     if not _lines(text):
+        return previous
+    if len(text) > SUMMARY_REPLY_MAX_CHARS or _LOOKS_LIKE_AN_ERROR.match(text):
+        # Kept out of the thread for good: a summary rides in every later window and hand-off.
+        reason = "too_long" if len(text) > SUMMARY_REPLY_MAX_CHARS else "error_text"
+        log.warning("summary reply discarded; keeping the previous summary", extra={"reason": reason})
         return previous
     if not opening:
         return "\n".join(_head(_lines(text), OPENING_MAX_CHARS))

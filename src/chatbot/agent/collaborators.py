@@ -9,6 +9,7 @@ from typing import Any
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import BaseMessage
 
+from chatbot.budgets.service import Budgets
 from chatbot.caller import CallerContext
 from chatbot.config import Settings
 from chatbot.memory.jobs import MemorySink, drop_memory_job
@@ -56,6 +57,9 @@ class AgentDeps:
     """Sees every model window built (tests and diagnostics); must not keep references long."""
     prompt_registry: PromptRegistry | None = None
     """Keeps the text of each system prompt a run record names by hash; None: not kept."""
+    budgets: Budgets | None = None
+    """Spending caps a summary fold's model call is reserved against (budgets/); None: unchecked.
+    The answer call's reservation is the run service's, made before the run starts."""
     recall: Recaller | None = None
     """Finds the thread's earlier turns that left the window (recall/); None: no recall (Studio)."""
 

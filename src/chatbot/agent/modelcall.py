@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import json
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -19,7 +20,8 @@ from langchain_core.messages import BaseMessage
 from pydantic import BaseModel, Field, ValidationError
 
 from chatbot import metrics
-from chatbot.failures import FailureReason
+from chatbot.agent._tokens import token_counter_for
+from chatbot.failures import FailureReason, bounded_retry_after
 from chatbot.models.answer_field import valid_unicode
 from chatbot.models.chain import ChainEntry
 from chatbot.models.reply import Reply
@@ -89,6 +91,19 @@ class StructuredAnswer(BaseModel):
 
 # As JSON schema: the request carries it as is, and the answer is read as JSON text.
 _ANSWER_SCHEMA = StructuredAnswer.model_json_schema()
+# Input an answer call sends beside its window's messages, which the window does not count:
+# the schema, the structured-output tool or format around it, each message's framing.
+_REQUEST_OVERHEAD_TOKENS = 256
+
+
+def answer_input_bound(model: str, context_tokens: int) -> int:
+    """Return the most input tokens an answer call may send: a full window plus its schema.
+
+    A budget reserves this (plus the output cap) before the run starts, when the window is
+    not built yet: the window never passes `context_tokens` (agent/_window.py).
+    """
+    schema = token_counter_for(model).count_text(json.dumps(_ANSWER_SCHEMA, ensure_ascii=False))
+    return context_tokens + schema + _REQUEST_OVERHEAD_TOKENS
 
 
 _FALLBACK = {
@@ -129,6 +144,7 @@ async def ask_model(
     language: str,
     limits: TimeLimits,
     on_delta: Callable[[str], None],
+    on_cancelled: Callable[[Usage], None] | None = None,
 ) -> ModelAnswer:
     """Ask the chain for a structured answer, streaming its `answer` field as it arrives.
 
@@ -147,6 +163,13 @@ async def ask_model(
         started = time.perf_counter()
         try:
             await stream_structured(entry, window, _ANSWER_SCHEMA, limits=bounds, on_delta=on_delta, into=state)
+        except asyncio.CancelledError:
+            # Stopped (a user's cancel): the calls so far still cost the tenant, and the run's
+            # record keeps them (docs/records.md), so they go to `on_cancelled` on the way out.
+            if on_cancelled is not None:
+                for call in (*usage, _cut_usage(entry.spec, window, state)):
+                    on_cancelled(call)
+            raise
         except StreamTimeout as exc:
             usage.append(Usage.from_metadata("answer", entry.spec, state.usage))
             _count(entry.spec, "timeout", started)
@@ -195,6 +218,19 @@ async def ask_model(
         reply = _reply(state, known_chunk_ids, language, on_delta, entry.spec, started)
         return ModelAnswer(reply, entry.spec, usage)
     raise ModelFailure("EmptyChain", reason="model_failed", usage=usage)
+
+
+def _cut_usage(spec: str, window: Sequence[BaseMessage], state: Streamed) -> Usage:
+    """Return the usage of a call stopped mid-stream: the provider's counts when it sent them.
+
+    A provider reports a streamed call's counts only at its end, which a cut call never
+    reaches; then the prompt and the text streamed so far are counted as the service counts
+    its window (agent/_tokens.py), an estimate rather than nothing.
+    """
+    if state.usage is not None:
+        return Usage.from_metadata("answer", spec, state.usage)
+    counter = token_counter_for(spec)
+    return Usage("answer", spec, counter.count_messages(window), counter.count_text(state.answer))
 
 
 def _reply(
@@ -304,7 +340,14 @@ def provider_status(exc: BaseException) -> int | None:
 
 
 def retry_after(exc: BaseException) -> float | None:
-    """Return the seconds the provider asked to wait (`retry-after-ms` or `Retry-After`), if it did."""
+    """Return the seconds the provider asked to wait (`retry-after-ms` or `Retry-After`), if it did.
+
+    Bounded to [0, RETRY_AFTER_MAX_SECONDS] (failures.py) where it enters.
+    """
+    return bounded_retry_after(_provider_wait(exc))
+
+
+def _provider_wait(exc: BaseException) -> float | None:
     for current in _causes(exc):
         headers = getattr(getattr(current, "response", None), "headers", None)
         if headers is None:

@@ -29,18 +29,27 @@ from chatbot.agent.state import (
     WINDOW_HISTORY,
     ConversationState,
 )
+from chatbot.budgets.service import BudgetExhausted, Held
 from chatbot.db.run_record import RecordedRun
 from chatbot.failures import Failure
 from chatbot.memory.extraction import MemoryCandidates, extract_offline
 from chatbot.memory.jobs import MemoryJob
 from chatbot.memory.namespaces import PROFILE_KEY, facts_namespace, profile_namespace, user_prefix
-from chatbot.models.offline import MemoryRequest, offline_reply, split_tokens
+from chatbot.models.chain import ChainEntry
+from chatbot.models.offline import MemoryRequest, offline_reply, rank_candidates, split_tokens
 from chatbot.models.reply import Reply
 from chatbot.models.usage import Usage
 from chatbot.retrieval.search import RetrievedChunk
 from chatbot.timestamps import now_rfc3339
 
 RECENT_IN_HANDOFF = 10
+# A summary fold's request beside the messages it folds: its instructions and task template.
+_FOLD_OVERHEAD_TOKENS = 1024
+
+
+# Retrieved chunks a run keeps (the model's prompt, the record); the retriever finds more,
+# for the offline responder to rank by section first (models/offline.py).
+MODEL_CHUNKS = 5
 
 
 class Nodes:
@@ -84,6 +93,9 @@ class Nodes:
         emit(StageProgress("retrieval", status="started"))
         question = str(state["messages"][-1].text)
         chunks = [RetrievedChunk.from_state(c) for c in await self.deps.retriever(runtime.context.caller, question)]
+        if not self.deps.answer_chain():
+            chunks = await self._offline_chunks(state, runtime.context, question, chunks)
+        chunks = chunks[:MODEL_CHUNKS]
         emit(StageProgress("retrieval", chunks=len(chunks)))
         # The text stays in this run's memory; state (and so any checkpoint) gets ids only.
         runtime.context.result.chunks = chunks
@@ -91,6 +103,24 @@ class Nodes:
         # A partial record (no status): what a run that fails from here on retrieved.
         partial = RecordedRun(runtime.context.run_id, model=self.settings.model, retrieved=chunk_versions(chunks))
         return {"retrieved": refs, "record": partial.dump()}
+
+    async def _offline_chunks(
+        self, state: ConversationState, ctx: Context, question: str, chunks: list[RetrievedChunk]
+    ) -> list[RetrievedChunk]:
+        """Order the candidates for the offline responder, the thread's topic included.
+
+        A model reads the thread and resolves "and for the premium plan?" itself; the offline
+        responder can only quote what was retrieved, so a follow-up is also searched with the
+        question before it, and the candidates are ranked by section (models/offline.py).
+        """
+        earlier = [str(m.text) for m in state["messages"][:-1] if isinstance(m, HumanMessage)][-2:]
+        if earlier:
+            found = await self.deps.retriever(ctx.caller, f"{earlier[-1]} {question}")
+            seen = {c.chunk_id for c in chunks}
+            chunks = chunks + [RetrievedChunk.from_state(c) for c in found if str(c["chunk_id"]) not in seen]
+        by_id = {c.chunk_id: c for c in chunks}
+        ranked = rank_candidates(question, _as_mappings(chunks), language=ctx.language, thread=earlier)
+        return [by_id[str(c["chunk_id"])] for c in ranked]
 
     async def generate(self, state: ConversationState, runtime: Runtime[Context]) -> dict[str, Any]:
         """Answer the question from the window, stream it, and decide the turn's status."""
@@ -125,6 +155,8 @@ class Nodes:
                 language=ctx.language,
                 unanswered_streak=streak,
                 memory_request=_memory_request(candidates),
+                profile=state.get("profile") or {},
+                facts=state.get("facts") or [],
             )
             await self._stream_offline(reply.content, _events(ctx))
             self._usage(ctx).append(Usage("answer", model))
@@ -302,19 +334,42 @@ class Nodes:
         # call (and one window rebuild) per FOLD_BATCH messages, at most four turns behind.
         if end - start < FOLD_BATCH:
             return window, summary, {}
-        folded = await fold_summary(
-            summary,
-            history[start:end],
-            ctx.language,
-            self.deps.summariser(),
-            timeout=self.settings.summary_timeout_seconds,
-            on_usage=self._usage(ctx).append,
-        )
+        try:
+            folded = await self._fold(summary, history[start:end], ctx)
+        except BudgetExhausted:
+            # Skipped, not failed: the same messages are folded on a later turn that fits.
+            metrics.SUMMARY_FOLDS.labels("over_budget").inc()
+            return window, summary, {}
         metrics.SUMMARY_FOLDS.labels("ok" if folded != summary else "unchanged").inc()
         if folded == summary:  # a failed fold keeps the old summary; a later turn retries
             return window, summary, {}
         window = self._window(state, history, question, folded, chunks, ctx.language)
         return window, folded, {"summary": folded, "summarized_through": str(history[end - 1].id)}
+
+    async def _fold(self, summary: str, dropped: list[Any], ctx: Context) -> str:
+        """Fold `dropped` into the summary; with budgets, under a reservation of the fold's worst case."""
+        model = self.deps.summariser()
+        budgets = self.deps.budgets
+        if model is None or budgets is None:
+            return await self._fold_call(summary, dropped, ctx, model, None)
+        # The fold sends at most these messages (cut shorter) beside the summary and its prompt.
+        bound = self.counter.count_messages(dropped) + self.counter.count_text(summary) + _FOLD_OVERHEAD_TOKENS
+        async with budgets.held(
+            ctx.tenant_id, ctx.user_id, kind="summary", models=[model.spec], input_tokens=bound
+        ) as held:
+            return await self._fold_call(summary, dropped, ctx, model, held)
+
+    async def _fold_call(
+        self, summary: str, dropped: list[Any], ctx: Context, model: ChainEntry | None, held: Held | None
+    ) -> str:
+        def used(call: Usage) -> None:
+            self._usage(ctx).append(call)
+            if held is not None:
+                held.used(call)
+
+        return await fold_summary(
+            summary, dropped, ctx.language, model, timeout=self.settings.summary_timeout_seconds, on_usage=used
+        )
 
     @staticmethod
     def _fold_range(history: list[Any], summarized_through: str | None, window: Window) -> tuple[int, int]:
@@ -405,6 +460,7 @@ class Nodes:
                 total=settings.model_timeout_seconds,
             ),
             on_delta=lambda delta: emit(Token(delta)),
+            on_cancelled=self._usage(ctx).append,
         )
 
     def _handoff(

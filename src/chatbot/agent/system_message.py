@@ -7,14 +7,23 @@ Separate from the window builder so a run record can rebuild the exact text from
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from chatbot.agent._prompts import SECTION_LABELS, TRUNCATION_MARKERS, language_key
+from chatbot.memory.pii import normalize_for_pii
 from chatbot.text import cut_at_word, looks_persian
 
-__all__ = ["SystemCuts", "compose_system_text", "cut_text", "format_system_prompt", "shorten_question"]
+__all__ = [
+    "SystemCuts",
+    "compose_system_text",
+    "cut_text",
+    "format_system_prompt",
+    "quote_memory",
+    "shorten_question",
+]
 
 
 @dataclass(frozen=True)
@@ -45,8 +54,56 @@ def shorten_question(text: str, length: int) -> str:
     return cut_text(text, length, TRUNCATION_MARKERS["fa" if looks_persian(text) else "en"])
 
 
+# Line breaks, controls and invisible format characters (category C*, Z* other than the
+# space): a remembered statement is one line, so nothing in it can start a heading or a turn.
+_BREAKS = re.compile(
+    r"[\x00-\x1f\x7f-\x9f\u00ad\u061c\u115f\u1160\u180e\u200b\u200e\u200f\u2028-\u202e\u2060-\u206f"
+    r"\u3164\ufe00-\ufe0f\ufeff\uffa0\U000e0000-\U000e0fff\s]+"
+)
+# Characters that shape a prompt (heading, fence, special tokens): shown as lookalikes that shape nothing.
+_SHAPERS = str.maketrans({"#": "＃", "`": "ˋ", "<": "‹", ">": "›", "|": "¦", "[": "⁅", "]": "⁆", "*": "∗"})
+# A word then a colon reads as a speaker's turn ("System:", "assistant :"): the colon goes.
+_ROLE_MARKER = re.compile(r"([^\W\d_]+)(\s*)[:：﹕꞉]")
+_ROLE_WORDS = frozenset(
+    "system assistant user developer human ai bot model tool instruction instructions admin"
+    " سیستم دستیار کاربر ربات مدل دستور".split()
+)
+
+
+def quote_memory(text: str) -> str:
+    """Return remembered text as quoted data: one line, in quotes, nothing shaped like a prompt.
+
+    Memory is what users said, stored; the model must read it as their words, never as an
+    instruction, so headings, fences, role markers and special tokens are defused here.
+    """
+    line = _BREAKS.sub(" ", text).strip()
+    line = _ROLE_MARKER.sub(_drop_role_colon, line.translate(_SHAPERS))
+    return json.dumps(line, ensure_ascii=False)
+
+
+def _drop_role_colon(match: re.Match[str]) -> str:
+    word = match.group(1)
+    if normalize_for_pii(word).strip() in _ROLE_WORDS:
+        return f"{word}{match.group(2)} -"
+    return match.group(0)
+
+
+# A profile value that is an identifier ("third_party", "children:2") cannot shape a prompt:
+# shown bare, as the profile's typed slots always were.
+_IDENTIFIER = re.compile(r"[^\W_][\w:\-]{0,63}")
+
+
 def _render_value(value: Any) -> str:
-    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+    if isinstance(value, str):
+        bare = _IDENTIFIER.fullmatch(value) and _ROLE_MARKER.sub(_drop_role_colon, value) == value
+        return value if bare else quote_memory(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_render_value(str(v)) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{_render_value(str(k))}: {_render_value(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, bool | int | float):
+        return json.dumps(value)
+    return quote_memory(json.dumps(value, ensure_ascii=False, default=str))
 
 
 def format_system_prompt(
@@ -67,12 +124,15 @@ def format_system_prompt(
     lang = language_key(language) if language else ("fa" if looks_persian(system_prompt) else "en")
     labels = SECTION_LABELS[lang]
     parts = [system_prompt.strip()]
+    # Profile and facts come from what users wrote: every value is quoted data (`quote_memory`).
     profile_lines = [
-        f"- {key}: {_render_value(value)}" for key, value in profile.items() if value not in (None, "", [], {})
+        f"- {_BREAKS.sub(' ', str(key)).translate(_SHAPERS)}: {_render_value(value)}"
+        for key, value in profile.items()
+        if value not in (None, "", [], {})
     ]
     if profile_lines:
         parts.append(f"## {labels.profile}\n" + "\n".join(profile_lines))
-    fact_lines = [f"- {fact.strip()}" for fact in facts if fact.strip()]
+    fact_lines = [f"- {quote_memory(fact)}" for fact in facts if fact.strip()]
     if fact_lines:
         parts.append(f"## {labels.facts}\n" + "\n".join(fact_lines))
     if summary.strip():

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime
@@ -74,7 +75,25 @@ def progress_bar(total: int) -> Iterator[Callable[[CaseResult], None]]:
         yield lambda _: bar.advance(task)
 
 
+REPORT_FILES = ("report.json", "report.md")
+
+
+def check_out(out: Path) -> None:
+    """Make `--out` a folder the reports can be written to, before any case runs; exit 2 naming what is wrong."""
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        common.fail(f"--out {out}: cannot be a folder for the reports ({type(exc).__name__})", 2)
+    if not os.access(out, os.W_OK | os.X_OK):
+        common.fail(f"--out {out}: the folder cannot be written to", 2)
+    for name in REPORT_FILES:
+        target = out / name
+        if target.exists() and (not target.is_file() or not os.access(target, os.W_OK)):
+            common.fail(f"--out {out}: {name} is there and cannot be replaced", 2)
+
+
 def _search(pool: Any, settings: Settings) -> Any:
+    from chatbot.models.offline import OFFLINE_CANDIDATES
     from chatbot.retrieval.embeddings import load_embeddings
     from chatbot.retrieval.search import search_knowledge
 
@@ -83,7 +102,8 @@ def _search(pool: Any, settings: Settings) -> Any:
     async def search(caller: CallerContext, query: str) -> list[dict[str, Any]]:
         # Bounded like a replica's retrieval: an embeddings provider can hang too.
         async with asyncio.timeout(settings.model_first_token_timeout_seconds):
-            found = await search_knowledge(pool, caller, query, embeddings=embeddings)
+            # As a replica retrieves (services.py): the graph keeps what a model's prompt holds.
+            found = await search_knowledge(pool, caller, query, k=OFFLINE_CANDIDATES, embeddings=embeddings)
         return [c.to_state() for c in found]
 
     return search
@@ -95,7 +115,7 @@ def _moment(value: str | None, option: str) -> datetime | None:
     try:
         return parse_since(value)
     except ValueError as exc:
-        common.fail(f"{option}: {exc}", 2)
+        common.fail(f"{option}: {exc}: give a date as YYYY-MM-DD, or an ISO datetime.", 2)
         raise  # unreachable: fail exits
 
 
@@ -110,10 +130,14 @@ def evaluate_command(
     score: str | None = typer.Option(None, "--score", help="With --from-feedback: only runs rated up, or down."),
     concurrency: int = typer.Option(4, "--concurrency", min=1, max=64, help="Cases run at once."),
     fail_under: list[str] = typer.Option([], "--fail-under", help="METRIC=VALUE: exit 1 when a model is under it."),
+    charge_tenant: bool = typer.Option(
+        False, "--charge-tenant", help="Count the cases' model calls against the tenant's budgets (user `eval`)."
+    ),
 ) -> None:
     """Run every case through the whole graph once per model; write report.json and report.md.
 
-    Nothing is written to the service's tables: no thread, no memory, no usage totals.
+    Nothing is written to the service's tables: no thread, no memory, no usage totals, and
+    nothing is counted against the tenant's budgets unless --charge-tenant.
     """
     # Imported here: the graph and the model packages are heavy, and every other command loads this module.
     from chatbot.evaluation.candidates import load_candidate
@@ -149,21 +173,37 @@ def evaluate_command(
             cases = load_dataset(dataset)
         except DatasetError as exc:
             common.fail(str(exc), 2)
+    check_out(out)
 
     async def _go() -> dict[str, Any]:
-        from chatbot.db.saver import PooledPostgresSaver, apply_library_patches
+        from chatbot.retrieval.ingest import document_count
 
         async with common.open_pool_and_locks(settings) as (pool, locks):
+            if not await document_count(pool, tenant):
+                # A mistyped tenant would otherwise run every case against nothing and exit 0.
+                common.fail(
+                    f"tenant {tenant} has no knowledge base: check --tenant, "
+                    f"or load one with chatbot ingest --tenant {tenant} PATH.",
+                    2,
+                )
             found = cases
             if from_feedback:
                 assert first is not None
-                apply_library_patches()  # as the server does before building its saver
-                serde = PooledPostgresSaver(pool).serde
                 rated: Score | None = "up" if score == "up" else "down" if score == "down" else None
-                found = await rated_cases(pool, serde, locks, tenant_id=tenant, since=first, until=last, score=rated)
+                found = await rated_cases(pool, locks, tenant_id=tenant, since=first, until=last, score=rated)
                 if not found:
                     common.fail(f"no rated runs of tenant {tenant} in that period", 2)
-            return await _run(found, candidates, tenant, settings, pool, concurrency, prices)
+            budgets = None
+            if charge_tenant:
+                from chatbot.budgets.service import Budgets
+
+                budgets = Budgets(
+                    pool,
+                    prices=dict(prices),
+                    output_cap=settings.model_max_output_tokens,
+                    reservation_seconds=settings.budget_reservation_seconds,
+                )
+            return await _run(found, candidates, tenant, settings, pool, concurrency, prices, budgets)
 
     report = common.run(_go())
     out.mkdir(parents=True, exist_ok=True)
@@ -188,6 +228,7 @@ async def _run(
     pool: Any,
     concurrency: int,
     prices: Mapping[str, Any],
+    budgets: Any = None,
 ) -> dict[str, Any]:
     from chatbot.evaluation.runner import build_report, evaluate
 
@@ -200,5 +241,6 @@ async def _run(
             search=_search(pool, settings),
             concurrency=concurrency,
             on_result=advance,
+            budgets=budgets,
         )
     return build_report(cases, candidates, results, prices)

@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import TextIO
 
 import typer
-from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 
 from chatbot.cli import common
 from chatbot.db.pool import open_pool
@@ -42,7 +41,7 @@ def export(
     try:
         moment = parse_since(since)
     except ValueError as exc:
-        common.fail(f"--since: {exc}", 2)
+        common.fail(f"--since: {exc}: give a date as YYYY-MM-DD, or an ISO datetime.", 2)
         return
     settings = common.load_settings(environment="dev")  # needs no token key
     secret = settings.export_key.get_secret_value().strip() if settings.export_key else ""
@@ -57,8 +56,7 @@ def export(
     async def _go(out: TextIO) -> int:
         count = 0
         async with open_pool(settings) as pool:
-            saver = AsyncPostgresSaver(pool)
-            async for record in export_feedback(pool, saver, moment, key=key):
+            async for record in export_feedback(pool, moment, key=key):
                 out.write(json.dumps(record, ensure_ascii=False) + "\n")
                 count += 1
         return count

@@ -83,6 +83,13 @@ def render(sections: list[Section], console: Console) -> None:
             console.print()
 
 
+def _not_found(thread_id: str, run_id: str, tenant: str) -> str:
+    return (
+        f"no run {run_id} on thread {thread_id} of tenant {tenant}: "
+        "check the three ids (the run id is in the run's metadata event)."
+    )
+
+
 def replay(
     thread_id: str = typer.Argument(..., help="The thread (the backend's chat session id)."),
     run_id: str = typer.Argument(..., help="The run's id (a UUID)."),
@@ -90,24 +97,21 @@ def replay(
     system_message: bool = typer.Option(False, "--system-message", help="Also print the whole system message."),
 ) -> None:
     """Print a run's record: window, summary, memory, prompt, retrieved chunks, answer."""
-    from chatbot.db.saver import PooledPostgresSaver, apply_library_patches
     from chatbot.threads.record import read_run_record
     from chatbot.threads.schemas import NOT_A_RUN, canonical_run_id
 
     settings = common.load_settings(environment="dev")  # needs no token key
     run = canonical_run_id(run_id)  # the API's one rule: any other text names no run
     if run == NOT_A_RUN:
-        common.fail(f"no run {run_id} on thread {thread_id} of tenant {tenant}")
+        common.fail(_not_found(thread_id, run_id, tenant))
         return
 
     async def _go() -> ResolvedRun | None:
         async with common.open_pool_and_locks(settings) as (pool, locks):
-            apply_library_patches()  # as the server does before building its saver
-            serde = PooledPostgresSaver(pool).serde
-            return await read_run_record(pool, serde, locks, thread_id, run, tenant)
+            return await read_run_record(pool, locks, thread_id, run, tenant)
 
     resolved = common.run(_go())
     if resolved is None:
-        common.fail(f"no run {run_id} on thread {thread_id} of tenant {tenant}")
+        common.fail(_not_found(thread_id, run_id, tenant))
         return
     render(record_sections(resolved, system_message=system_message), Console())

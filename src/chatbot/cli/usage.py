@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
-from datetime import date
+from datetime import UTC, date, datetime
 from typing import Any
 
 import typer
 
 from chatbot.cli import common
+from chatbot.cli.budget import print_budgets
 
 _COUNTS = ("input_tokens", "output_tokens", "cached_input_tokens")
 
@@ -22,6 +23,7 @@ def usage(
     """Print model tokens (and, with CHATBOT_MODEL_PRICES, their cost) from the daily totals.
 
     The totals outlive threads: a deleted thread's usage stays, anonymous, per tenant and day.
+    Then every budget (`chatbot budget`) in its current period: limit, spent, reserved, left.
     """
     from chatbot.db import usage_totals
     from chatbot.db.pool import open_pool
@@ -38,18 +40,34 @@ def usage(
     except PricesError as exc:
         common.fail(str(exc), 2)
 
-    async def _go() -> list[dict[str, Any]]:
-        async with open_pool(settings, max_size=1) as pool, pool.connection() as conn:
-            return await usage_totals.totals(conn, since=first, until=last, by=by)  # type: ignore[arg-type]
+    async def _go() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        async with open_pool(settings, max_size=1) as pool:
+            async with pool.connection() as conn:
+                found = await usage_totals.totals(conn, since=first, until=last, by=by)  # type: ignore[arg-type]
+            return found, await _budgets(pool)
 
-    rows = _rows(common.run(_go()), prices)
+    found, budgets = common.run(_go())
+    rows = _rows(found, prices)
     total = {k: sum(r[k] for r in rows) for k in _COUNTS}
     costs = [r["cost_usd"] for r in rows]
     total["cost_usd"] = None if not prices else round(sum(c for c in costs if c is not None), 6)
     if output == "json":
-        typer.echo(json.dumps({"rows": rows, "total": total}, ensure_ascii=False))
+        typer.echo(json.dumps({"rows": rows, "total": total, "budgets": budgets}, ensure_ascii=False))
         return
     _table(rows, total, by)
+    if budgets:
+        print_budgets(budgets, title="budgets (current UTC day and month)")
+
+
+async def _budgets(pool: Any) -> list[dict[str, Any]]:
+    """Return every tenant's budgets in their current periods, each row naming its tenant."""
+    from chatbot.budgets.admin import report, tenants_with_budgets
+
+    now = datetime.now(UTC)
+    rows: list[dict[str, Any]] = []
+    for tenant in await tenants_with_budgets(pool):
+        rows.extend({"tenant_id": tenant, **row} for row in await report(pool, tenant, now))
+    return rows
 
 
 def _day(value: str, option: str) -> date:

@@ -9,7 +9,7 @@ with ChatbotClient("http://127.0.0.1:8000", secret=..., tenant_id="acme", user_i
 
 from chatbot.client.aio import AsyncChatbotClient
 from chatbot.client.api import NO_RETRIES, Retries
-from chatbot.client.errors import ChatbotError, ConflictError, RateLimitedError, StreamInterrupted
+from chatbot.client.errors import ChatbotError, ConflictError, InvalidId, RateLimitedError, StreamInterrupted
 from chatbot.client.events import Event
 from chatbot.client.sync import ChatbotClient
 from chatbot.client.tokens import MintedTokens
@@ -33,6 +33,7 @@ __all__ = [
     "ErasureReport",
     "Event",
     "HandoffContext",
+    "InvalidId",
     "MessagesPage",
     "MintedTokens",
     "ProblemDetails",

@@ -7,14 +7,26 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
 
+from chatbot.client.errors import InvalidId
+
 SSE = "text/event-stream"
 JSON = "application/json"
 RETRIED_STATUSES = frozenset({429, 503})  # 409 never: a second run on a busy thread must not queue up
 
 
+_DOT_SEGMENTS = frozenset({"", ".", ".."})
+
+
 def _segment(value: str) -> str:
-    # Ids are plain ([A-Za-z0-9._:@-]) when valid; anything else is escaped, never a path of its own.
-    return quote(value, safe=":@")
+    """Return `value` as one path segment: every reserved character escaped, never a segment of its own.
+
+    `quote` leaves `.` as it is (it is unreserved), so "." and ".." would stay dot segments
+    that the URL resolution of httpx (and of every proxy) removes, and the request would go
+    to the parent resource: those, and "", are refused rather than sent.
+    """
+    if value in _DOT_SEGMENTS:
+        raise InvalidId(f"{value!r} is not an id")
+    return quote(value, safe="")
 
 
 def runs_path(thread_id: str) -> str:

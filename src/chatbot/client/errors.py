@@ -35,6 +35,11 @@ class RateLimitedError(ChatbotError):
         self.retry_after = retry_after
 
 
+class InvalidId(ValueError):
+    """An id the client will not put in a path: empty, `.` or `..` (a dot segment would make the
+    request name another resource: `forget_fact("..")` would be `DELETE …/memory`, the whole memory)."""
+
+
 class StreamInterrupted(ConnectionError):
     """A run's stream broke before its `end` and could not be rejoined; `join` it later."""
 

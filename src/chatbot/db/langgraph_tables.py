@@ -29,12 +29,13 @@ from typing import Any
 
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from langgraph.store.postgres.aio import AsyncPostgresStore
-from psycopg import AsyncConnection, sql
+from psycopg import AsyncConnection, AsyncCursor, sql
 from psycopg.types.json import Jsonb
 
 from chatbot.db.catalogue import tables_with_column
 
 Conn = AsyncConnection[Any]
+Cursor = AsyncCursor[Any]
 
 PACKAGE = "langgraph-checkpoint-postgres"
 VERIFIED_VERSIONS = ((3, 2, 0), (3, 3, 0))
@@ -134,8 +135,8 @@ OWNER_OF_THREAD = (
     "select metadata ->> 'tenant_id' as tenant_id, metadata ->> 'user_id' as user_id from checkpoints "
     "where thread_id = %(thread)s and checkpoint_ns = '' order by checkpoint_id limit 1"
 )
-"""The thread's first writer (its owner), a fragment: db/locks.py reads it in the statement that
-sets a thread's fence, under the thread's lock."""
+"""The thread's first writer (its owner). Migration 0010's `chatbot_set_fence` reads the same row
+beside setting the thread's fence, under the thread's lock (db/locks.py)."""
 _RUN_OF_TENANT = (
     "select 1 from checkpoints where thread_id = %s and checkpoint_ns = '' "
     "and metadata ->> 'run_id' = %s and metadata ->> 'tenant_id' = %s limit 1"
@@ -202,11 +203,194 @@ async def still_stale(conn: Conn, thread_ids: Sequence[str], floor: str) -> list
     return [r["thread_id"] for r in rows]
 
 
+# --- The checkpointer's reads, routable on Citus (db/saver.py) ----------------------------
+# Raw, replacing the library's own: its get-checkpoint query joins `jsonb_each_text` to
+# `checkpoint_blobs` in a correlated subquery, which Citus cannot plan on a distributed
+# `checkpoints` ("invalid attnum 6 for relation jsonb_each_text", citusdata/citus#4644), and
+# its subqueries (there and in the delta-channel walk) name the thread only through the outer
+# row (`bl.thread_id = checkpoints.thread_id`), which Citus does not prune by: each runs on
+# every shard. Here every subquery names the thread by equality with the parameter, so the
+# whole statement goes to the one shard holding the thread. Same rows as the library's: a
+# channel's blob is the one whose (channel, version) is among the checkpoint's versions (a
+# semi-join where the library joins, and the versions' keys are unique), and the columns are
+# the library's, decoded by its `_load_checkpoint_tuple`. On one Postgres the plans are the
+# library's (the equality adds an index condition the join already implied).
+
+
+def _checkpoint_select(thread: str) -> str:
+    # `thread`: the thread the subqueries name: the parameter, or (listing every thread, rare
+    # and multi-shard anyway) the outer row's column.
+    return f"""
+select thread_id, checkpoint, checkpoint_ns, checkpoint_id, parent_checkpoint_id, metadata,
+    (
+        select array_agg(array[bl.channel::bytea, bl.type::bytea, bl.blob])
+        from checkpoint_blobs bl
+        where bl.thread_id = {thread}
+            and bl.checkpoint_ns = checkpoints.checkpoint_ns
+            and (bl.channel, bl.version) in (
+                select key, value from jsonb_each_text(checkpoints.checkpoint -> 'channel_versions')
+            )
+    ) as channel_values,
+    (
+        select array_agg(array[cw.task_id::text::bytea, cw.channel::bytea, cw.type::bytea, cw.blob,
+                               convert_to(cw.task_path, 'UTF8'), cw.idx::text::bytea])
+        from checkpoint_writes cw
+        where cw.thread_id = {thread}
+            and cw.checkpoint_ns = checkpoints.checkpoint_ns
+            and cw.checkpoint_id = checkpoints.checkpoint_id
+    ) as pending_writes
+from checkpoints
+"""
+
+
+_CHECKPOINT_OF_THREAD = _checkpoint_select("%(thread)s")
+_CHECKPOINT_OF_ANY_THREAD = _checkpoint_select("checkpoints.thread_id")
+_NEWEST_CHECKPOINT = (
+    _CHECKPOINT_OF_THREAD
+    + "where thread_id = %(thread)s and checkpoint_ns = %(ns)s order by checkpoint_id desc limit 1"
+)
+_CHECKPOINT_BY_ID = (
+    _CHECKPOINT_OF_THREAD + "where thread_id = %(thread)s and checkpoint_ns = %(ns)s and checkpoint_id = %(id)s"
+)
+
+
+async def checkpoint_row(cur: Cursor, thread_id: str, checkpoint_ns: str, checkpoint_id: str | None) -> Any:
+    """Return the saver's row of one checkpoint (the newest without `checkpoint_id`), None when absent.
+
+    The row is the library's get-checkpoint row (for `_load_checkpoint_tuple`); `cur` is the
+    saver's binary dict-row cursor.
+    """
+    params = {"thread": thread_id, "ns": checkpoint_ns, "id": checkpoint_id}
+    await cur.execute(_CHECKPOINT_BY_ID if checkpoint_id else _NEWEST_CHECKPOINT, params, binary=True)
+    return await cur.fetchone()
+
+
+async def checkpoint_rows(
+    cur: Cursor,
+    thread_id: str | None,
+    *,
+    checkpoint_ns: str | None,
+    checkpoint_id: str | None,
+    metadata: Any,
+    before: str | None,
+    limit: int | None,
+) -> list[Any]:
+    """Return the saver's rows of the checkpoints matching `alist`'s arguments, newest first.
+
+    `thread_id` None lists every thread (a multi-shard statement on Citus); `metadata` is a
+    `Jsonb` the metadata must contain, or None.
+    """
+    wheres = []
+    params: dict[str, Any] = {"thread": thread_id, "ns": checkpoint_ns, "id": checkpoint_id}
+    if thread_id is not None:
+        wheres.append("thread_id = %(thread)s")
+        if checkpoint_ns is not None:
+            wheres.append("checkpoint_ns = %(ns)s")
+        if checkpoint_id:
+            wheres.append("checkpoint_id = %(id)s")
+    if metadata is not None:
+        wheres.append("metadata @> %(metadata)s")
+        params["metadata"] = metadata
+    if before is not None:
+        wheres.append("checkpoint_id < %(before)s")
+        params["before"] = before
+    query = _CHECKPOINT_OF_THREAD if thread_id is not None else _CHECKPOINT_OF_ANY_THREAD
+    if wheres:
+        query += "where " + " and ".join(wheres) + " "
+    query += "order by checkpoint_id desc"
+    if limit is not None:
+        query += " limit %(limit)s"
+        params["limit"] = int(limit)
+    await cur.execute(query, params, binary=True)
+    return list(await cur.fetchall())
+
+
+def _delta_walk_page(channels: int, *, include_cursor: bool) -> str:
+    # The library's stage-1 walk (`_build_delta_stage1_sql`, its columns ver_i, hb_i,
+    # inline_i), the blob probe naming the thread by the parameter.
+    columns = "".join(
+        f"""
+    checkpoint -> 'channel_versions' ->> %(ch{i})s as ver_{i},
+    exists (
+        select 1 from checkpoint_blobs b{i}
+        where b{i}.thread_id = %(thread)s and b{i}.checkpoint_ns = checkpoints.checkpoint_ns
+            and b{i}.channel = %(ch{i})s and b{i}.version = checkpoint -> 'channel_versions' ->> %(ch{i})s
+            and b{i}.type <> 'empty'
+    ) as hb_{i},
+    checkpoint -> 'channel_values' -> %(ch{i})s as inline_{i},"""
+        for i in range(channels)
+    )
+    bound = "<=" if include_cursor else "<"
+    return (
+        f"select{columns}\n    checkpoint_id, parent_checkpoint_id\nfrom checkpoints\n"
+        f"where thread_id = %(thread)s and checkpoint_ns = %(ns)s and checkpoint_id {bound} %(cursor)s\n"
+        "order by checkpoint_id desc limit %(page)s"
+    )
+
+
+async def delta_walk_page(
+    cur: Cursor,
+    thread_id: str,
+    checkpoint_ns: str,
+    channels: Sequence[str],
+    *,
+    cursor: str,
+    include_cursor: bool,
+    page: int,
+) -> list[Any]:
+    """Return one page of the delta-channel walk from `cursor` down, newest first (the library's stage-1 rows)."""
+    params: dict[str, Any] = {"thread": thread_id, "ns": checkpoint_ns, "cursor": cursor, "page": page}
+    params.update({f"ch{i}": channel for i, channel in enumerate(channels)})
+    await cur.execute(_delta_walk_page(len(channels), include_cursor=include_cursor), params)
+    return list(await cur.fetchall())
+
+
+# The library's stage 2 (`_build_delta_stage2_sql`): per channel, its writes on the walk's
+# checkpoints and its seed blob, one branch each, every branch naming the thread.
+_DELTA_WRITES = (
+    "select 'w'::text as _kind, checkpoint_id, channel, type, blob, task_id, task_path, idx, null::text as version "
+    "from checkpoint_writes "
+    "where thread_id = %(thread)s and checkpoint_ns = %(ns)s and channel = %(wch{i})s "
+    "and checkpoint_id = any(%(wcids{i})s)"
+)
+_DELTA_SEED = (
+    "select 'b'::text as _kind, null::text as checkpoint_id, channel, type, blob, null::text as task_id, "
+    "null::text as task_path, null::int as idx, version "
+    "from checkpoint_blobs "
+    "where thread_id = %(thread)s and checkpoint_ns = %(ns)s and channel = %(bch{i})s and version = %(bver{i})s"
+)
+
+
+async def delta_writes_and_seeds(
+    cur: Cursor,
+    thread_id: str,
+    checkpoint_ns: str,
+    *,
+    chains: Sequence[tuple[str, list[str]]],
+    seeds: Sequence[tuple[str, str | None]],
+) -> list[Any]:
+    """Return the writes of each (channel, checkpoint ids) and the blob of each (channel, version).
+
+    The library's stage-2 rows, for `_build_delta_channels_writes_history`.
+    """
+    branches = [_DELTA_WRITES.format(i=i) for i in range(len(chains))]
+    branches += [_DELTA_SEED.format(i=i) for i in range(len(seeds))]
+    if not branches:
+        return []
+    params: dict[str, Any] = {"thread": thread_id, "ns": checkpoint_ns}
+    for i, (channel, ids) in enumerate(chains):
+        params[f"wch{i}"], params[f"wcids{i}"] = channel, ids
+    for i, (channel, seed_version) in enumerate(seeds):
+        params[f"bch{i}"], params[f"bver{i}"] = channel, seed_version
+    await cur.execute(" union all ".join(branches), params)
+    return list(await cur.fetchall())
+
+
 # --- Channel versions (transcript, run records, rejoins) ---------------------------------
 # Raw: `aget_tuple` loads a checkpoint with every channel at its version; the transcript is
 # every *version* of the `turn` channel (the API has no per-channel history outside
 # DeltaChannels), and a record or a rejoin needs one or two channels of one checkpoint.
-# Rows are (version, type, blob) as the saver wrote them; callers decode with its serde.
+# Rows are (version, type, blob) as the saver wrote them; db/checkpoints.py decodes them.
 
 # Newest first, a batch at a time: the newest page costs the same at turn 1000 as at 10.
 # "C" collation: versions compare by their fixed-width counter whatever the database's.
@@ -339,6 +523,27 @@ async def delete_store_namespaces(conn: Conn, namespaces: Sequence[tuple[str, ..
     """
     prefixes = [_prefix(ns) for ns in namespaces]
     cur = await conn.execute("delete from store where prefix = any(%s)", (prefixes,))
+    return max(cur.rowcount, 0)
+
+
+# A deleted thread's runs are no fact's source any more. The facts stay (memory is the
+# user's, docs/api.md); their `source` naming the thread goes, so nothing points at it.
+# One prefix by equality: the owner's facts namespace (memory/namespaces.py; a test holds
+# `facts_prefix` to it), a router statement on a store distributed by prefix.
+_DROP_THREAD_SOURCES = """
+update store set value = value - 'source'
+where prefix = %s and value -> 'source' ->> 'thread_id' = %s
+"""
+
+
+def facts_prefix(tenant_id: str, user_id: str) -> str:
+    """Return the store prefix of a user's facts (memory/namespaces.py `facts_namespace`, joined)."""
+    return _prefix((tenant_id, "user", user_id, "facts"))
+
+
+async def drop_thread_sources(conn: Conn, tenant_id: str, user_id: str, thread_id: str) -> int:
+    """Remove the `source` of the user's facts that name `thread_id`; return how many changed."""
+    cur = await conn.execute(_DROP_THREAD_SOURCES, (facts_prefix(tenant_id, user_id), thread_id))
     return max(cur.rowcount, 0)
 
 

@@ -34,7 +34,6 @@ from typing import Any
 import psycopg
 from psycopg import AsyncConnection
 
-from chatbot.db.langgraph_tables import OWNER_OF_THREAD
 from chatbot.tasks import stop_task
 
 log = logging.getLogger(__name__)
@@ -49,21 +48,17 @@ _ERASE_KEY = "hashtextextended('chatbot/erase/' || %(tenant)s || '/' || %(user)s
 # Taking a thread lock, then (only when it was granted) setting the thread's fence token:
 # two statements on the lock session. The lock is the coordinator's (every lock session
 # connects there); the fence row lives beside the thread's checkpoints, on the worker
-# holding that thread on Citus. One statement for both would make Citus plan the insert
-# through the coordinator, so the upsert is its own statement naming one thread_id (a
-# router statement), sent only after a granted lock (docs/scaling.md).
+# holding that thread on Citus. One statement for both would make Citus plan the upsert
+# through the coordinator, so the fence is a statement of its own naming one thread_id,
+# sent only after a granted lock (docs/scaling.md).
 _TRY_THREAD = f"select pg_try_advisory_lock({_THREAD_KEY}) as ok, true as user_ok"
 # The fence statement also reads who wrote the thread's first checkpoint (its owner,
 # threads/_ownership.py), under the lock just granted: a run re-checks its owner there
-# without a round trip of its own. Both tables are keyed by the one thread_id: one shard.
-# (A writing CTE runs whether or not the query reads it: no row means no checkpoint yet.)
-_SET_FENCE = f"""
-with fence as (
-  insert into thread_fences (thread_id, token) values (%(thread)s, %(token)s)
-  on conflict (thread_id) do update set token = excluded.token
-)
-{OWNER_OF_THREAD}
-"""
+# without a round trip of its own. Both are one function (migration 0010): Citus hands the
+# call to the worker holding the thread in one step (a writing CTE beside the read took two),
+# and the owner it reads is `langgraph_tables.OWNER_OF_THREAD`'s (the same row, no row before
+# the thread's first checkpoint).
+_SET_FENCE = "select tenant_id, user_id from chatbot_set_fence(%(thread)s, %(token)s)"
 _UNLOCK_THREAD = f"select pg_advisory_unlock({_THREAD_KEY})"
 
 # A run's thread lock comes with a shared hold on its user's erasure key, in the same
@@ -144,6 +139,17 @@ _MEMORY_RESET_KEY = "hashtextextended('chatbot/memory-reset/' || %s || '/' || %s
 _HOLD_MEMORY_RESET = f"select pg_advisory_xact_lock({_MEMORY_RESET_KEY})"
 _SHARE_MEMORY_RESET = f"select pg_advisory_xact_lock_shared({_MEMORY_RESET_KEY})"
 _HOLD_VOCABULARY = "SELECT pg_advisory_xact_lock(hashtext('kb_terms'), hashtext(%s))"
+# A thread's rows: a deletion (thread DELETE, erasure, retention) holds each thread's key
+# exclusively for its transaction, a late write keyed by the thread (a run's feedback) holds
+# it shared while it checks the thread and writes. Whichever comes first, the other sees its
+# result: a rating never outlives its thread or its user. The deletion takes its keys in one
+# order, so two deletions of overlapping threads cannot deadlock.
+_THREAD_ROWS_KEY = "hashtextextended('chatbot/thread-rows/' || %s, 0)"
+_SHARE_THREAD_ROWS = f"select pg_advisory_xact_lock_shared({_THREAD_ROWS_KEY})"
+_HOLD_THREADS_ROWS = """
+select pg_advisory_xact_lock(hashtextextended('chatbot/thread-rows/' || id, 0))
+from (select distinct id from unnest(%s::text[]) as ids(id) order by id) as ordered
+"""
 
 
 async def hold_memory_reset(conn: AsyncConnection[Any], tenant_id: str, user_id: str, *, shared: bool) -> None:
@@ -160,6 +166,16 @@ async def hold_vocabulary(conn: AsyncConnection[Any], tenant_id: str) -> None:
     Two ingests of one tenant rebuilding it at once would otherwise interleave delete and insert.
     """
     await conn.execute(_HOLD_VOCABULARY, (tenant_id,))
+
+
+async def share_thread_rows(conn: AsyncConnection[Any], thread_id: str) -> None:
+    """Hold the thread's rows key shared for this transaction: no deletion of the thread meanwhile."""
+    await conn.execute(_SHARE_THREAD_ROWS, (thread_id,))
+
+
+async def hold_threads_rows(conn: AsyncConnection[Any], thread_ids: list[str]) -> None:
+    """Hold the threads' rows keys exclusively for this transaction (a deletion waits for writes under way)."""
+    await conn.execute(_HOLD_THREADS_ROWS, (thread_ids,))
 
 
 PING_SECONDS = 1.0
@@ -210,7 +226,7 @@ class LockSession:
         A session cut since its last statement (Postgres restarted, the watcher's ping not
         yet due) is replaced and the statement sent once more on the new one: the old
         session's locks went with it, so nothing is taken twice, and a Postgres that answers
-        again serves the request instead of a `503` (docs/reliability.md).
+        again serves the request instead of a `503` (docs/measurements/reliability.md).
         """
         for attempt in (1, 2):
             conn = await self.connection()

@@ -16,7 +16,7 @@ Kinds:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 Kind = Literal["distributed", "reference", "local"]
 
@@ -57,6 +57,9 @@ PLACEMENTS: tuple[Placement, ...] = (
     _tenant("run_rate_windows", "one user's window is one row, counted on every run"),
     _tenant("model_usage_daily", "one upsert per model call, naming the tenant"),
     _tenant("memory_resets", "read by the user's memory writes, keyed by (tenant, user)"),
+    _tenant("budgets", "a model call's check reads its tenant's budgets, user budgets included"),
+    _tenant("budget_counters", "a reservation locks its tenant's and its user's counters in one shard"),
+    _tenant("budget_reservations", "written and summed beside the counters they hold against"),
     # The store's primary key is (prefix, key): its distribution column must be in it.
     Placement("store", "distributed", "prefix", "store", "one namespace (tenant, user, kind) is one shard"),
     # Rarely written, read beside any thread: a copy on every node.
@@ -71,11 +74,19 @@ PLACEMENTS: tuple[Placement, ...] = (
 )
 
 # Functions that read a distributed table: registered co-located with it, so a call made
-# outside a transaction block runs on the worker holding the row. Inside the checkpoint
-# write's transaction (how the saver calls it) the coordinator runs it, and its one-thread
-# `select ... for share` is a router query on the connection the writes then use.
+# outside a transaction block runs on the worker holding the row, in one step. Inside the
+# checkpoint write's transaction (how the saver calls `chatbot_hold_fence`) the coordinator
+# runs it, and its one-thread `select ... for share` is a router query on the connection the
+# writes then use. `chatbot_set_fence` is called on the lock session, outside a transaction.
 DISTRIBUTED_FUNCTIONS: tuple[tuple[str, str, str], ...] = (
     ("chatbot_hold_fence(text, uuid)", "p_thread", "thread_fences"),
+    ("chatbot_set_fence(text, uuid)", "p_thread", "thread_fences"),
+    (
+        "chatbot_budget_reserve(text, text, uuid, bigint, numeric, date, date, timestamptz, timestamptz)",
+        "p_tenant",
+        "budgets",
+    ),
+    ("chatbot_budget_settle(text, uuid, bigint, numeric)", "p_tenant", "budgets"),
 )
 
 
@@ -93,40 +104,109 @@ def _guarded(table: str, call: str) -> str:
     return f"select {call}\nwhere {absent};"
 
 
-def citus_sql() -> str:
-    """Return the SQL that places every distributed and reference table (run on the coordinator)."""
-    lines = ["-- Generated from src/chatbot/db/placement.py (chatbot migrate --citus applies the same).", ""]
+def _function_guarded(signature: str, call: str) -> str:
+    # Idempotent too: a function already distributed (it has a distribution argument) is left alone.
+    absent = (
+        "not exists (select 1 from pg_dist_object where classid = 'pg_proc'::regclass"
+        f" and objid = '{signature}'::regprocedure and distribution_argument_index is not null)"
+    )
+    return f"select {call}\nwhere {absent};"
+
+
+def placement_statements() -> list[tuple[str, str]]:
+    """Return (comment, statement) for every distributed table, reference table and function, in order.
+
+    Each statement is idempotent and is sent on its own (`apply_placement`): Citus refuses a
+    function's distribution in a transaction that has already distributed a table in parallel.
+    """
+    statements: list[tuple[str, str]] = []
     anchors: dict[str, str] = {}
     for p in PLACEMENTS:
         if p.kind == "local":
             continue
-        lines.append(f"-- {p.table}: {p.reason}")
         if p.kind == "reference":
-            lines.append(_guarded(p.table, f"create_reference_table('{p.table}')"))
-        else:
-            assert p.group is not None and p.column is not None
-            colocate = anchors.setdefault(p.group, p.table)
-            with_ = "none" if colocate == p.table else colocate
-            lines.append(
-                _guarded(p.table, f"create_distributed_table('{p.table}', '{p.column}', colocate_with => '{with_}')")
-            )
-        lines.append("")
+            statements.append((f"{p.table}: {p.reason}", _guarded(p.table, f"create_reference_table('{p.table}')")))
+            continue
+        assert p.group is not None and p.column is not None
+        colocate = anchors.setdefault(p.group, p.table)
+        with_ = "none" if colocate == p.table else colocate
+        call = f"create_distributed_table('{p.table}', '{p.column}', colocate_with => '{with_}')"
+        statements.append((f"{p.table}: {p.reason}", _guarded(p.table, call)))
     for signature, argument, table in DISTRIBUTED_FUNCTIONS:
-        lines.append(f"-- {signature}: co-located with {table} by {argument}")
-        lines.append(f"select create_distributed_function('{signature}', '{argument}', colocate_with => '{table}');")
-    return "\n".join(lines) + "\n"
+        call = f"create_distributed_function('{signature}', '{argument}', colocate_with => '{table}')"
+        statements.append((f"{signature}: co-located with {table} by {argument}", _function_guarded(signature, call)))
+    return statements
+
+
+def citus_sql() -> str:
+    """Return the SQL that places every distributed and reference table (deploy/citus/placement.sql).
+
+    Regenerate the file after changing `PLACEMENTS` (tests/db/test_statement_audit.py fails
+    until it matches): `python -c "from chatbot.db.placement import citus_sql; print(citus_sql(), end='')"
+    > deploy/citus/placement.sql`.
+    """
+    lines = [
+        "-- Generated from src/chatbot/db/placement.py (chatbot migrate --citus applies the same).",
+        "-- Apply with psql (autocommit: each statement on its own), on the coordinator, in the",
+        "-- service's database, after `chatbot migrate` and after registering the workers in that",
+        "-- database (citus_add_node: the node list is per database).",
+        "",
+    ]
+    for comment, statement in placement_statements():
+        lines += [f"-- {comment}", statement, ""]
+    return "\n".join(lines)
 
 
 class CitusMissing(RuntimeError):
-    """The database has no citus extension: there is nothing to place the tables on."""
+    """The database cannot take the placement: no citus extension, no workers, or tables without a placement."""
 
 
-async def apply_placement(conninfo: str) -> None:
-    """Distribute the tables as `PLACEMENTS` says, on a migrated Citus coordinator (idempotent)."""
+# Citus' metadata: the primary workers registered in *this* database (group 0 is the coordinator).
+_WORKERS = (
+    "select count(*) as n from pg_dist_node where groupid <> 0 and noderole = 'primary' and isactive"
+    " and shouldhaveshards"
+)
+_TABLES = "select tablename from pg_tables where schemaname = 'public'"
+
+
+async def apply_placement(conninfo: str) -> list[str]:
+    """Distribute the tables as `PLACEMENTS` says, on a migrated Citus coordinator (idempotent).
+
+    Refuses (`CitusMissing`, before changing anything) a database without the citus
+    extension, one where no worker is registered (Citus would put every shard on the
+    coordinator), and one with a table the plan does not name. Returns the tables and
+    functions placed by this call (empty when everything already was).
+    """
     from psycopg import AsyncConnection
 
     async with await AsyncConnection.connect(conninfo, autocommit=True, prepare_threshold=None) as conn:
         found = await (await conn.execute("select 1 from pg_extension where extname = 'citus'")).fetchone()
         if found is None:
             raise CitusMissing("the database has no citus extension: run `create extension citus` on the coordinator")
-        await conn.execute(citus_sql().encode())
+        workers = await (await conn.execute(_WORKERS)).fetchone()
+        if workers is None or not workers[0]:
+            raise CitusMissing(
+                "no Citus workers are registered in this database: run `select citus_add_node(host, port)` "
+                "for each worker in it first (the node list is per database)"
+            )
+        unplaced = sorted(str(r[0]) for r in await (await conn.execute(_TABLES)).fetchall() if not placement_of(r[0]))
+        if unplaced:
+            raise CitusMissing(
+                f"tables without a placement: {', '.join(unplaced)}: name each one's distribution column "
+                "in src/chatbot/db/placement.py (docs/scaling.md)"
+            )
+        before = await _placed(conn)
+        for _, statement in placement_statements():
+            await conn.execute(statement.encode())
+        return sorted(await _placed(conn) - before)
+
+
+async def _placed(conn: Any) -> set[str]:
+    tables = await (await conn.execute("select logicalrelid::regclass::text from pg_dist_partition")).fetchall()
+    functions = await (
+        await conn.execute(
+            "select objid::regprocedure::text from pg_dist_object"
+            " where classid = 'pg_proc'::regclass and distribution_argument_index is not null"
+        )
+    ).fetchall()
+    return {str(r[0]) for r in (*tables, *functions)}

@@ -5,13 +5,20 @@ every call, pool or not. The lock exists to keep coroutines off one shared conne
 on a pool every `_cursor` call checks out a connection of its own, so the lock only
 makes every run of the replica queue behind every other run's checkpoint reads and
 writes (including the blob serialisation `aput` does while holding it). At 16
-concurrent runs it cost us throughput and latency (docs/performance.md, "Runs").
+concurrent runs it cost us throughput and latency (docs/measurements/performance.md, "Runs").
 The store (`AsyncPostgresStore`) already skips its lock for pools; the same change for
 the saver is proposed upstream (langchain-ai/langgraph#7259, PR #7269).
 
-Two more changes patch the library module itself, process-wide: `apply_library_patches`
-does both, once, at start-up (`create_app`, and the commands and benches that build a
-saver without the app), never from a constructor.
+It also reads checkpoints with statements of the service's own (db/langgraph_tables.py):
+the library's get-checkpoint, list and delta-channel walk name the thread only through the
+outer row in their subqueries, which a Citus cluster runs on every shard (or, for the
+get-checkpoint join with `jsonb_each_text`, refuses). Same rows, same decoding (the
+library's own methods), one shard.
+
+One more change patches the library module itself, process-wide: the saver's own
+construction applies it (`_apply_library_patches`, idempotent), so nothing that builds a
+saver (the app, a command, a bench) can forget it. The saver writes with
+`db/checkpoints.SERDE`, the serializer the service's own reads decode with.
 
 This relies on library internals, so it is pinned: constructing the saver fails when
 the installed langgraph-checkpoint-postgres is outside the versions we verified, and
@@ -22,21 +29,31 @@ upstream fix ships, drop this module and use `AsyncPostgresSaver` again.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections import defaultdict
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
 from typing import Any, Literal, TypeVar
 
 import psycopg
 from langchain_core.runnables import RunnableConfig
-from langgraph.checkpoint.base import ChannelVersions, Checkpoint, CheckpointMetadata
+from langgraph.checkpoint.base import (
+    ChannelVersions,
+    Checkpoint,
+    CheckpointMetadata,
+    CheckpointTuple,
+    DeltaChannelHistory,
+    get_checkpoint_id,
+)
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver, Conn
 from langgraph.checkpoint.serde.base import SerializerProtocol
 from psycopg import AsyncCursor, AsyncPipeline
 from psycopg.rows import DictRow, dict_row
+from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
 from chatbot.db import langgraph_tables
+from chatbot.db.checkpoints import SERDE
 from chatbot.db.locks import Fence, LeaseLost
 
 T = TypeVar("T")
@@ -65,12 +82,6 @@ class _PoolLock(asyncio.Lock):
 DELTA_WALK_PAGE = 64
 
 
-def _tune_delta_walk_page() -> None:
-    import langgraph.checkpoint.postgres.aio as library
-
-    library._DELTA_PAGE_SIZE = DELTA_WALK_PAGE
-
-
 class _ThreadlessAsyncio:
     """The library module's `asyncio`, except that `to_thread` calls its function at once.
 
@@ -78,7 +89,7 @@ class _ThreadlessAsyncio:
     pending writes, in `asyncio.to_thread`. That work is Python (and ormsgpack) holding the
     GIL, so the worker thread spares the event loop nothing; it only adds a hop per call
     (a future, a worker wake-up, a `call_soon_threadsafe` back), about six of them per run,
-    and the GIL handed back and forth at hundreds of runs in flight (docs/performance.md,
+    and the GIL handed back and forth at hundreds of runs in flight (docs/measurements/performance.md,
     "CPU per run, second round"). Everything else is the real `asyncio`.
     """
 
@@ -97,14 +108,13 @@ def _serialise_on_the_loop() -> None:
     library.asyncio = _ThreadlessAsyncio()  # type: ignore[assignment]
 
 
-def apply_library_patches() -> None:
-    """Patch langgraph-checkpoint-postgres for the whole process: smaller delta walks, serialising on the loop.
+def _apply_library_patches() -> None:
+    """Patch langgraph-checkpoint-postgres for the whole process: serialising on the loop.
 
-    Called once at start-up, before any saver runs; calling it again changes nothing.
-    Refuses library versions the patches were not verified on.
+    Every saver's construction calls it; calling it again changes nothing. Refuses library
+    versions the patches were not verified on.
     """
     langgraph_tables.check_version()
-    _tune_delta_walk_page()
     _serialise_on_the_loop()
 
 
@@ -113,14 +123,148 @@ class PooledPostgresSaver(AsyncPostgresSaver):
 
     def __init__(self, conn: Conn, pipe: AsyncPipeline | None = None, serde: SerializerProtocol | None = None) -> None:
         """Build the saver; on a pool, replace the instance lock by one that never waits."""
-        # One check for the lock replaced below and the statements on the library's tables
-        # (db/langgraph_tables.py): the app builds its saver once, at start-up.
-        langgraph_tables.check_version()
-        super().__init__(conn, pipe, serde)
+        # One check for the lock replaced below, the patches and the statements on the
+        # library's tables (db/langgraph_tables.py): the app builds its saver once, at start-up.
+        _apply_library_patches()
+        super().__init__(conn, pipe, serde or SERDE)
         # Only on a pool: a single shared connection (and a pipeline, which the library
         # allows only on one) still needs the lock to keep coroutines off it.
         if isinstance(conn, AsyncConnectionPool):
             self.lock = _PoolLock()
+
+    # The reads below are the library's methods (3.2) with its statements replaced by
+    # db/langgraph_tables.py's, which Citus routes to the thread's shard; the decoding and
+    # the walk's bookkeeping are the library's own methods, unchanged.
+
+    async def aget_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
+        """Return the checkpoint of `config` (the thread's newest without a checkpoint_id), None when absent."""
+        configurable = config["configurable"]
+        thread_id = configurable["thread_id"]
+        async with self._cursor() as cur:
+            value = await langgraph_tables.checkpoint_row(
+                cur, thread_id, configurable.get("checkpoint_ns", ""), get_checkpoint_id(config)
+            )
+            if value is None:
+                return None
+            if value["checkpoint"]["v"] < 4 and value["parent_checkpoint_id"]:
+                await cur.execute(self.SELECT_PENDING_SENDS_SQL, (thread_id, [value["parent_checkpoint_id"]]))
+                if sends := await cur.fetchone():
+                    if value["channel_values"] is None:
+                        value["channel_values"] = []
+                    self._migrate_pending_sends(sends["sends"], value["checkpoint"], value["channel_values"])
+            return await self._load_checkpoint_tuple(value)
+
+    async def alist(
+        self,
+        config: RunnableConfig | None,
+        *,
+        filter: dict[str, Any] | None = None,
+        before: RunnableConfig | None = None,
+        limit: int | None = None,
+    ) -> AsyncIterator[CheckpointTuple]:
+        """Yield the matching checkpoints newest first, as `AsyncPostgresSaver.alist` does."""
+        configurable = config["configurable"] if config else {}
+        async with self._cursor() as cur:
+            values = await langgraph_tables.checkpoint_rows(
+                cur,
+                configurable["thread_id"] if config else None,
+                checkpoint_ns=configurable.get("checkpoint_ns"),
+                checkpoint_id=get_checkpoint_id(config) if config else None,
+                metadata=Jsonb(filter) if filter else None,
+                before=get_checkpoint_id(before) if before is not None else None,
+                limit=limit,
+            )
+            if not values:
+                return
+            if to_migrate := [v for v in values if v["checkpoint"]["v"] < 4 and v["parent_checkpoint_id"]]:
+                await cur.execute(
+                    self.SELECT_PENDING_SENDS_SQL,
+                    (values[0]["thread_id"], [v["parent_checkpoint_id"] for v in to_migrate]),
+                )
+                grouped_by_parent = defaultdict(list)
+                for value in to_migrate:
+                    grouped_by_parent[value["parent_checkpoint_id"]].append(value)
+                async for sends in cur:
+                    for value in grouped_by_parent[sends["checkpoint_id"]]:
+                        if value["channel_values"] is None:
+                            value["channel_values"] = []
+                        self._migrate_pending_sends(sends["sends"], value["checkpoint"], value["channel_values"])
+            for value in values:
+                yield await self._load_checkpoint_tuple(value)
+
+    async def aget_delta_channel_history(
+        self, *, config: RunnableConfig, channels: Sequence[str]
+    ) -> Mapping[str, DeltaChannelHistory]:
+        """Return each DeltaChannel's writes since its last snapshot, as the library does.
+
+        The walk reads `DELTA_WALK_PAGE` checkpoints a page.
+        """
+        if not channels:
+            return {}
+        channels = list(channels)
+        thread_id = config["configurable"]["thread_id"]
+        checkpoint_ns = config["configurable"].get("checkpoint_ns", "")
+        checkpoint_id = get_checkpoint_id(config)
+        if not checkpoint_id:
+            target = await self.aget_tuple(config)
+            if target is None:
+                return {ch: {"writes": []} for ch in channels}
+            checkpoint_id = target.config["configurable"]["checkpoint_id"]
+
+        parent_of: dict[str, str | None] = {}
+        ver_by_i_by_cid: list[dict[str, str | None]] = [{} for _ in channels]
+        hb_by_i_by_cid: list[dict[str, bool]] = [{} for _ in channels]
+        inline_by_i_by_cid: list[dict[str, Any]] = [{} for _ in channels]
+        chain_by_ch: dict[str, list[str]] = {ch: [] for ch in channels}
+        seed_ver_by_ch: dict[str, str | None] = {ch: None for ch in channels}
+        seed_inline_by_ch: dict[str, Any] = {}
+        walk_cursor_by_ch: dict[str, str | None] = {}
+        seeded: set[str] = set()
+        cursor: str | None = checkpoint_id
+        first = True
+        async with self._cursor() as cur:
+            while cursor is not None:
+                page = await langgraph_tables.delta_walk_page(
+                    cur, thread_id, checkpoint_ns, channels, cursor=cursor, include_cursor=first, page=DELTA_WALK_PAGE
+                )
+                if not page:
+                    break
+                oldest = self._ingest_stage1_page(
+                    page, channels, parent_of, ver_by_i_by_cid, hb_by_i_by_cid, inline_by_i_by_cid
+                )
+                self._try_advance_walks(
+                    checkpoint_id,
+                    channels,
+                    parent_of,
+                    ver_by_i_by_cid,
+                    hb_by_i_by_cid,
+                    inline_by_i_by_cid,
+                    chain_by_ch,
+                    seed_ver_by_ch,
+                    seed_inline_by_ch,
+                    walk_cursor_by_ch,
+                    seeded,
+                )
+                if len(seeded) == len(channels) or len(page) < DELTA_WALK_PAGE:
+                    break
+                cursor, first = oldest, False
+
+            with_chain = [ch for ch in channels if chain_by_ch[ch]]
+            with_seed = [ch for ch in channels if seed_ver_by_ch[ch] is not None]
+            rows = await langgraph_tables.delta_writes_and_seeds(
+                cur,
+                thread_id,
+                checkpoint_ns,
+                chains=[(ch, chain_by_ch[ch]) for ch in with_chain],
+                seeds=[(ch, seed_ver_by_ch[ch]) for ch in with_seed],
+            )
+        return self._build_delta_channels_writes_history(
+            channels=channels,
+            chain_by_ch=chain_by_ch,
+            seed_ver_by_ch=seed_ver_by_ch,
+            seed_inline_by_ch=seed_inline_by_ch,
+            stage2_rows=rows,
+        )
 
 
 # Where a run's config carries its thread lease's fence (db/locks.py). Keys starting with

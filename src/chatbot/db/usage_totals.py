@@ -13,6 +13,23 @@ from typing import Any, Literal, Protocol
 
 from psycopg import AsyncConnection
 
+CALL_TOKENS_MAX = 10_000_000
+"""The most tokens one model call may count in any direction: past every model's context.
+
+A provider's report is clamped to it where it enters (`token_count`), so a garbled or hostile
+count can neither raise nor push a tenant's daily total past `bigint`."""
+_BIGINT_MAX = 2**63 - 1
+
+
+def token_count(value: Any) -> int:
+    """Return a provider's token count as the service counts it: an int in [0, CALL_TOKENS_MAX].
+
+    Anything else a provider may send (none, a negative, a float, a string, a bool) counts 0.
+    """
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        return 0
+    return min(value, CALL_TOKENS_MAX)
+
 
 class Call(Protocol):
     """One model call's usage (models/usage.py `Usage`)."""
@@ -34,11 +51,13 @@ insert into model_usage_daily as t
     (tenant_id, day, model, kind, calls, input_tokens, output_tokens, cached_input_tokens)
 values (%s, %s, %s, %s, %s, %s, %s, %s)
 on conflict (tenant_id, day, model, kind) do update set
-    calls = t.calls + excluded.calls,
-    input_tokens = t.input_tokens + excluded.input_tokens,
-    output_tokens = t.output_tokens + excluded.output_tokens,
-    cached_input_tokens = t.cached_input_tokens + excluded.cached_input_tokens
+    calls = least(t.calls::numeric + excluded.calls, %s)::bigint,
+    input_tokens = least(t.input_tokens::numeric + excluded.input_tokens, %s)::bigint,
+    output_tokens = least(t.output_tokens::numeric + excluded.output_tokens, %s)::bigint,
+    cached_input_tokens = least(t.cached_input_tokens::numeric + excluded.cached_input_tokens, %s)::bigint
 """
+# Totals saturate at bigint's top instead of failing the write (in numeric, which cannot
+# overflow there): a count is clamped where it enters, this is the last guard.
 
 Grouping = Literal["tenant", "day", "model"]
 _KEYS = {"tenant": "tenant_id", "day": "day::text", "model": "model"}
@@ -51,10 +70,13 @@ async def add(conn: AsyncConnection[Any], tenant_id: str, calls: Sequence[Call],
     for call in calls:
         counts = summed.setdefault((call.model, call.kind), [0, 0, 0, 0])
         counts[0] += 1
-        counts[1] += call.input_tokens
-        counts[2] += call.output_tokens
-        counts[3] += call.cached_input_tokens
-    rows = [(tenant_id, day, model, kind, *counts) for (model, kind), counts in sorted(summed.items())]
+        counts[1] += token_count(call.input_tokens)
+        counts[2] += token_count(call.output_tokens)
+        counts[3] += token_count(call.cached_input_tokens)
+    rows = [
+        (tenant_id, day, model, kind, *(min(c, _BIGINT_MAX) for c in counts), *[_BIGINT_MAX] * 4)
+        for (model, kind), counts in sorted(summed.items())
+    ]
     async with conn.cursor() as cur:
         await cur.executemany(_ADD, rows)
 

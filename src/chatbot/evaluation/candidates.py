@@ -44,8 +44,14 @@ def load_candidate(spec: str, settings: Settings) -> Candidate:
     urls = configured_base_urls(settings)
     timeout = max(settings.model_first_token_timeout_seconds, settings.model_idle_timeout_seconds) + 5
     last = len(specs) - 1
+    cap = settings.model_max_output_tokens  # as the replicas cap every call
     chain = tuple(
-        ChainEntry(entry, load_model(entry, base_url=urls.get(entry), timeout=timeout, retries=1 if i == last else 0))
+        ChainEntry(
+            entry,
+            load_model(
+                entry, base_url=urls.get(entry), timeout=timeout, retries=1 if i == last else 0, max_output_tokens=cap
+            ),
+        )
         for i, entry in enumerate(specs)
     )
     return Candidate(name, chain)

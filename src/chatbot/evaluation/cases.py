@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,6 +55,8 @@ class Case:
     expect_status: str | None = None
     expect_citations: tuple[str, ...] = ()
     history: tuple[Turn, ...] = ()
+    expect_section: str | None = None
+    """The heading path of the section that answers (`Document › Heading`), when labelled."""
     reference: str | None = None
     """The answer given when the case was recorded (`--from-feedback`), else None."""
     window: RecordedWindow | None = field(default=None, compare=False)
@@ -64,7 +67,10 @@ class Case:
         """Return the expectation as the report shows it (None when the case has none)."""
         if self.expect_status is None and not self.expect_citations:
             return None
-        return {"status": self.expect_status, "citations": list(self.expect_citations)}
+        expect: dict[str, Any] = {"status": self.expect_status, "citations": list(self.expect_citations)}
+        if self.expect_section is not None:
+            expect["section"] = self.expect_section
+        return expect
 
 
 def default_locale(question: str) -> str:
@@ -73,9 +79,15 @@ def default_locale(question: str) -> str:
 
 
 def load_dataset(path: Path) -> list[Case]:
-    """Return the cases of a JSON Lines file, in order; raise DatasetError on the first bad line."""
+    """Return the cases of a JSON Lines file, in order; raise DatasetError on the first bad line.
+
+    The whole file is read and checked before any case runs: a bad line found after an hour
+    of model calls would waste them all.
+    """
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        # Lines end at LF (CRLF too) only: JSON Lines' separator. `str.splitlines` would also
+        # cut at U+2028, U+2029 or U+0085, which a question may hold raw inside its JSON string.
+        lines = [line.removesuffix("\r") for line in path.read_text(encoding="utf-8").split("\n")]
     except (OSError, UnicodeDecodeError) as exc:
         raise DatasetError(f"{path}: cannot read it ({type(exc).__name__})") from None
     cases: list[Case] = []
@@ -86,6 +98,8 @@ def load_dataset(path: Path) -> list[Case]:
             raw = json.loads(line)
         except ValueError:
             raise DatasetError(f"{where}: not a JSON object") from None
+        except RecursionError:
+            raise DatasetError(f"{where}: nested too deep to be a case") from None
         case = parse_case(raw, where)
         if case.id in seen:
             raise DatasetError(f"{where}: id {case.id!r} is used twice")
@@ -102,10 +116,30 @@ def _numbered(lines: list[str]) -> Iterator[tuple[int, str]]:
             yield number, line
 
 
+# U+0000 and unpaired surrogates (a JSON escape such as "\ud800" decodes to one) cannot be
+# encoded as UTF-8: sent to a model or written to the report, they would fail after the cases ran.
+_UNENCODABLE = re.compile("[\x00\ud800-\udfff]")
+
+
+def _encodable(value: Any, where: str) -> None:
+    """Refuse a line holding, in any string of it, text that cannot be sent or written as UTF-8."""
+    pending = [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, str) and _UNENCODABLE.search(item):
+            raise DatasetError(f"{where}: a string holds U+0000 or an unpaired surrogate")
+        if isinstance(item, dict):
+            pending.extend(item.keys())
+            pending.extend(item.values())
+        elif isinstance(item, list):
+            pending.extend(item)
+
+
 def parse_case(raw: Any, where: str) -> Case:
     """Return the case of one dataset line; `where` prefixes any error."""
     if not isinstance(raw, dict):
         raise DatasetError(f"{where}: not a JSON object")
+    _encodable(raw, where)
     unknown = set(raw) - {"id", "question", "locale", "expect", "history"}
     if unknown:
         raise DatasetError(f"{where}: unknown fields {sorted(unknown)}")
@@ -118,14 +152,17 @@ def parse_case(raw: Any, where: str) -> Case:
     if not isinstance(locale, str):
         raise DatasetError(f"{where}: `locale` must be a string such as fa-IR or en-US")
     status, citations = _expect(raw.get("expect"), where)
-    return Case(case_id, question, locale, status, citations, _history(raw.get("history"), where))
+    section = (raw.get("expect") or {}).get("section")
+    return Case(case_id, question, locale, status, citations, _history(raw.get("history"), where), section)
 
 
 def _expect(raw: Any, where: str) -> tuple[str | None, tuple[str, ...]]:
     if raw is None:
         return None, ()
-    if not isinstance(raw, dict) or set(raw) - {"status", "citations"}:
-        raise DatasetError(f'{where}: `expect` must be {{"status", "citations"}}')
+    if not isinstance(raw, dict) or set(raw) - {"status", "citations", "section"}:
+        raise DatasetError(f'{where}: `expect` must be {{"status", "citations", "section"}}')
+    if not isinstance(raw.get("section", ""), str):
+        raise DatasetError(f"{where}: `expect.section` must be a heading path such as 'Travel insurance › Other cover'")
     status = raw.get("status")
     if status is not None and status not in STATUSES:
         raise DatasetError(f"{where}: `expect.status` must be one of {', '.join(STATUSES)}")

@@ -22,9 +22,11 @@ from langgraph.store.memory import InMemoryStore
 from chatbot.agent.collaborators import AgentDeps
 from chatbot.agent.context import Context
 from chatbot.agent.graph import build_graph
+from chatbot.agent.modelcall import answer_input_bound
 from chatbot.agent.outcome import GraphEvent, Token
 from chatbot.agent.run import run_graph
 from chatbot.agent.state import ConversationState
+from chatbot.budgets.service import BudgetExhausted, Budgets
 from chatbot.caller import CallerContext
 from chatbot.config import Settings
 from chatbot.evaluation.candidates import Candidate
@@ -102,9 +104,42 @@ def _retriever(case: Case, search: Search) -> Search:
 
 
 async def run_case(
-    case: Case, candidate: Candidate, *, tenant_id: str, settings: Settings, search: Search
+    case: Case,
+    candidate: Candidate,
+    *,
+    tenant_id: str,
+    settings: Settings,
+    search: Search,
+    budgets: Budgets | None = None,
 ) -> CaseResult:
-    """Run `case` through a dry graph answering with `candidate`; a failure is a result, never raised."""
+    """Run `case` through a dry graph answering with `candidate`; a failure is a result, never raised.
+
+    With `budgets` (`chatbot eval --charge-tenant`) the case's model calls are reserved and
+    charged against the tenant's budgets, as the eval user; a case that does not fit is a
+    result with the error `budget_exhausted`. Without, nothing is counted against them.
+    """
+    if budgets is None or not candidate.chain:
+        return await _run_case(case, candidate, tenant_id=tenant_id, settings=settings, search=search, budgets=None)
+    bound = answer_input_bound(candidate.chain[0].spec, settings.context_tokens)
+    specs = [entry.spec for entry in candidate.chain]
+    try:
+        async with budgets.held(
+            tenant_id, EVAL_USER, kind="answer", models=specs, input_tokens=bound, calls=len(specs)
+        ) as held:
+            result = await _run_case(
+                case, candidate, tenant_id=tenant_id, settings=settings, search=search, budgets=budgets
+            )
+            for call in result.usage:
+                if call.kind == "answer":
+                    held.used(call)
+            return result
+    except BudgetExhausted:
+        return CaseResult(case.id, candidate.name, "error", [], None, "budget_exhausted", 0.0, None)
+
+
+async def _run_case(
+    case: Case, candidate: Candidate, *, tenant_id: str, settings: Settings, search: Search, budgets: Budgets | None
+) -> CaseResult:
     update: dict[str, Any] = {"model": candidate.name}
     if case.window is not None and case.window.context_tokens:
         update["context_tokens"] = case.window.context_tokens
@@ -114,6 +149,7 @@ async def run_case(
         chain=candidate.chain,
         memory_sink=drop_memory_job,
         prompt_registry=None,
+        budgets=budgets,  # the summary fold's call, when the tenant is charged
         # A replayed run gets the earlier turns its thread's recall gave it, as they were.
         recall=RecordedRecall(case.window.recalled) if case.window is not None and case.window.recalled else None,
     )

@@ -13,14 +13,12 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any, Literal
 
-from langgraph.checkpoint.serde.base import SerializerProtocol
-
 from chatbot.db.locks import Locks
 from chatbot.db.pool import Pool
 from chatbot.evaluation.cases import Case, RecordedWindow, Turn, default_locale
 from chatbot.retrieval.normalize import detect_language
 from chatbot.retrieval.versions import read_chunk_versions
-from chatbot.threads import queries
+from chatbot.threads.export import rated_runs_of_tenant
 from chatbot.threads.record import ResolvedRun, read_run_record
 
 Score = Literal["up", "down"]
@@ -28,7 +26,6 @@ Score = Literal["up", "down"]
 
 async def rated_cases(
     pool: Pool,
-    serde: SerializerProtocol,
     locks: Locks,
     *,
     tenant_id: str,
@@ -40,11 +37,10 @@ async def rated_cases(
 
     A run whose record is gone (its thread deleted since) or that has no question is skipped.
     """
-    async with pool.connection() as conn:
-        rows = await queries.rated_of_tenant(conn, tenant_id, since, until, score)
+    rows = await rated_runs_of_tenant(pool, tenant_id, since, until, score)
     cases = []
     for row in rows:
-        record = await read_run_record(pool, serde, locks, row["thread_id"], row["run_id"], tenant_id)
+        record = await read_run_record(pool, locks, row["thread_id"], row["run_id"], tenant_id)
         if record is None or record.body["input"] is None:
             continue
         cases.append(await _case(pool, tenant_id, row, record))

@@ -6,6 +6,7 @@ import asyncio
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from chatbot.budgets.service import Budgets
 from chatbot.config import Settings
 from chatbot.evaluation.candidates import Candidate
 from chatbot.evaluation.cases import Case
@@ -26,13 +27,16 @@ async def evaluate(
     search: Search,
     concurrency: int = 4,
     on_result: Progress | None = None,
+    budgets: Budgets | None = None,
 ) -> list[CaseResult]:
     """Return the result of every case on every candidate, in case order then candidate order."""
     gate = asyncio.Semaphore(max(1, concurrency))
 
     async def one(case: Case, candidate: Candidate) -> CaseResult:
         async with gate:
-            result = await run_case(case, candidate, tenant_id=tenant_id, settings=settings, search=search)
+            result = await run_case(
+                case, candidate, tenant_id=tenant_id, settings=settings, search=search, budgets=budgets
+            )
         if on_result is not None:
             on_result(result)
         return result

@@ -1,10 +1,12 @@
 """Plan how new facts change a user's stored facts: replace, refresh, add, evict.
 
 A new fact that restates or contradicts a stored one takes over its id (same key, or same
-normalised text, or nearly the same content words), so the store never holds two versions
-of one thing. Several stored facts sharing a key (left by an older extractor) collapse into
-the most recent one. When the set outgrows the cap, the least recently updated facts go.
-The plan is pure: the caller applies it with `aput`/`adelete` under the per-user writer.
+normalised text, or nearly the same content words), so the store never holds two current
+versions of one thing; when its text differs, the stored version is closed (`FactPlan.closes`:
+the writer keeps it in the user's fact history, valid until now). Several stored facts
+sharing a key (left by an older extractor) collapse into the most recent one. When the set
+outgrows the cap, the least recently updated facts go. The plan is pure: the caller applies
+it under the per-user writer.
 """
 
 from __future__ import annotations
@@ -43,6 +45,9 @@ class FactPlan:
     """(fact id, fact) to write, in order; an existing id means replace."""
     deletes: list[str] = field(default_factory=list)
     """Ids of stored facts to delete (duplicates of a replaced fact, or evicted over the cap)."""
+    closes: list[str] = field(default_factory=list)
+    """Ids of stored facts whose text a put replaces with another (a changed fact): the stored
+    version is closed (kept in the history, valid until now), the put is the current one."""
 
 
 @dataclass(slots=True)
@@ -102,6 +107,8 @@ def consolidate(
         slots[stored.id] = _Slot(stored.id, stored.key, text, words, rank)
 
     puts: dict[str, FactCandidate] = {}
+    stored_texts = {slot.id: slot.text for slot in slots.values()}
+    closes: list[str] = []
     rank = len(ordered)
     for candidate in new:
         fact = _clip(candidate)
@@ -114,6 +121,8 @@ def consolidate(
         if fact_id is None:
             fact_id = new_id()
         else:
+            if fact_id in stored_texts and stored_texts[fact_id] != text and fact_id not in closes:
+                closes.append(fact_id)  # "I drive a Peugeot" becomes "I drive a motorcycle"
             old_key = slots[fact_id].key
             if by_key.get(old_key) == fact_id:
                 del by_key[old_key]
@@ -130,4 +139,6 @@ def consolidate(
             del puts[slot.id]  # a fact of this very batch squeezed out before it was ever written
         if slot.id in stored_ids:
             deletes.append(slot.id)
-    return FactPlan(puts=list(puts.items()), deletes=deletes)
+    kept_puts = list(puts.items())
+    written = {fact_id for fact_id, _ in kept_puts}
+    return FactPlan(puts=kept_puts, deletes=deletes, closes=[c for c in closes if c in written])

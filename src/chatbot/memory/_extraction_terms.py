@@ -1,7 +1,7 @@
 """Keep the vocabularies of the offline extractor: products, formality cues, household and topics.
 
 All patterns run on `pii.normalize_for_pii` output (casefolded, ASCII digits, Persian letters
-folded, zero-width characters as spaces), so Persian multi-word terms allow `\\s*` between
+folded, zero-width characters removed), so Persian multi-word terms allow `\\s*` between
 words and "می‌خوام", "می خوام" and "میخوام" read alike.
 """
 

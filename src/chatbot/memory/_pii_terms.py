@@ -1,7 +1,7 @@
 """Keep the keyword patterns of the PII guard: payment secrets, card expiry and health terms.
 
 Every pattern runs on `pii.normalize_for_pii` output: casefolded, Persian letters folded
-(ي→ی, ك→ک, أ→ا), diacritics and tatweel removed, zero-width characters turned into spaces.
+(ي→ی, ك→ک, أ→ا), diacritics, tatweel and invisible characters removed, lookalike letters folded.
 So multi-word Persian terms allow `\\s*` between words ("شیمی‌درمانی", "شیمی درمانی" and
 "شیمیدرمانی" all match), and a left word boundary keeps "مسقط" from reading as "سقط".
 Product words of health insurance (بیمه تکمیلی, بیمه درمان, health plan, medical insurance)

@@ -25,6 +25,7 @@ from chatbot.memory._extraction_terms import (
     count_word,
 )
 from chatbot.memory._fact_keys import classify_fact
+from chatbot.memory._instructions import InstructionKind, instruction_kind
 from chatbot.memory.pii import MAX_CHECKED_CHARS, PiiCategory, checkable_form, normalize_for_pii, rejection_reason
 from chatbot.text import cut_at_word, fold_digits, fold_letters, looks_persian
 
@@ -67,6 +68,8 @@ class MemoryCandidates:
     """Explicit "remember" statements that passed the PII guard."""
     rejected: list[PiiCategory] = field(default_factory=list)
     """One category per statement the PII guard dropped (for the metric; never the value)."""
+    instructions: list[InstructionKind] = field(default_factory=list)
+    """One kind per statement refused as an instruction rather than a fact (for the metric)."""
 
 
 _GAP = r"[\s\u200b-\u200f]*"
@@ -173,8 +176,11 @@ def _drop_joiner_tail(raw: str) -> str:
 
 def _facts(
     text: str, products: Mapping[str, Sequence[re.Pattern[str]]], *, checkable: bool
-) -> tuple[list[FactCandidate], list[PiiCategory]]:
-    """Turn remember statements into fact candidates, dropping those the PII guard refuses.
+) -> tuple[list[FactCandidate], list[PiiCategory], list[InstructionKind]]:
+    """Turn remember statements into fact candidates, dropping instructions and what the PII guard refuses.
+
+    A statement that addresses the assistant or orders it about is no fact about the user
+    (memory/_instructions.py): it is refused whole, whatever else it says.
 
     `checkable` is False when the whole message is longer than the guard reads once
     normalised: each statement could fit alone, but together they would make the guard
@@ -182,9 +188,14 @@ def _facts(
     """
     facts: list[FactCandidate] = []
     rejected: list[PiiCategory] = []
+    instructions: list[InstructionKind] = []
     for statement in _statements(text):
         if not checkable:
             rejected.append(PiiCategory.UNCHECKED)
+            continue
+        kind = instruction_kind(statement)
+        if kind is not None:
+            instructions.append(kind)
             continue
         short = cut_fact(statement)
         # The guard first, the classification only for what it keeps: an offline category
@@ -195,7 +206,7 @@ def _facts(
             continue
         category, key = classify_fact(statement, products)
         facts.append(FactCandidate(text=short, category=category, key=key))
-    return facts, rejected
+    return facts, rejected, instructions
 
 
 def _language(text: str, locale: str) -> str | None:
@@ -268,8 +279,8 @@ def extract_offline(
     topics = {name: 1 for name, pattern in TOPICS if pattern.search(norm)}
     if topics:
         updates["topics"] = topics
-    facts, rejected = _facts(text, compiled, checkable=checkable)
-    return MemoryCandidates(profile_updates=updates, facts=facts, rejected=rejected)
+    facts, rejected, instructions = _facts(text, compiled, checkable=checkable)
+    return MemoryCandidates(profile_updates=updates, facts=facts, rejected=rejected, instructions=instructions)
 
 
 def _merge_list(old: Sequence[str], new: Sequence[str], *, household: bool) -> list[str]:

@@ -92,6 +92,18 @@ async def claim(
     return job, int(row["attempts"])
 
 
+async def defer(pool: Pool, thread_id: str, run_id: str, until: datetime) -> None:
+    """Leave a run's job pending until `until` (over budget: when the budget's period resets)."""
+    async with pool.connection() as conn:
+        await queries.defer_job(conn, thread_id, run_id, until)
+
+
+async def delete_jobs_older_than(pool: Pool, cutoff: datetime) -> int:
+    """Delete the jobs written before `cutoff` (retention: no row outlives the retention period)."""
+    async with pool.connection() as conn:
+        return await queries.delete_jobs_older_than(conn, cutoff)
+
+
 async def discard(pool: Pool, thread_id: str, run_id: str) -> None:
     """Drop a run's job, if it has one (its run was not answered after all, or nothing is worth writing)."""
     async with pool.connection() as conn:

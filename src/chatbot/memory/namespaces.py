@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 PROFILE_KEY = "profile"
+PROFILE_SOURCES_KEY = "sources"
+"""The profile namespace's second item: which turns and facts each profile entry came from."""
 
 
 def user_prefix(tenant_id: str, user_id: str) -> tuple[str, ...]:
@@ -18,3 +20,8 @@ def profile_namespace(tenant_id: str, user_id: str) -> tuple[str, ...]:
 def facts_namespace(tenant_id: str, user_id: str) -> tuple[str, ...]:
     """Return the namespace of the user's remembered facts (one item per fact)."""
     return (*user_prefix(tenant_id, user_id), "facts")
+
+
+def history_namespace(tenant_id: str, user_id: str) -> tuple[str, ...]:
+    """Return the namespace of the user's closed facts: versions a later fact of the same kind replaced."""
+    return (*user_prefix(tenant_id, user_id), "facts_history")

@@ -7,12 +7,21 @@ categories only: the matched value is never returned, logged or put in an except
 because the guard's own output ends up in metrics and logs.
 
 Decisions worth knowing:
-- Text is normalised first (NFKC, every Unicode decimal digit to ASCII, Arabic letter forms,
-  invisible characters). Invisible characters between digits are dropped, elsewhere they
-  become a space so "پیش‌دیابت" still has a word boundary before "دیابت".
-- Digit groups separated by up to three spaces, dashes, dots or slashes form one number,
-  provided the separators inside it are all of one kind: "6037-9975-1234-5678" and
-  "001 234567 9" are single numbers, "1403/05/12 1403/06/12" is not one 10-digit number.
+- One normalisation before every decision (`normalize_for_pii`): NFKC; every
+  default-ignorable or invisible code point removed, never turned into a space
+  ("dia\u200bbetes" is "diabetes", U+034F or U+E0020 between digits join them); combining
+  marks stripped (from digits too); every Unicode decimal digit as ASCII; lookalike letters
+  folded (Cyrillic, Greek, small capitals; Arabic letter variants as Persian ones; fullwidth
+  and mathematical alphanumerics are NFKC's); spelled-out digits read as digits when a run of
+  them makes a number of six digits or more ("zero zero one two …", "صفر صفر یک دو …");
+  letters written one by one joined ("d i a b e t e s"). The Persian zero-width non-joiner,
+  which also ends a prefix ("پیش\u200cدیابت"), is read as a space too for the health terms.
+- Digit groups joined by any run of up to eight separators (spaces, dashes, dots, slashes,
+  commas, plus signs, mixed) form one number: "6037-9975 1234.5678" and "001,234,5679" are
+  single numbers. Dates (1403/05/12, 2025-03-20) and amounts grouped in thousands
+  (5,000,000) are walled off first, so two dates side by side are not one 10-digit number.
+- A value split over two messages passes in each; `joined_rejection_reason` reads two texts
+  together (the memory writer asks it about each new fact after the user's recent facts).
 - A label right before a number decides how it is read. After "کد ملی" / "national ID" an
   8 to 10 digit number is a national ID even when its check digit fails (a mistyped ID
   still identifies a person; codes with leading zeros are often written without them).
@@ -34,7 +43,6 @@ Decisions worth knowing:
 from __future__ import annotations
 
 import bisect
-import functools
 import itertools
 import re
 import unicodedata
@@ -63,18 +71,67 @@ class PiiCategory(StrEnum):
     """Longer than the guard reads once normalised: refused because it cannot be shown safe."""
 
 
-# Zero-width characters, bidi controls, the Arabic letter mark and the soft hyphen: invisible,
-# so a user (or a copy-paste) can put them inside a number without changing what it shows.
-_INVISIBLE = "\u00ad\u061c\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2064\u2066-\u2069\ufeff"
-_INVISIBLE_BETWEEN_DIGITS = re.compile(f"(?<=[0-9])[{_INVISIBLE}]+(?=[0-9])")
-_INVISIBLE_ANYWHERE = re.compile(f"[{_INVISIBLE}]+")
+# Default-ignorable and invisible code points: a user (or a copy-paste) can put them inside a
+# number or a word without changing what it shows, so they are removed, never turned into a
+# space (a space would split "dia\u200bbetes" into two words no rule knows). Soft hyphen,
+# combining grapheme joiner, Arabic letter mark, Hangul fillers, Mongolian and variation
+# selectors, zero-width and bidi controls, word joiner and invisible operators, Braille blank,
+# BOM, interlinear annotations, shorthand format controls, musical format controls, tags;
+# tatweel too (a stretched letter is the same letter).
+_IGNORABLE = re.compile(
+    "[\u00ad\u034f\u061c\u0640\u115f\u1160\u17b4\u17b5\u180b-\u180f\u200b-\u200f\u202a-\u202e\u2060-\u206f"
+    "\u2800\u3164\ufe00-\ufe0f\ufeff\uffa0\ufff0-\ufff8\U0001bca0-\U0001bca3\U0001d173-\U0001d17a"
+    "\U000e0000-\U000e0fff]+"
+)
+# Combining marks (Latin, Cyrillic, symbol and half marks, the keycap): on a digit they hide it
+# from `[0-9]`, on a letter they hide a word; Arabic marks go in `normalize_persian`.
+_COMBINING = re.compile("[\u0300-\u036f\u0483-\u0489\u1ab0-\u1aff\u1dc0-\u1dff\u20d0-\u20ff\ufe20-\ufe2f]+")
+# Letters that look like Latin ones (Cyrillic, Greek, small capitals) and Arabic-script letter
+# variants that read as Persian ones: folded, so "dіabetes" with a Cyrillic і is "diabetes".
+# Fullwidth and mathematical alphanumerics are NFKC's.
+_CONFUSABLES = str.maketrans(
+    {
+        **dict(zip("аеорсухіјѕԁһӏԛԝкмтнвгпьӕ", "aeopcyxijsdhlqwkmthbrnbæ", strict=True)),
+        **dict(zip("αοριειβγκνυτχωηςμ", "aopieibykvutxwnsu", strict=True)),
+        **dict(zip("ᴀʙᴄᴅᴇғɢʜɪᴊᴋʟᴍɴᴏᴘʀꜱᴛᴜᴠᴡʏᴢ", "abcdefghijklmnoprstuvwyz", strict=True)),
+        **dict.fromkeys("ٱٲٳٵ", "ا"),
+        **dict.fromkeys("ۍێېۑےۓ", "ی"),
+        **dict.fromkeys("ػؼڪګڬڭڮ", "ک"),
+        **dict.fromkeys("ھہۂۃە", "ه"),
+        **dict.fromkeys("ٶٷۄۅۆۇۈۉۊۋؤ", "و"),
+    }
+)
+# Digits spelled as words, English and Persian. Only a run of them that makes a long number
+# is read as digits ("one two three four five six …"), so "two children" stays words.
+_NUMBER_WORD_VALUES = {
+    **{w: str(i) for i, w in enumerate("zero one two three four five six seven eight nine".split())},
+    **{w: str(i) for i, w in enumerate("صفر یک دو سه چهار پنج شش هفت هشت نه".split())},
+    "شیش": "6",
+    "oh": "0",
+}
+_NUMBER_WORD = "|".join(sorted(_NUMBER_WORD_VALUES, key=len, reverse=True))
+# Possessive, and a digit group only from its first digit: a run of digits is never retried
+# from each of its positions (which made 4,000 digits cost a second).
+_NUMBER_TOKEN = rf"(?:(?<![^\W\d_])(?:{_NUMBER_WORD})(?![^\W\d_])|(?<![0-9])[0-9]++)"
+_NUMBER_WORD_RUN = re.compile(rf"{_NUMBER_TOKEN}(?:[\s,،\-./+_]++{_NUMBER_TOKEN})+")
+_NUMBER_WORD_ONLY = re.compile(rf"(?<![^\W\d_])(?:{_NUMBER_WORD})(?![^\W\d_])")
+_WORDS_MAKE_A_NUMBER = 6  # digits in a run with number words in it before it counts as one number
+# Letters written one by one ("d i a b e t e s", "d-i-a-b-e-t-e-s"): at least four, joined.
+_SPACED_LETTERS = re.compile(r"(?<![^\W\d_])[^\W\d_](?:[\s.\-_*·]{1,2}[^\W\d_](?![^\W\d_])){3,}")
+_LETTER_SEPARATORS = re.compile(r"[\s.\-_*·]+")
 
-# Separators people put between digit groups. Commas (and the Persian thousands separator)
-# are left out on purpose: they mark amounts ("5,000,000 rials"), never IDs or cards.
-_SEP_CLASS = r"[\s\-\u2010-\u2015\u2212._/\\|\u066b\u00b7]"
-_RUN = re.compile(rf"(?<![0-9])[0-9]+(?:{_SEP_CLASS}{{1,3}}[0-9]+)*")
+# Separators people put between digit groups, mixed as they like: spaces, dashes, dots,
+# slashes, commas, plus signs. A date (1403/05/12) or an amount grouped in thousands
+# (5,000,000) is never part of an ID or a card: `_barriers` keeps its digits apart.
+_SEP_CLASS = r"[\s\-\u2010-\u2015\u2212._/\\|\u066b\u00b7,\u060c\u066c+*~]"
+_RUN = re.compile(rf"(?<![0-9])[0-9]+(?:{_SEP_CLASS}{{1,8}}[0-9]+)*")
 _GROUP = re.compile("[0-9]+")
-_DASHES = str.maketrans({c: "-" for c in "\u2010\u2011\u2012\u2013\u2014\u2015\u2212"})
+_DATE = re.compile(
+    r"(?<![0-9])(?:1[34][0-9]{2}|20[0-9]{2}|19[0-9]{2})[/\-.](?:0?[1-9]|1[0-2])[/\-.](?:0?[1-9]|[12][0-9]|3[01])(?![0-9])"
+    r"|(?<![0-9])(?:0?[1-9]|[12][0-9]|3[01])[/\-.](?:0?[1-9]|1[0-2])[/\-.](?:1[34][0-9]{2}|20[0-9]{2}|19[0-9]{2})(?![0-9])"
+)
+_AMOUNT = re.compile(r"(?<![0-9])[0-9]{1,3}(?:[,\u066c][0-9]{3})+(?![0-9,\u066c])")
+_BARRIER = "\x00"
 # The window lengths that can be a finding, by the label before the window (see `_is_national_id`,
 # `_is_card`, `_is_bare_sheba`): unlabelled, only a checksummed 10-digit ID, a 16-digit card
 # and a 24-digit Sheba (the longest number looked for); a label widens its own kind; after
@@ -142,23 +199,32 @@ def normalize_for_pii(text: str, *, limit: int | None = None) -> str:
 
 
 def _fold_for_pii(nfkc: str) -> str:
-    """Return the guard's form of NFKC text: digits folded, invisibles dropped, Persian folded, casefolded."""
-    text = fold_all_digits(nfkc)
-    text = _INVISIBLE_BETWEEN_DIGITS.sub("", text)
-    text = _INVISIBLE_ANYWHERE.sub(" ", text)
-    return normalize_persian(text).casefold()
+    """Return the guard's form of NFKC text, the one every PII decision reads.
+
+    Invisibles removed, combining marks stripped, every decimal digit ASCII, lookalike letters
+    folded, Persian folded, casefolded, spelled-out digit runs as digits, letters written one
+    by one joined. Each step is one C-level pass (or a regex over runs), so the form costs
+    time linear in the text.
+    """
+    text = _IGNORABLE.sub("", nfkc)
+    text = _COMBINING.sub("", text)
+    text = fold_all_digits(text)
+    text = normalize_persian(text.translate(_CONFUSABLES)).casefold().translate(_CONFUSABLES)
+    text = _NUMBER_WORD_RUN.sub(_digits_of_number_words, text)
+    return _SPACED_LETTERS.sub(lambda m: _LETTER_SEPARATORS.sub("", m.group()), text)
 
 
-@functools.lru_cache(maxsize=1024)  # a few separators recur thousands of times in a long number run
-def _separator_kind(sep: str) -> str:
-    """Reduce a separator to its kind, so " - " and "-" match and "/" and " " do not."""
-    visible = sep.translate(_DASHES).replace(" ", "")
-    visible = "".join(c for c in visible if not c.isspace())
-    return "".join(sorted(set(visible))) or " "
+def _digits_of_number_words(run: re.Match[str]) -> str:
+    """Return a run of number words and digits as digits when it makes a long number, else unchanged."""
+    words = _NUMBER_WORD_ONLY.findall(run.group())
+    if not words:
+        return run.group()
+    as_digits = _NUMBER_WORD_ONLY.sub(lambda m: _NUMBER_WORD_VALUES[m.group()], run.group())
+    return as_digits if sum(c.isdigit() for c in as_digits) >= _WORDS_MAKE_A_NUMBER else run.group()
 
 
 def _windows(run: str, offset: int, lengths: Callable[[int], frozenset[int]]) -> Iterator[tuple[str, int]]:
-    """Yield (digits, start) for the runs of whole digit groups joined by one separator kind.
+    """Yield (digits, start) for the runs of whole digit groups, whatever separators join them.
 
     `lengths(start)` names the digit counts wanted for windows starting at `start` (an
     offset in the text). At most 24 digits per window, so the cost is linear in the run (a
@@ -166,14 +232,9 @@ def _windows(run: str, offset: int, lengths: Callable[[int], frozenset[int]]) ->
     re-joined per window.
     """
     matches = list(_GROUP.finditer(run))
-    kinds = [_separator_kind(run[a.end() : b.start()]) for a, b in itertools.pairwise(matches)]
     digits = "".join(m.group() for m in matches)
     ends = list(itertools.accumulate(m.end() - m.start() for m in matches))
-    count = len(matches)
-    # last[i]: the last group a window from group i may reach, all its separators of one kind.
-    last = list(range(count))
-    for i in range(count - 2, -1, -1):
-        last[i] = last[i + 1] if i + 1 < count - 1 and kinds[i + 1] == kinds[i] else i + 1
+    last = len(matches) - 1
     for i, first in enumerate(matches):
         start = offset + first.start()
         wanted = lengths(start)
@@ -183,8 +244,8 @@ def _windows(run: str, offset: int, lengths: Callable[[int], frozenset[int]]) ->
         # A window ends where the digit count so far is exactly a wanted length: found by
         # bisection, so a start costs one step per wanted length, not one per group in reach.
         for length in sorted(wanted):
-            j = bisect.bisect_left(ends, begin + length, i, last[i] + 1)
-            if j <= last[i] and ends[j] == begin + length:
+            j = bisect.bisect_left(ends, begin + length, i, last + 1)
+            if j <= last and ends[j] == begin + length:
                 yield digits[begin : ends[j]], start
 
 
@@ -258,7 +319,7 @@ def _number_categories(norm: str) -> set[PiiCategory]:
     def lengths(start: int) -> frozenset[int]:
         return _LENGTHS_BY_LABEL.get(_label_before(labels, label_ends, start), _UNLABELLED_LENGTHS)
 
-    for run in _RUN.finditer(norm):
+    for run in _RUN.finditer(_barriers(norm)):
         label_start, label = -1, None
         for digits, start in _windows(run.group(), run.start(), lengths):
             if start != label_start:
@@ -281,6 +342,16 @@ def _number_categories(norm: str) -> set[PiiCategory]:
     if any(_iban_ok(compact) for compact in _iban_candidates(norm)):
         found.add(PiiCategory.IBAN)
     return found
+
+
+def _barriers(norm: str) -> str:
+    """Return `norm` with dates and thousands-grouped amounts walled off, at the same length.
+
+    Any separators may join digit groups, so two dates side by side ("1403/05/12 1403/06/12")
+    or an amount beside another number would otherwise read as one long number.
+    """
+    norm = _DATE.sub(lambda m: _BARRIER * len(m.group()), norm)
+    return _AMOUNT.sub(lambda m: m.group().replace(",", _BARRIER).replace("\u066c", _BARRIER), norm)
 
 
 def _opens_with_24_digits(run: re.Match[str]) -> bool:
@@ -352,8 +423,15 @@ def _has_payment_secret(norm: str, card_context: bool) -> bool:
 
 
 def _has_health(norm: str, nfkc: str) -> bool:
-    """Find health information: conditions, medications, diagnoses, procedures, pregnancy."""
-    return bool(HEALTH_PATTERN.search(norm) or HEALTH_ACRONYMS_PATTERN.search(nfkc))
+    """Find health information: conditions, medications, diagnoses, procedures, pregnancy.
+
+    The zero-width non-joiner is removed like every invisible character ("دیا\u200cبت" is
+    "دیابت"), yet in Persian it also ends a prefix ("پیش\u200cدیابت"): where the text has
+    one, the form with it read as a space is searched too.
+    """
+    if HEALTH_PATTERN.search(norm) or HEALTH_ACRONYMS_PATTERN.search(nfkc):
+        return True
+    return "\u200c" in nfkc and HEALTH_PATTERN.search(_fold_for_pii(nfkc.replace("\u200c", " "))) is not None
 
 
 def _checkable_forms(text: str) -> tuple[str, str] | None:
@@ -407,6 +485,43 @@ def rejection_reason(text: str, *, category: str | None = None) -> PiiCategory |
         return PiiCategory.HEALTH
     found = find_pii(text)
     return found[0] if found else None
+
+
+def _loose_digits(norm: str) -> str:
+    """Return the digit groups of guard-form text, space-separated, leaving dates and amounts out."""
+    masked = _DATE.sub(lambda m: _BARRIER * len(m.group()), norm)
+    masked = _AMOUNT.sub(lambda m: _BARRIER * len(m.group()), masked)
+    return " ".join(_GROUP.findall(masked))
+
+
+def _number_label(norm: str) -> str | None:
+    """Return the last label naming a national ID, card or Sheba in `norm`; "" when another kind's label is there."""
+    found = [(m.lastgroup, m.group()) for m in _LABELS.finditer(norm)]
+    if any(kind == "other" for kind, _ in found):
+        return ""
+    return found[-1][1] if found else None
+
+
+def joined_rejection_reason(earlier: str, later: str) -> PiiCategory | None:
+    """Return why two texts a user wrote one after the other must not both be kept, or None.
+
+    A value split over two messages ("my national ID starts 00123" then "… and ends 45679",
+    "I have dia" then "betes") passes the guard in each; read together, with or without a
+    space between them, and with their digits side by side after the label that named them,
+    it does not. Each text alone is expected to pass already.
+    """
+    reason = rejection_reason(f"{earlier} {later}") or rejection_reason(f"{earlier}{later}")
+    if reason is not None:
+        return reason
+    first, second = checkable_form(earlier), checkable_form(later)
+    if first is None or second is None:
+        return PiiCategory.UNCHECKED
+    label = _number_label(first)
+    label = _number_label(second) if label is None else label
+    digits_first, digits_second = _loose_digits(first), _loose_digits(second)
+    if label == "" or not digits_first or not digits_second:
+        return None
+    return rejection_reason(f"{label or ''} {digits_first} {digits_second}")
 
 
 def is_safe_for_memory(text: str, *, category: str | None = None) -> bool:

@@ -31,6 +31,12 @@ where thread_id = %(thread)s and run_id = %(run)s and claimed_until < %(now)s
 returning tenant_id, user_id, locale, user_text, attempts
 """
 TAKE_JOB = "delete from memory_jobs where thread_id = %s and run_id = %s"
+# Over budget: the job waits, unclaimed, until the budget's period resets; that claim is not
+# counted against it (a job that waits a night must not be abandoned for its claims).
+DEFER_JOB = """
+update memory_jobs set claimed_until = %(until)s, attempts = greatest(attempts - 1, 0)
+where thread_id = %(thread)s and run_id = %(run)s
+"""
 JOBS_OF_USER = "delete from memory_jobs where tenant_id = %s and user_id = %s"
 JOBS_OLDER_THAN = "delete from memory_jobs where created_at < %s"
 FORGET_RESETS = "delete from memory_resets where tenant_id = %s and user_id = %s"
@@ -81,6 +87,11 @@ async def delete_jobs_of_user(conn: Conn, tenant_id: str, user_id: str) -> int:
     """Delete every pending job of the user (erasure, memory reset), in the caller's transaction."""
     cur = await conn.execute(JOBS_OF_USER, (tenant_id, user_id))
     return max(cur.rowcount, 0)
+
+
+async def defer_job(conn: Conn, thread_id: str, run_id: str, until: datetime) -> None:
+    """Leave a job pending until `until` (its budget's reset), its claim uncounted."""
+    await conn.execute(DEFER_JOB, {"thread": thread_id, "run": run_id, "until": until})
 
 
 async def delete_jobs_older_than(conn: Conn, cutoff: datetime) -> int:

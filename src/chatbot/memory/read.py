@@ -1,4 +1,8 @@
-"""What is remembered about a user, read as the graph and `GET …/memory` need it: two single-prefix reads."""
+"""What is remembered about a user, read as the graph and `GET …/memory` need it: single-prefix reads.
+
+The graph reads the profile and the current facts only; the closed facts (what was believed
+before a fact changed) are read for `GET …/memory?history=true` alone: the model never sees them.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +12,7 @@ from typing import Any
 
 from chatbot.db.pool import Pool
 from chatbot.memory import items
-from chatbot.memory.namespaces import PROFILE_KEY, facts_namespace, profile_namespace
+from chatbot.memory.namespaces import PROFILE_KEY, facts_namespace, history_namespace, profile_namespace
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +39,14 @@ async def read_memory(
         profile = await items.read_one(conn, profile_namespace(tenant_id, user_id), PROFILE_KEY, lifetime)
         facts = await items.read(conn, facts_namespace(tenant_id, user_id), max_facts, lifetime)
     return Remembered(dict(profile.value) if profile else {}, facts)
+
+
+async def read_history(
+    pool: Pool, tenant_id: str, user_id: str, *, limit: int, lifetime: items.Lifetime
+) -> list[items.StoredItem]:
+    """Return the user's closed facts (versions a later fact of the same kind replaced), newest first."""
+    async with pool.connection() as conn:
+        return await items.read(conn, history_namespace(tenant_id, user_id), limit, lifetime)
 
 
 def memory_reader(pool: Pool, *, max_facts: int, lifetime: items.Lifetime) -> MemoryReader:

@@ -6,7 +6,8 @@ too and deletes the row before it writes. A reset holds the lock exclusively whi
 deletes the user's rows and items: a job submitted before it has its row deleted (its
 work then finds nothing to take and drops itself), a write in progress finishes before
 the reset deletes what it wrote, and a later one comes after the reset. Deleting one fact
-takes the lock exclusively too, so no write in progress puts it back.
+takes the lock exclusively too, so no write in progress puts it back; it deletes the fact's
+closed versions and the profile entries that came only from it in the same transaction.
 
 Transaction-scoped advisory locks end with their transaction, so nothing can leak them and
 they work through PgBouncer in transaction mode; the lock is db/locks.py's
@@ -26,8 +27,19 @@ from psycopg import AsyncConnection
 from chatbot.db import langgraph_tables
 from chatbot.db.locks import hold_memory_reset
 from chatbot.db.pool import Pool
+from chatbot.memory import _profile_sources as profile_sources
 from chatbot.memory import items, queries
-from chatbot.memory.namespaces import facts_namespace, profile_namespace, user_prefix
+from chatbot.memory.namespaces import (
+    PROFILE_KEY,
+    PROFILE_SOURCES_KEY,
+    facts_namespace,
+    history_namespace,
+    profile_namespace,
+    user_prefix,
+)
+
+# Closed versions read to find those of a forgotten fact (the writer keeps at most 100).
+MAX_HISTORY_READ = 200
 
 
 async def _hold_exclusive(conn: AsyncConnection[Any], tenant_id: str, user_id: str) -> None:
@@ -41,14 +53,50 @@ async def reset_memory(pool: Pool, tenant_id: str, user_id: str) -> int:
         await queries.delete_jobs_of_user(conn, tenant_id, user_id)
         # One statement per namespace: each names one store prefix.
         deleted = await items.delete_namespace(conn, profile_namespace(tenant_id, user_id))
+        deleted += await items.delete_namespace(conn, history_namespace(tenant_id, user_id))
         return deleted + await items.delete_namespace(conn, facts_namespace(tenant_id, user_id))
 
 
-async def forget_fact(pool: Pool, tenant_id: str, user_id: str, fact_id: str) -> bool:
-    """Delete one of the user's facts; False when the user has no fact with that id."""
+async def forget_fact(pool: Pool, tenant_id: str, user_id: str, fact_id: str, lifetime: items.Lifetime) -> bool:
+    """Delete one of the user's facts, its closed versions and what the profile took only from it.
+
+    `fact_id` is a current fact's id or a closed version's (`GET …/memory?history=true`).
+    False when the user has neither.
+    """
     async with pool.connection() as conn, conn.transaction():
         await _hold_exclusive(conn, tenant_id, user_id)
-        return await items.delete_keys(conn, facts_namespace(tenant_id, user_id), [fact_id]) > 0
+        history_ns = history_namespace(tenant_id, user_id)
+        versions = [
+            item.key
+            for item in await items.read(conn, history_ns, MAX_HISTORY_READ, lifetime)
+            if item.key == fact_id or item.value.get("fact_id") == fact_id
+        ]
+        deleted = await items.delete_keys(conn, facts_namespace(tenant_id, user_id), [fact_id])
+        deleted += await items.delete_keys(conn, history_ns, versions)
+        if deleted:
+            await _forget_derived(conn, tenant_id, user_id, fact_id, lifetime)
+        return deleted > 0
+
+
+async def _forget_derived(
+    conn: AsyncConnection[Any], tenant_id: str, user_id: str, fact_id: str, lifetime: items.Lifetime
+) -> None:
+    """Remove from the profile the entries whose every source is the forgotten fact."""
+    profile_ns = profile_namespace(tenant_id, user_id)
+    profile = await items.read_one(conn, profile_ns, PROFILE_KEY, lifetime)
+    sources = await items.read_one(conn, profile_ns, PROFILE_SOURCES_KEY, lifetime)
+    if profile is None or sources is None:
+        return
+    kept_profile, kept_sources = profile_sources.forget(profile.value, sources.value, fact_id)
+    puts = [
+        (key, value)
+        for key, value, old in (
+            (PROFILE_KEY, kept_profile, profile.value),
+            (PROFILE_SOURCES_KEY, kept_sources, sources.value),
+        )
+        if value != old
+    ]
+    await items.put(conn, profile_ns, puts, lifetime)
 
 
 async def hold_for_write(conn: AsyncConnection[Any], tenant_id: str, user_id: str) -> None:

@@ -31,16 +31,26 @@ from langgraph.store.base import TTLConfig
 from psycopg import AsyncConnection
 
 from chatbot import metrics
+from chatbot.budgets.service import BudgetExhausted
 from chatbot.db.locks import Locks
 from chatbot.db.pool import Pool
+from chatbot.memory import _profile_sources as profile_sources
 from chatbot.memory import items, jobs, queries
 from chatbot.memory._consolidation import StoredFact, consolidate
+from chatbot.memory._instructions import instruction_kind
 from chatbot.memory.extraction import FactCandidate, MemoryCandidates, extract_offline, merge_profile
 from chatbot.memory.jobs import MemoryJob
-from chatbot.memory.namespaces import PROFILE_KEY, facts_namespace, profile_namespace
-from chatbot.memory.pii import rejection_reason
+from chatbot.memory.namespaces import (
+    PROFILE_KEY,
+    PROFILE_SOURCES_KEY,
+    facts_namespace,
+    history_namespace,
+    profile_namespace,
+)
+from chatbot.memory.pii import joined_rejection_reason, rejection_reason
 from chatbot.memory.resets import hold_for_write
 from chatbot.tasks import stop_task
+from chatbot.timestamps import rfc3339
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +67,11 @@ _SETTLE_WAITS = (0.01, 0.03, 0.06, 0.1, 0.2, 0.4, 0.8, 1.6, 3.2, 3.2)
 # failing) is dropped: the turn's memory is lost, counted, rather than retried forever.
 MAX_CLAIMS = 5
 PICKUP_BATCH = 20
+# A value split over messages is looked for in a new fact read after each of the user's
+# this many most recent facts (memory/pii.py `joined_rejection_reason`).
+RECENT_FACTS_READ_TOGETHER = 3
+# Closed facts kept per user (what was believed when); the oldest go first.
+MAX_HISTORY = 100
 
 
 async def offline_extractor(job: MemoryJob) -> MemoryCandidates:
@@ -78,7 +93,7 @@ def offline_might_write(job: MemoryJob) -> bool:
     a turn whose only fact the guard refuses costs a row that the work then drops.
     """
     candidates = offline_candidates(job)
-    return bool(candidates.facts or candidates.profile_updates or candidates.rejected)
+    return bool(candidates.facts or candidates.profile_updates or candidates.rejected or candidates.instructions)
 
 
 def lifetime_of(ttl: TTLConfig | None) -> items.Lifetime:
@@ -218,7 +233,15 @@ class MemoryWriter:
             await jobs.discard(self.pool, job.thread_id, job.run_id)
             metrics.MEMORY_WRITES.labels("dropped_unanswered").inc()
             return
-        worth = worth_writing(await self.extractor(job))
+        try:
+            candidates = await self.extractor(job)
+        except BudgetExhausted as exc:
+            # Skipped, not failed: the job waits for the budget's next period (or its expiry).
+            until = items.utcnow() + timedelta(seconds=exc.retry_after)
+            await jobs.defer(self.pool, job.thread_id, job.run_id, until)
+            metrics.MEMORY_WRITES.labels("over_budget").inc()
+            return
+        worth = worth_writing(candidates)
         if worth is None:
             await jobs.discard(self.pool, job.thread_id, job.run_id)
             metrics.MEMORY_WRITES.labels("nothing").inc()
@@ -264,48 +287,140 @@ class MemoryWriter:
         self, conn: AsyncConnection[Any], job: MemoryJob, facts: list[FactCandidate], updates: dict[str, Any]
     ) -> None:
         profile_ns = profile_namespace(job.tenant_id, job.user_id)
+        # Every fact this turn writes, new or merged into a stored one, names this run: the
+        # run that wrote it last. Facts the plan leaves alone keep their own source.
+        turn = {"thread_id": job.thread_id, "run_id": job.run_id}
+        written = await self._apply_facts(conn, job, facts, turn) if facts else []
+        if not updates:
+            return
+        current = await items.read_one(conn, profile_ns, PROFILE_KEY, self.lifetime)
+        known = await items.read_one(conn, profile_ns, PROFILE_SOURCES_KEY, self.lifetime)
+        merged = merge_profile(dict(current.value) if current else {}, updates)
+        sources = profile_sources.record(known.value if known else {}, updates, written, turn, merged)
+        puts = []
+        if current is None or merged != current.value:
+            puts.append((PROFILE_KEY, merged))
+        if known is None or sources != known.value:
+            puts.append((PROFILE_SOURCES_KEY, sources))
+        await items.put(conn, profile_ns, puts, self.lifetime)
+
+    async def _apply_facts(
+        self, conn: AsyncConnection[Any], job: MemoryJob, facts: list[FactCandidate], turn: dict[str, str]
+    ) -> list[tuple[str, FactCandidate]]:
+        """Write the turn's facts: consolidated, changed ones closing their old version; return what was written."""
         facts_ns = facts_namespace(job.tenant_id, job.user_id)
-        if updates:
-            current = await items.read_one(conn, profile_ns, PROFILE_KEY, self.lifetime)
-            merged = merge_profile(dict(current.value) if current else {}, updates)
-            if current is None or merged != current.value:
-                await items.put(conn, profile_ns, [(PROFILE_KEY, merged)], self.lifetime)
-        if facts:
-            existing = await items.read(conn, facts_ns, self.max_facts + 50, self.lifetime)
-            stored = [
-                StoredFact(
-                    id=item.key,
-                    text=str(item.value.get("text", "")),
-                    category=str(item.value.get("category", "general")),
-                    key=str(item.value.get("key", "")),
-                    updated_at=item.updated_at,
-                )
-                for item in existing
-            ]
-            plan = consolidate(stored, facts, max_facts=self.max_facts)
-            await items.delete_keys(conn, facts_ns, plan.deletes)
-            # Every fact this turn writes, new or merged into a stored one, names this run:
-            # the run that wrote it last. Facts the plan leaves alone keep their own source.
-            source = {"thread_id": job.thread_id, "run_id": job.run_id}
-            puts = [
-                (fact_id, {"text": fact.text, "category": fact.category, "key": fact.key, "source": source})
-                for fact_id, fact in plan.puts
-            ]
-            await items.put(conn, facts_ns, puts, self.lifetime)
+        existing = await items.read(conn, facts_ns, self.max_facts + 50, self.lifetime)
+        stored = [
+            StoredFact(
+                id=item.key,
+                text=str(item.value.get("text", "")),
+                category=str(item.value.get("category", "general")),
+                key=str(item.value.get("key", "")),
+                updated_at=item.updated_at,
+            )
+            for item in existing
+        ]
+        facts, halves = split_values(stored, facts)
+        plan = consolidate([f for f in stored if f.id not in halves], facts, max_facts=self.max_facts)
+        await items.delete_keys(conn, facts_ns, [*halves, *plan.deletes])
+        by_id = {item.key: item for item in existing}
+        now = rfc3339(items.utcnow(), timespec="microseconds")
+        closed = [closed_version(by_id[fact_id], now, turn) for fact_id in plan.closes if fact_id in by_id]
+        puts = []
+        for fact_id, fact in plan.puts:
+            old = by_id.get(fact_id)
+            # Believed since it was first written; a changed fact, since now.
+            since = now if old is None or fact_id in plan.closes else valid_from(old)
+            value = {"text": fact.text, "category": fact.category, "key": fact.key, "source": turn, "valid_from": since}
+            puts.append((fact_id, value))
+        await items.put(conn, facts_ns, puts, self.lifetime)
+        if closed:
+            await self._keep_history(conn, history_namespace(job.tenant_id, job.user_id), closed)
+        return plan.puts
+
+    async def _keep_history(
+        self, conn: AsyncConnection[Any], history_ns: tuple[str, ...], closed: list[tuple[str, dict[str, Any]]]
+    ) -> None:
+        """Add closed versions to the user's fact history, keeping its newest MAX_HISTORY."""
+        await items.put(conn, history_ns, closed, self.lifetime)
+        kept = await items.read(conn, history_ns, MAX_HISTORY + len(closed), self.lifetime)
+        await items.delete_keys(conn, history_ns, [item.key for item in kept[MAX_HISTORY:]])
+
+
+def valid_from(item: items.StoredItem) -> str:
+    """Return since when a stored fact is believed (its first write, for facts stored before this was kept)."""
+    since = item.value.get("valid_from")
+    return since if isinstance(since, str) and since else rfc3339(item.created_at, timespec="microseconds")
+
+
+def closed_version(item: items.StoredItem, now: str, turn: dict[str, str]) -> tuple[str, dict[str, Any]]:
+    """Return the history entry (key, value) of a stored fact a later one of the same kind replaced."""
+    value = {
+        "fact_id": item.key,
+        "text": str(item.value.get("text", "")),
+        "category": str(item.value.get("category", "general")),
+        "key": str(item.value.get("key", "")),
+        "source": item.value.get("source"),
+        "valid_from": valid_from(item),
+        "valid_until": now,
+        "closed_by": turn,
+    }
+    return uuid.uuid4().hex, value
+
+
+def split_values(stored: list[StoredFact], facts: list[FactCandidate]) -> tuple[list[FactCandidate], list[str]]:
+    """Drop new facts that complete a refused value with a recent fact; return the rest and the stored halves.
+
+    A national ID, a card number or a health word split over two messages passes the guard
+    in each; read with the user's most recent facts (and the turn's other facts) it does not.
+    Both halves go: the new fact is not written and a stored half is deleted, so nothing of
+    the value stays.
+    """
+    recent = sorted(stored, key=lambda f: f.updated_at)[-RECENT_FACTS_READ_TOGETHER:]
+    partners: list[tuple[str | None, str]] = [(f.id, f.text) for f in recent]
+    kept: list[FactCandidate | None] = []
+    halves: list[str] = []
+    for fact in facts:
+        for index, (partner_id, partner_text) in enumerate(partners):
+            reason = joined_rejection_reason(partner_text, fact.text) if partner_text else None
+            if reason is None:
+                continue
+            metrics.PII_REJECTED.labels(str(reason)).inc()
+            if partner_id is not None:
+                halves.append(partner_id)
+            else:
+                kept[index - len(recent)] = None
+            partners[index] = (partner_id, "")  # a half already gone completes nothing more
+            break
+        else:
+            kept.append(fact)
+            partners.append((None, fact.text))
+            continue
+        kept.append(None)
+        partners.append((None, ""))
+    return [f for f in kept if f is not None], halves
 
 
 def worth_writing(
     candidates: MemoryCandidates, *, count: bool = True
 ) -> tuple[list[FactCandidate], dict[str, Any]] | None:
-    """Return the facts and profile updates that pass the PII guard, or None when nothing does.
+    """Return the facts and profile updates that pass the instruction and PII guards, or None when nothing does.
 
     `count` counts what the guard drops (never logged with its value); off for a look ahead.
     """
     if count:
         for category in candidates.rejected:  # dropped by the extractor's own guard
             metrics.PII_REJECTED.labels(str(category)).inc()
+        for kind in candidates.instructions:  # refused by the extractor as instructions
+            metrics.INSTRUCTIONS_REFUSED.labels(str(kind)).inc()
     facts = []
     for fact in candidates.facts:
+        # Again here, in front of the store: a custom extractor may not have asked.
+        instruction = instruction_kind(fact.text)
+        if instruction is not None:
+            if count:
+                metrics.INSTRUCTIONS_REFUSED.labels(str(instruction)).inc()
+            continue
         reason = rejection_reason(fact.text, category=fact.category)
         if reason is not None:
             if count:

@@ -14,6 +14,7 @@ from `open_stream`: the caller reads it through LangChain.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -22,6 +23,8 @@ from typing import Any, Literal
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import BaseMessage
 from langchain_core.messages.ai import UsageMetadata
+
+from chatbot.db.usage_totals import token_count
 
 Method = Literal["json_schema", "tools"]
 
@@ -52,6 +55,8 @@ def open_stream(model: BaseChatModel, messages: Sequence[BaseMessage], schema: d
 
 
 def _usage(input_tokens: int, output_tokens: int, cached: int) -> UsageMetadata:
+    # Clamped where the provider's counts enter (db/usage_totals.py): no count can fail a run.
+    input_tokens, output_tokens, cached = (token_count(n) for n in (input_tokens, output_tokens, cached))
     return UsageMetadata(
         input_tokens=input_tokens,
         output_tokens=output_tokens,
@@ -61,14 +66,36 @@ def _usage(input_tokens: int, output_tokens: int, cached: int) -> UsageMetadata:
 
 
 def _int(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+    return token_count(value)
+
+
+# The SSE specification's line ends, and only these: httpx's `aiter_lines` follows
+# `str.splitlines`, which also splits at U+2028, U+2029, U+0085 (and VT, FF, FS, GS, RS), so an
+# answer quoting one had its JSON event cut in two and the run failed.
+_LINE_END = re.compile("\r\n|\r|\n")
+
+
+async def _sse_lines(response: Any) -> AsyncIterator[str]:
+    """Yield the lines of an httpx response's event stream, split at CRLF, CR or LF only."""
+    pending = ""
+    async for text in response.aiter_text():
+        pending += text
+        start = 0
+        for match in _LINE_END.finditer(pending):
+            if match.group() == "\r" and match.end() == len(pending):
+                break  # perhaps the first half of a CRLF cut between two chunks
+            yield pending[start : match.start()]
+            start = match.end()
+        pending = pending[start:]
+    if pending:
+        yield pending.removesuffix("\r")
 
 
 async def _data_lines(response: Any) -> AsyncIterator[tuple[str | None, str]]:
     """Yield (event name, data) of each server-sent event of an httpx response."""
     event: str | None = None
     data: list[str] = []
-    async for line in response.aiter_lines():
+    async for line in _sse_lines(response):
         if not line:
             if data:
                 yield event, "\n".join(data)

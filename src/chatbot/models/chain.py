@@ -8,6 +8,7 @@ OpenAI docs show) would post to `/v1/v1/messages` and fail every run.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +21,8 @@ OFFLINE = "offline"
 # Providers whose client reports why a stream stopped (finish_reason / stop_reason /
 # done_reason): with them a stream that ends without saying so was cut short.
 REPORTS_FINISH = frozenset({"openai", "anthropic", "ollama"})
+# The variable each provider package reads its key from.
+KEY_VARIABLES = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
 
 
 class ModelConfigError(ValueError):
@@ -80,7 +83,14 @@ def normalise_base_url(provider: str, url: str | None) -> str | None:
     return url
 
 
-def load_model(spec: str, *, base_url: str | None = None, timeout: float = 60.0, retries: int = 1) -> BaseChatModel:
+def load_model(
+    spec: str,
+    *,
+    base_url: str | None = None,
+    timeout: float = 60.0,
+    retries: int = 1,
+    max_output_tokens: int | None = None,
+) -> BaseChatModel:
     """Return the chat model of one `provider:model` entry.
 
     Providers come as optional extras (`pip install 'chatbot[openai]'`, `[anthropic]`,
@@ -94,6 +104,9 @@ def load_model(spec: str, *, base_url: str | None = None, timeout: float = 60.0,
     url = normalise_base_url(provider, base_url)
     if url:
         kwargs["base_url"] = url
+    if max_output_tokens is not None:
+        # The call's output cap: what a budget reserves as the output of its worst case.
+        kwargs["num_predict" if provider == "ollama" else "max_tokens"] = max_output_tokens
     if provider == "openai":
         # langchain-openai asks for usage in streams only without a base URL: ask always.
         kwargs["stream_usage"] = True
@@ -101,12 +114,30 @@ def load_model(spec: str, *, base_url: str | None = None, timeout: float = 60.0,
         # swallow a cancel that lands as a chunk arrives (the stream then runs to its end);
         # the idle bound of agent/modelcall.py does the same job without that.
         kwargs["stream_chunk_timeout"] = 0
+    key = KEY_VARIABLES.get(provider)
+    if key is not None and not url and not os.environ.get(key):
+        # Some clients build without a key and fail only at the first call, as unreachable.
+        raise ModelConfigError(f"{spec}: no API key: export {key}, or use CHATBOT_MODEL=offline.")
     try:
         return init_chat_model(name, model_provider=provider, **kwargs)
     except ImportError as exc:
-        raise ModelConfigError(f"the {provider!r} provider needs its extra: pip install 'chatbot[{provider}]'") from exc
-    except ValueError as exc:
-        raise ModelConfigError(f"cannot load model {spec!r}: {type(exc).__name__}") from exc
+        raise ModelConfigError(
+            f"the {provider!r} provider needs its extra: pip install 'chatbot[{provider}]'."
+        ) from exc
+    except Exception as exc:
+        # The provider packages refuse to build a client without their key, each with an
+        # exception of its own (OpenAIError, a pydantic ValidationError, ...).
+        if key is not None and not os.environ.get(key):
+            raise ModelConfigError(
+                f"{spec}: no API key: export {key} (any value for a server that takes none), "
+                "or use CHATBOT_MODEL=offline."
+            ) from exc
+        if isinstance(exc, ValueError) and "Unsupported" in str(exc):
+            raise ModelConfigError(
+                f"{spec}: unknown provider {provider!r}: "
+                "use openai, anthropic or ollama (as provider:model), or offline."
+            ) from exc
+        raise ModelConfigError(f"cannot load model {spec!r} ({type(exc).__name__}): check the model name.") from exc
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +162,7 @@ def load_models(settings: Settings) -> Models:
     provider: a cheaper model of the same OpenAI-compatible server needs no setting of its own.
     """
     timeout = _client_timeout(settings)
+    cap = settings.model_max_output_tokens
     specs = parse_chain(settings.model)
     if specs[0].lower() == OFFLINE:
         return Models([], None, None)
@@ -139,7 +171,9 @@ def load_models(settings: Settings) -> Models:
     # once, where the client's own backoff would add half a second or more to the first token.
     last = len(specs) - 1
     answer = [
-        ChainEntry(spec, load_model(spec, base_url=url, timeout=timeout, retries=1 if i == last else 0))
+        ChainEntry(
+            spec, load_model(spec, base_url=url, timeout=timeout, retries=1 if i == last else 0, max_output_tokens=cap)
+        )
         for i, (spec, url) in enumerate(zip(specs, urls, strict=True))
     ]
 
@@ -151,6 +185,6 @@ def load_models(settings: Settings) -> Models:
             raise ModelConfigError("CHATBOT_MEMORY_MODEL and CHATBOT_SUMMARY_MODEL take 'provider:model'")
         provider = only.partition(":")[0].lower()
         url = next((u for e, u in zip(answer, urls, strict=True) if e.provider == provider), None)
-        return ChainEntry(only, load_model(only, base_url=url, timeout=timeout))
+        return ChainEntry(only, load_model(only, base_url=url, timeout=timeout, max_output_tokens=cap))
 
     return Models(answer, side_model(settings.memory_model), side_model(settings.summary_model))

@@ -5,12 +5,18 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
+from chatbot.db.usage_totals import token_count
+
 UsageKind = Literal["answer", "summary", "memory"]
 
 
 @dataclass(frozen=True, slots=True)
 class Usage:
-    """One model call's token counts (0 where the provider reports none, e.g. the offline model)."""
+    """One model call's token counts (0 where the provider reports none, e.g. the offline model).
+
+    Counts from a provider come through `from_metadata` (or models/_wire.py), clamped by
+    `token_count` to [0, CALL_TOKENS_MAX] (db/usage_totals.py).
+    """
 
     kind: UsageKind
     model: str
@@ -32,11 +38,7 @@ class Usage:
         return cls(
             kind,
             model,
-            _count(metadata.get("input_tokens")),
-            _count(metadata.get("output_tokens")),
-            _count(cached),
+            token_count(metadata.get("input_tokens")),
+            token_count(metadata.get("output_tokens")),
+            token_count(cached),
         )
-
-
-def _count(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 0

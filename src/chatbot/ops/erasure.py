@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from chatbot.budgets.admin import forget_user as forget_user_budgets
 from chatbot.db import langgraph_tables
 from chatbot.db.locks import Lease, Locks
 from chatbot.db.pool import Pool
 from chatbot.memory.resets import erase_memory
 from chatbot.retrieval.versions import prune_superseded_chunks
-from chatbot.threads.deletion import delete_thread_rows
-from chatbot.threads.queries import delete_feedback_of_user, forget_user_counts
+from chatbot.threads.deletion import delete_user_threads
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,11 +69,9 @@ async def _erase_locked(pool: Pool, locks: Locks, tenant_id: str, user_id: str, 
                 raise ErasureBusy("a run stayed in flight on one of the user's threads")
             leases.append(lease)
         async with pool.connection() as conn, conn.transaction():
-            # Counted before the threads go: feedback on them is deleted with them too.
-            feedback = await delete_feedback_of_user(conn, tenant_id, user_id, thread_ids)
-            await delete_thread_rows(conn, thread_ids)
-            await forget_user_counts(conn, tenant_id, user_id)
+            feedback = await delete_user_threads(conn, tenant_id, user_id, thread_ids)
             memory = await erase_memory(conn, tenant_id, user_id)
+            await forget_user_budgets(conn, tenant_id, user_id)
         await prune_superseded_chunks(pool)  # knowledge versions only the erased threads cited
         return ErasureReport(len(thread_ids), memory, feedback)
     finally:

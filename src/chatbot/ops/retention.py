@@ -25,7 +25,7 @@ from datetime import datetime
 from chatbot.db import langgraph_tables
 from chatbot.db.locks import Lease, Locks
 from chatbot.db.pool import Pool
-from chatbot.memory import queries as memory_queries
+from chatbot.memory.jobs import delete_jobs_older_than
 from chatbot.retrieval.versions import prune_superseded_chunks
 from chatbot.threads.deletion import delete_threads
 
@@ -83,8 +83,7 @@ async def purge_stale_threads(
             deleted += done
             skipped += busy
     if not dry_run:
-        async with pool.connection() as conn:
-            await memory_queries.delete_jobs_older_than(conn, cutoff)
+        await delete_jobs_older_than(pool, cutoff)
         await prune_superseded_chunks(pool)  # knowledge versions only the deleted threads cited
     return RetentionReport(stale, deleted, skipped)
 

@@ -24,9 +24,9 @@ from typing import Any, Protocol
 
 from langchain_core.embeddings import Embeddings
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
-from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from chatbot.db import langgraph_tables
+from chatbot.db.checkpoints import decode
 from chatbot.db.pool import Pool
 from chatbot.recall import queries
 from chatbot.recall._terms import terms, tsquery_literal, tsvector_literal
@@ -131,13 +131,11 @@ class ThreadRecall:
     def __init__(
         self,
         pool: Pool,
-        serde: SerializerProtocol,
         *,
         embeddings: Embeddings | None = None,
         embeddings_timeout: float = 20.0,
     ) -> None:
         self.pool = pool
-        self.serde = serde
         self.embeddings = embeddings
         self.embeddings_timeout = embeddings_timeout
 
@@ -286,9 +284,7 @@ class ThreadRecall:
             async with self.pool.connection() as conn:
                 rows = await langgraph_tables.turn_versions_before(conn, thread_id, bound, _BATCH)
             for row in rows:
-                if row["blob"] is None or row["type"] == "empty":
-                    continue
-                for message in reversed(self.serde.loads_typed((row["type"], bytes(row["blob"]))) or []):
+                for message in reversed(decode(row["type"], row["blob"]) or []):
                     seen.setdefault(str(message.id), message)  # the newest version of a message wins
             if len(rows) < _BATCH:
                 break

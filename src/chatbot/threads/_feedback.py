@@ -6,21 +6,25 @@ from datetime import UTC, datetime
 
 from chatbot.caller import CallerContext
 from chatbot.db import langgraph_tables
+from chatbot.db.locks import share_thread_rows
 from chatbot.db.pool import Pool
 from chatbot.threads import queries
 
 
-async def run_exists(pool: Pool, thread_id: str, run_id: str, tenant_id: str) -> bool:
-    """Return True when `run_id` is recorded in the thread's checkpoint metadata."""
-    async with pool.connection() as conn:
-        return await langgraph_tables.run_recorded(conn, thread_id, run_id, tenant_id)
-
-
 async def save_feedback(
     pool: Pool, thread_id: str, run_id: str, caller: CallerContext, score: str, comment: str | None
-) -> None:
-    """Insert or replace the feedback of one run."""
-    async with pool.connection() as conn:
+) -> bool:
+    """Insert or replace the feedback of one run; False (nothing written) when the run is not recorded.
+
+    The check and the write are one transaction holding the thread's rows key shared
+    (db/locks.py): a thread deletion or an erasure either waits for the rating and deletes
+    it, or ran first, and then the run is no longer recorded here.
+    """
+    async with pool.connection() as conn, conn.transaction():
+        await share_thread_rows(conn, thread_id)
+        if not await langgraph_tables.run_recorded(conn, thread_id, run_id, caller.tenant_id):
+            return False
         now = datetime.now(UTC)
         params = (thread_id, run_id, caller.tenant_id, caller.user_id, score, comment, caller.locale, now, now)
         await queries.upsert_feedback(conn, params)
+    return True

@@ -7,6 +7,8 @@ so a cancel racing the run's own end has exactly one outcome:
   the row in share mode, so the cancel waits for it to commit. It then reads, with a fresh
   snapshot, whether the run already ended (its final checkpoint exists, or its replica no
   longer holds the thread). If so: `409`, nothing changes.
+- A fence that holds a cancel token already (`revoked`) means a cancel came first: `409`,
+  nothing changes, so the first cancel's record is written under its token.
 - Otherwise it replaces the fence token with the run's *cancel token* (derived from the
   run's own token, so only the holder can compute it) and notifies every replica, in the
   same transaction. From that commit on, the run's final write is refused by the fence: it
@@ -26,13 +28,13 @@ import asyncio
 import logging
 import os
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import psycopg
 from psycopg import AsyncConnection
 
-from chatbot.db import langgraph_tables
+from chatbot.db.checkpoints import CheckpointReader, RunCheckpoint
 from chatbot.db.locks import Locks, fence_token, lock_fence, revoke_fence, thread_locked
 from chatbot.db.pool import Pool
 from chatbot.tasks import stop_task
@@ -50,6 +52,19 @@ def cancel_token(token: str) -> str:
     return str(uuid.uuid5(_CANCEL_NAMESPACE, str(token)))
 
 
+def revoked(token: str) -> bool:
+    """Tell whether a fence token is a cancel's: the run it fenced was cancelled already.
+
+    A lease's token is random (version 4, db/locks.py), a cancel's is derived (version 5): a
+    second cancel must see the first one, or it would revoke the cancel token in turn and
+    the run's record of what was shown, written under that token, would be refused.
+    """
+    try:
+        return uuid.UUID(token).version == 5
+    except ValueError:
+        return False
+
+
 def payload(thread_id: str, run_id: str) -> str:
     """Return the notification payload naming a run (thread ids hold no spaces)."""
     return f"{run_id} {thread_id}"
@@ -61,9 +76,9 @@ def parse_payload(text: str) -> tuple[str, str] | None:
     return (thread_id, run_id) if run_id and thread_id else None
 
 
-def ended(checkpoints: list[dict[str, Any]]) -> bool:
+def ended(checkpoints: Sequence[RunCheckpoint]) -> bool:
     """Tell whether a run's checkpoints (oldest first) hold its end: the final one, or a cancel."""
-    return any(row["source"] == "loop" for row in checkpoints) or len(checkpoints) > 1
+    return any(row.source == "loop" for row in checkpoints) or len(checkpoints) > 1
 
 
 async def request_cancel(pool: Pool, locks: Locks, thread_id: str, run_id: str) -> bool:
@@ -74,12 +89,13 @@ async def request_cancel(pool: Pool, locks: Locks, thread_id: str, run_id: str) 
     """
     async with pool.connection() as conn, conn.transaction():
         fence = await lock_fence(conn, thread_id)
-        if fence is None:
-            return False
-        checkpoints = await langgraph_tables.run_checkpoints(conn, thread_id, run_id)
+        if fence is None or revoked(fence):
+            return False  # a second cancel (any replica): the first one's record stands
+        reader = CheckpointReader(conn)
+        checkpoints = await reader.run_checkpoints(thread_id, run_id)
         if not checkpoints or ended(checkpoints):
             return False
-        if await langgraph_tables.newest_run(conn, thread_id) != run_id:
+        if await reader.newest_run(thread_id) != run_id:
             return False
         if not locks.holds_thread(thread_id):
             if not await thread_locked(conn, thread_id):
@@ -90,10 +106,30 @@ async def request_cancel(pool: Pool, locks: Locks, thread_id: str, run_id: str) 
 
 
 async def was_cancelled(pool: Pool, thread_id: str, token: str) -> bool:
-    """Tell whether the thread's fence holds the cancel token of the lease `token`."""
+    """Tell whether the thread's fence holds a cancel token of the lease `token` (`record_token`)."""
+    return await record_token(pool, thread_id, token) is not None
+
+
+# How many cancels deep a run's record may still be written: a replica of an older release
+# revoked a revoked fence again (a second cancel) before `revoked` was checked.
+_CANCEL_DEPTH = 4
+
+
+async def record_token(pool: Pool, thread_id: str, token: str) -> str | None:
+    """Return the fence token a cancelled run (lease `token`) writes its record under, if any.
+
+    The fence's current token when it is a cancel of this run's lease (the first cancel's,
+    or one an older replica's second cancel derived from it); None when another holder took
+    the thread since (its lock session dropped): then the thread is no longer this run's.
+    """
     async with pool.connection() as conn:
         current = await fence_token(conn, thread_id)
-    return current is not None and current == cancel_token(token)
+    derived = token
+    for _ in range(_CANCEL_DEPTH):
+        derived = cancel_token(derived)
+        if current == derived:
+            return current
+    return None
 
 
 async def thread_free(pool: Pool, locks: Locks, thread_id: str) -> bool:

@@ -3,7 +3,8 @@
 A thread's checkpoints, blobs and writes go through the saver's own `adelete_thread`
 (db/langgraph_tables.py); then every other table the catalogue shows with a `thread_id`
 column (feedback, the thread's lock fence, and whatever a later library version or
-migration adds) loses the thread's rows, in the same transaction. Callers hold the threads'
+migration adds) loses the thread's rows, in the same transaction. The owner's facts stay
+(memory is the user's), but those whose `source` names the thread lose that source. Callers hold the threads'
 locks, so no run writes meanwhile (threads/router.py, ops/).
 
 Unknown tables are cleaned rather than refused: in this database a `thread_id` can only
@@ -20,10 +21,13 @@ from typing import Any
 
 from psycopg import AsyncConnection
 
+from chatbot.caller import CallerContext
 from chatbot.db import catalogue, langgraph_tables
-from chatbot.db.locks import Fence, forget_fence
+from chatbot.db.locks import Fence, Locks, forget_fence, hold_threads_rows
 from chatbot.db.pool import Pool
-from chatbot.errors import DATABASE_ERRORS
+from chatbot.errors import DATABASE_ERRORS, Problem
+from chatbot.threads import queries
+from chatbot.threads._ownership import belongs_to_another, thread_owner
 
 log = logging.getLogger(__name__)
 
@@ -32,8 +36,30 @@ async def delete_thread_rows(conn: AsyncConnection[Any], thread_ids: Sequence[st
     """Delete every row of the threads, on `conn` (in the caller's transaction)."""
     if not thread_ids:
         return
+    # First: a rating being written on one of the threads is waited for, then deleted too.
+    await hold_threads_rows(conn, list(thread_ids))
+    owners = {thread_id: await langgraph_tables.first_checkpoint_owner(conn, thread_id) for thread_id in thread_ids}
     await langgraph_tables.delete_thread_checkpoints(conn, thread_ids)
     await catalogue.delete_keyed(conn, "thread_id", thread_ids, skip=langgraph_tables.CHECKPOINT_TABLES)
+    # Last: the thread's memory jobs are gone above, so no job of it writes a source again
+    # (a job already writing took its row first, and this waited for it).
+    for thread_id, owner in owners.items():
+        if owner is not None:
+            await langgraph_tables.drop_thread_sources(conn, *owner, thread_id)
+
+
+async def delete_user_threads(
+    conn: AsyncConnection[Any], tenant_id: str, user_id: str, thread_ids: Sequence[str]
+) -> int:
+    """Delete the user's threads, their feedback and the user's run counters, on `conn` (an erasure's
+    transaction); return how many ratings went (the user's anywhere in the tenant, and any on the threads)."""
+    # Before the feedback is read: a rating being written on a thread is waited for.
+    await hold_threads_rows(conn, list(thread_ids))
+    # Counted before the threads go: feedback on them is deleted with them too.
+    feedback = await queries.delete_feedback_of_user(conn, tenant_id, user_id, thread_ids)
+    await delete_thread_rows(conn, thread_ids)
+    await queries.forget_user_counts(conn, tenant_id, user_id)
+    return feedback
 
 
 async def delete_threads(pool: Pool, thread_ids: Sequence[str]) -> int:
@@ -44,6 +70,27 @@ async def delete_threads(pool: Pool, thread_ids: Sequence[str]) -> int:
     async with pool.connection() as conn, conn.transaction():
         await delete_thread_rows(conn, ids)
     return len(ids)
+
+
+async def delete_callers_thread(pool: Pool, locks: Locks, thread_id: str, caller: CallerContext) -> None:
+    """Delete the caller's thread under its lock; nothing when it is not the caller's; 409 while a run holds it."""
+    owner = await thread_owner(pool, thread_id)
+    if owner is None or belongs_to_another(owner, caller):
+        # Nothing of the caller's to delete. Another caller's thread and a thread that does not
+        # exist end here alike, after the same one statement and without the thread's lock:
+        # neither the answer nor its timing tells them apart (docs/measurements/reliability.md), and another caller's
+        # refused request never makes the owner's runs meet a 409. A first run that holds the
+        # lock but has not written yet is a thread that does not exist yet: 204 (docs/api.md).
+        return
+    lease = await locks.try_thread(thread_id)
+    if lease is None:
+        raise Problem(409, "a run is in flight on this thread")
+    try:
+        # Again under the lock: the thread may have been deleted and begun again by another caller since.
+        if not belongs_to_another(await thread_owner(pool, thread_id), caller):
+            await delete_threads(pool, [thread_id])
+    finally:
+        await lease.release()
 
 
 async def forget_unwritten_thread(pool: Pool, fence: Fence | None) -> None:

@@ -20,7 +20,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
-from langgraph.checkpoint.base import BaseCheckpointSaver
 
 from chatbot.agent.state import message_meta
 from chatbot.db.pool import Pool
@@ -68,9 +67,15 @@ def _turn(messages: Sequence[BaseMessage], run_id: str) -> dict[str, Any]:
     return {"user_message": question, "answer": answer, "citations": citations, "status": status}
 
 
-async def export_feedback(
-    pool: Pool, saver: BaseCheckpointSaver[Any], since: datetime, *, key: bytes | None = None
-) -> AsyncIterator[dict[str, Any]]:
+async def rated_runs_of_tenant(
+    pool: Pool, tenant_id: str, since: datetime, until: datetime | None, score: str | None
+) -> list[dict[str, Any]]:
+    """Return the tenant's ratings in [since, until) (of one score when given), oldest first."""
+    async with pool.connection() as conn:
+        return await queries.rated_of_tenant(conn, tenant_id, since, until, score)
+
+
+async def export_feedback(pool: Pool, since: datetime, *, key: bytes | None = None) -> AsyncIterator[dict[str, Any]]:
     """Yield one record per run rated (or re-rated) at or after `since`, grouped by thread.
 
     `user_key` is the user's pseudonym under `key`, or None without a key.
@@ -82,7 +87,7 @@ async def export_feedback(
     for row in rows:
         if row["thread_id"] != thread_id:
             thread_id = row["thread_id"]
-            messages = await read_messages(pool, saver.serde, thread_id)
+            messages = await read_messages(pool, thread_id)
         yield {
             "thread_id": row["thread_id"],
             "run_id": row["run_id"],

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Query
 
 from chatbot import openapi_examples as examples
 from chatbot.auth import CallerDep
-from chatbot.deps import AUTHENTICATED, PoolDep, SaverDep
+from chatbot.deps import AUTHENTICATED, PoolDep
 from chatbot.openapi import json_as_returned
 from chatbot.responses import MessagesPage
 from chatbot.threads._ownership import check_thread_access
@@ -27,7 +27,6 @@ async def list_messages(
     thread_id: ThreadId,
     caller: CallerDep,
     pool: PoolDep,
-    saver: SaverDep,
     limit: Annotated[int, Query(ge=1, le=100, description="Messages per page.")] = 20,
     before: Annotated[
         str | None,
@@ -36,5 +35,5 @@ async def list_messages(
 ) -> dict[str, Any]:
     """Return one page of the thread's user and assistant messages, oldest first."""
     await check_thread_access(pool, thread_id, caller, must_exist=True)
-    page = await read_page(pool, saver.serde, thread_id, limit=limit, before=before)
+    page = await read_page(pool, thread_id, limit=limit, before=before)
     return {"messages": page.messages, "has_more": page.has_more, "next_before": page.next_before}

@@ -14,16 +14,14 @@ Where each part is read from (docs/records.md):
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
-from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from chatbot.agent.state import message_meta
 from chatbot.agent.system_message import SystemCuts, compose_system_text, shorten_question
-from chatbot.db import langgraph_tables
+from chatbot.db.checkpoints import Checkpoints, RecordCheckpoint
 from chatbot.db.locks import Locks, thread_locked
 from chatbot.db.pool import Pool
 from chatbot.db.run_record import ChunkVersion, RecordedRun, WindowByIds
@@ -85,7 +83,7 @@ class ResolvedRun:
 @dataclass(frozen=True, slots=True)
 class _Snapshot:
     record: RecordedRun | None  # the newest record of this run (full or partial)
-    row: dict[str, Any]  # the checkpoint holding it (or the run's newest)
+    row: RecordCheckpoint  # the checkpoint holding it (or the run's newest)
 
     @property
     def status(self) -> str | None:
@@ -94,17 +92,15 @@ class _Snapshot:
     @property
     def versions(self) -> dict[str, Any]:
         """The checkpoint's channel versions."""
-        versions = self.row["versions"]
-        return versions if isinstance(versions, dict) else {}
+        return self.row.versions
 
 
 async def _snapshot(pool: Pool, thread_id: str, run_id: str, tenant_id: str) -> _Snapshot | None:
-    async with pool.connection() as conn:
-        rows = await langgraph_tables.run_record_checkpoints(conn, thread_id, run_id, tenant_id)
+    rows = await Checkpoints(pool).record_checkpoints(thread_id, run_id, tenant_id)
     if not rows:
         return None
     for row in rows:
-        record = RecordedRun.parse(row["record"])
+        record = RecordedRun.parse(row.record)
         # A checkpoint carries the previous run's record until this run writes its own.
         if record is not None and record.run_id == run_id:
             return _Snapshot(record, row)
@@ -112,9 +108,7 @@ async def _snapshot(pool: Pool, thread_id: str, run_id: str, tenant_id: str) -> 
 
 
 async def _is_newest_run(pool: Pool, thread_id: str, run_id: str) -> bool:
-    async with pool.connection() as conn:
-        newest = await langgraph_tables.newest_run(conn, thread_id)
-    return newest == run_id
+    return await Checkpoints(pool).newest_run(thread_id) == run_id
 
 
 async def _settled(
@@ -130,17 +124,9 @@ async def _settled(
     return snap, snap.status or "error"
 
 
-async def _memory(
-    pool: Pool, serde: SerializerProtocol, thread_id: str, versions: dict[str, Any]
-) -> tuple[dict[str, Any], list[str]]:
+async def _memory(pool: Pool, thread_id: str, versions: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     """Return the profile and facts the run loaded (the checkpoint's versions of those channels)."""
-    async with pool.connection() as conn:
-        rows = await langgraph_tables.memory_blobs(conn, thread_id, versions.get("profile"), versions.get("facts"))
-    found = {
-        row["channel"]: serde.loads_typed((row["type"], bytes(row["blob"])))
-        for row in rows
-        if row["blob"] is not None and row["type"] != "empty"
-    }
+    found = await Checkpoints(pool).memory_values(thread_id, versions)
     profile, facts = found.get("profile"), found.get("facts")
     return (
         dict(profile) if isinstance(profile, dict) else {},
@@ -155,37 +141,26 @@ def _window_reach(window: WindowByIds | None) -> set[str]:
     return {window.span[0]} if window.span else set(window.ids)
 
 
-def _messages_newest_first(serde: SerializerProtocol, rows: Iterable[dict[str, Any]]) -> Iterator[BaseMessage]:
-    for row in rows:
-        if row["blob"] is not None and row["type"] != "empty":
-            yield from reversed(serde.loads_typed((row["type"], bytes(row["blob"]))) or [])
-
-
 def _is_input(message: BaseMessage, run_id: str) -> bool:
     return isinstance(message, HumanMessage) and message_meta(message).get("run_id") == run_id
 
 
 async def _transcript_to(
-    pool: Pool, serde: SerializerProtocol, thread_id: str, turn_version: object, wanted: set[str], run_id: str
+    pool: Pool, thread_id: str, turn_version: object, wanted: set[str], run_id: str
 ) -> list[BaseMessage]:
     """Return the transcript up to the run (oldest first), back as far as its window reaches.
 
     The same record threads/transcript.py reads, entered at the run's own version, so a
     record costs what its window holds, not the thread's length (400 turns: ~125 ms read whole).
     """
-    # Versions are "<32-digit counter>.<random>": "~" sorts after every character they use.
-    bound = f"{turn_version}~" if isinstance(turn_version, str) else "a"
     seen: dict[str, BaseMessage] = {}
     input_seen = False
-    while True:
-        async with pool.connection() as conn:
-            rows = await langgraph_tables.turn_versions_before(conn, thread_id, bound, 32)
-        for message in _messages_newest_first(serde, rows):
-            seen.setdefault(str(message.id), message)  # the newest version of a message wins
-            input_seen = input_seen or _is_input(message, run_id)
-        if len(rows) < 32 or (input_seen and wanted <= seen.keys()):
-            return list(seen.values())[::-1]
-        bound = rows[-1]["version"]
+    async for message in Checkpoints(pool).messages_newest_first(thread_id, through_version=turn_version):
+        seen[str(message.id)] = message
+        input_seen = input_seen or _is_input(message, run_id)
+        if input_seen and wanted <= seen.keys():
+            break
+    return list(seen.values())[::-1]
 
 
 def _run_messages(transcript: list[BaseMessage], run_id: str) -> tuple[BaseMessage | None, BaseMessage | None]:
@@ -309,7 +284,7 @@ def _context(read: _Read) -> dict[str, Any]:
     return {
         "system_prompt_sha256": read.record.system_prompt_sha256,
         # The summary as given: the same checkpoint's `summary` channel (generate writes both).
-        "summary": (read.snap.row["summary"] or "") if read.complete else "",
+        "summary": (read.snap.row.summary or "") if read.complete else "",
         "profile": read.profile,
         "facts": read.facts,
         "messages": _window(read.record, read.transcript) if read.complete else [],
@@ -327,7 +302,7 @@ def _body(read: _Read, thread_id: str) -> dict[str, Any]:
         "run_id": record.run_id,
         "thread_id": thread_id,
         "status": read.status,
-        "created_at": created or read.snap.row["ts"],
+        "created_at": created or read.snap.row.ts,
         "model": record.model,
         "input": None if question is None else {"id": str(question.id), "content": str(question.text)},
         "answer": _answer(record, answer),
@@ -337,9 +312,7 @@ def _body(read: _Read, thread_id: str) -> dict[str, Any]:
     }
 
 
-async def read_run_record(
-    pool: Pool, serde: SerializerProtocol, locks: Locks, thread_id: str, run_id: str, tenant_id: str
-) -> ResolvedRun | None:
+async def read_run_record(pool: Pool, locks: Locks, thread_id: str, run_id: str, tenant_id: str) -> ResolvedRun | None:
     """Return the record of `run_id` on the tenant's thread, or None when there is no such run."""
     snap = await _snapshot(pool, thread_id, run_id, tenant_id)
     if snap is None:
@@ -347,13 +320,13 @@ async def read_run_record(
     snap, status = await _settled(pool, locks, snap, thread_id, run_id, tenant_id)
     record = snap.record or RecordedRun(run_id)
     reach = _window_reach(record.window)
-    transcript = await _transcript_to(pool, serde, thread_id, snap.versions.get("turn"), reach, run_id)
+    transcript = await _transcript_to(pool, thread_id, snap.versions.get("turn"), reach, run_id)
     # Profile and facts as loaded, when the run got as far as writing a record.
-    profile, facts = await _memory(pool, serde, thread_id, snap.versions) if snap.record is not None else ({}, [])
+    profile, facts = await _memory(pool, thread_id, snap.versions) if snap.record is not None else ({}, [])
     chunks = await _retrieved(pool, tenant_id, record.retrieved)
     sha = record.system_prompt_sha256
     prompt = await prompt_text(pool, sha) if sha else None
-    found = await ThreadRecall(pool, serde).read(thread_id, record.recalled)
+    found = await ThreadRecall(pool).read(thread_id, record.recalled)
     recalled = [found[i] for i in record.recalled if i in found]
     read = _Read(snap, record, status, transcript, profile, facts, chunks, prompt, recalled)
     body = _body(read, thread_id)

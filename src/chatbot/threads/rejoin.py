@@ -17,17 +17,14 @@ failed run left an `__error__` write. The run record (db/run_record.py) is not r
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import re
 from dataclasses import dataclass
-from typing import Any
 
 from langchain_core.messages import AIMessage
-from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from chatbot.agent.outcome import GraphOutcome
 from chatbot.agent.state import message_meta
-from chatbot.db import langgraph_tables
+from chatbot.db.checkpoints import Checkpoints, StoredError
 from chatbot.db.locks import thread_locked
 from chatbot.db.pool import Pool
 from chatbot.errors import Problem
@@ -78,30 +75,28 @@ def parse_last_event_id(value: str | None, run_id: str) -> int:
 class RunReplays:
     """Reads of runs' final checkpoints, for rejoins and replays."""
 
-    def __init__(self, pool: Pool, serde: SerializerProtocol) -> None:
+    def __init__(self, pool: Pool) -> None:
         self.pool = pool
-        self.serde = serde
+        self.checkpoints = Checkpoints(pool)
 
     async def exists(self, thread_id: str, run_id: str) -> bool:
         """Return True when the thread has a checkpoint of the run."""
-        async with self.pool.connection() as conn:
-            return bool(await langgraph_tables.run_checkpoints(conn, thread_id, run_id))
+        return bool(await self.checkpoints.run_checkpoints(thread_id, run_id))
 
     async def replay(self, thread_id: str, run_id: str) -> Replayed | None:
         """Return the run's answer and terminal event, or None while it has no final checkpoint."""
-        async with self.pool.connection() as conn:
-            rows = await langgraph_tables.run_checkpoints(conn, thread_id, run_id)
+        async with self.checkpoints.reading() as reader:
+            rows = await reader.run_checkpoints(thread_id, run_id)
             # The run's end: the graph's final checkpoint, or the update a cancel wrote after
             # its first one, the user's message (threads/cancel.py).
-            final = next((r for r in reversed(rows) if r["source"] == "loop"), None)
+            final = next((r for r in reversed(rows) if r.source == "loop"), None)
             if final is None and cancel.ended(rows):
                 final = rows[-1]
             if final is None:
                 return None
-            versions = final["versions"] or {}
-            turn = await self._channel(conn, thread_id, "turn", versions.get("turn"))
-            outcome = await self._channel(conn, thread_id, "outcome", versions.get("outcome"))
-            error = await langgraph_tables.error_write(conn, thread_id, final["checkpoint_id"])
+            turn = await reader.channel_value(thread_id, "turn", final.versions.get("turn"))
+            outcome = await reader.channel_value(thread_id, "outcome", final.versions.get("outcome"))
+            error = await reader.error_write(thread_id, final.checkpoint_id)
         answer = next(
             (m for m in turn or [] if isinstance(m, AIMessage) and message_meta(m).get("run_id") == run_id), None
         )
@@ -111,16 +106,8 @@ class RunReplays:
         if error is None and ended is not None and ended.failure is not None:
             failure = ended.failure
         else:
-            failure = _failure(self.serde, error)
+            failure = _failure(error)
         return Replayed("", StreamEvent.error(failure, 0))
-
-    async def _channel(self, conn: Any, thread_id: str, channel: str, version: str | None) -> Any:
-        if version is None:
-            return None
-        row = await langgraph_tables.channel_blob(conn, thread_id, channel, version)
-        if row is None or row["type"] == "empty" or row["blob"] is None:
-            return None
-        return self.serde.loads_typed((row["type"], bytes(row["blob"])))
 
     async def follow(self, thread_id: str, run_id: str) -> Replayed:
         """Wait for a run executing elsewhere to end; return it as replayed from its final checkpoint."""
@@ -128,10 +115,10 @@ class RunReplays:
             replayed = await self.replay(thread_id, run_id)
             if replayed is not None:
                 return replayed
-            async with self.pool.connection() as conn:
+            async with self.checkpoints.reading() as reader:
                 # Two statements: the lock table read must stay on the coordinator (locks.py).
-                newest = await langgraph_tables.newest_run(conn, thread_id)
-                locked = await thread_locked(conn, thread_id)
+                newest = await reader.newest_run(thread_id)
+                locked = await thread_locked(reader.conn, thread_id)
             if newest != run_id or not locked:
                 # Over without a final checkpoint? Read once more: the end is written before
                 # the lock is released, possibly between the two reads above.
@@ -140,15 +127,11 @@ class RunReplays:
             await asyncio.sleep(FOLLOW_POLL_SECONDS)
 
 
-def _failure(serde: SerializerProtocol, row: dict[str, Any] | None) -> Failure:
-    if row is None or row["blob"] is None:
+def _failure(error: StoredError | None) -> Failure:
+    if error is None or error.text is None:
         return INTERRUPTED
-    with contextlib.suppress(Exception):
-        text = str(serde.loads_typed((row["type"], bytes(row["blob"]))))
-        name = text.partition("(")[0].rpartition(".")[2]
-        if name in _ERROR_REASONS:
-            return Failure(_ERROR_REASONS[name])
-    return Failure("internal")
+    reason = _ERROR_REASONS.get(error.class_name)
+    return Failure("internal") if reason is None else Failure(reason)
 
 
 def replay_listener(run_id: str, thread_id: str, delivered: int, replayed: Replayed) -> Listener:

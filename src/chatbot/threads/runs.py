@@ -19,7 +19,7 @@ it cancels the task that runs its graph, records what was shown and frees the th
 Checkpoint writes per run: two. The user's message is written first, on its own, as the
 output of START (durable before the `metadata` event goes out); the graph then runs with
 durability "exit" and writes one checkpoint at the end (4 rows instead of ~20 with
-"async"; see docs/performance.md).
+"async"; see docs/measurements/performance.md).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -42,8 +42,10 @@ from chatbot import metrics
 from chatbot.agent.context import Context, RunEnded
 from chatbot.agent.outcome import GraphEvent, GraphOutcome, Token
 from chatbot.agent.record import chunk_versions
+from chatbot.agent.result import RunResult
 from chatbot.agent.run import run_graph
 from chatbot.agent.state import META_KEY, user_turn
+from chatbot.budgets.service import BudgetExhausted, Budgets, Reservation, Spent, budget_member
 from chatbot.caller import CallerContext
 from chatbot.db import usage_totals
 from chatbot.db.locks import Fence, Lease, LeaseLost, Locks, UserErasing
@@ -62,8 +64,13 @@ from chatbot.tracing.service import NO_TRACING, Tracing
 
 log = logging.getLogger("chatbot.runs")
 
+Settlement = tuple[Reservation, Sequence[Spent]]
+"""A budget reservation and the calls it settles to."""
+
 # What a refused run is told to wait: runs of a busy replica end within seconds.
 BUSY_RETRY_AFTER_SECONDS = 2
+# Pauses between attempts at a cancelled run's record (about 6 s in all, the lock held).
+_RECORD_RETRY_SECONDS = (0.1, 0.3, 0.6, 1.0, 2.0, 2.0)
 
 
 @dataclass(kw_only=True, eq=False)
@@ -78,6 +85,12 @@ class RunService:
     tracing: Tracing = NO_TRACING
     model: str | None = None
     """The configured model, named in a cancelled run's record."""
+    budgets: Budgets | None = None
+    """Spending caps checked before the answer call (budgets/); None: no check at all."""
+    answer_models: tuple[str, ...] = ()
+    """The answer chain's `provider:model` specs: a run's worst case is priced at the dearest."""
+    answer_input_tokens: int = 0
+    """The most input tokens an answer call may send (the window's budget, CHATBOT_CONTEXT_TOKENS)."""
     _starting: int = field(default=0, init=False)
     _runs: dict[str, RunStream] = field(default_factory=dict, init=False)
     _tasks: set[asyncio.Task[None]] = field(default_factory=set, init=False)
@@ -185,12 +198,16 @@ class RunService:
             metrics.RUNS_REJECTED.labels("in_flight").inc()
             raise Problem(409, "a run is already in flight on this thread")
         fresh = False  # no checkpoint of the thread yet, as read under the lock
+        reservation: Reservation | None = None
         try:
             # Decided under the lock: another caller's first run on this thread id may have
             # created the thread a moment ago (the owner is the first checkpoint's caller,
             # read in the statement that set the lease's fence).
             owner = None if lease.owner is None else Owner(*lease.owner)
             fresh = not check_owner(owner, caller, must_exist=False)
+            # The answer call's worst case, held before anything is written: a run that does
+            # not fit is refused like a rate-limited one, before its stream starts.
+            reservation = await self._reserve_answer(caller)
             retry = await self.limiter.consume(caller)
             if retry is not None:
                 raise _rate_limited(retry)
@@ -210,19 +227,45 @@ class RunService:
                 # a thread without checkpoints. Deleted while the lock is still held.
                 await forget_unwritten_thread(self.pool, lease.fence)
             await lease.release()
+            if self.budgets is not None:
+                await self.budgets.release(reservation)
             if isinstance(exc, (*DATABASE_ERRORS, LeaseLost)):
                 raise database_problem() from None
             raise
         self._runs[stream.run_id] = stream
         listener = stream.listen(from_start=True)
         task = asyncio.create_task(
-            self._execute(stream, caller, lease, config, str(message.id), trace_parent), name=f"run-{stream.run_id}"
+            self._execute(stream, caller, lease, config, str(message.id), trace_parent, reservation),
+            name=f"run-{stream.run_id}",
         )
         self._graphs[stream.run_id] = task
         self._tasks.add(task)
         metrics.RUNS_IN_FLIGHT.inc()
         task.add_done_callback(self._run_done)
         return listener
+
+    async def _reserve_answer(self, caller: CallerContext) -> Reservation | None:
+        """Hold the answer call's worst case against the caller's budgets, or refuse the run (429)."""
+        if self.budgets is None:
+            return None
+        try:
+            return await self.budgets.reserve(
+                caller.tenant_id,
+                caller.user_id,
+                kind="answer",
+                models=self.answer_models,
+                input_tokens=self.answer_input_tokens,
+                # Every entry of the chain may be asked (and billed) when the ones before it fail.
+                calls=len(self.answer_models),
+            )
+        except BudgetExhausted as exc:
+            metrics.RUNS_REJECTED.labels("budget_exhausted").inc()
+            raise Problem(
+                429,
+                f"the {exc.scope}'s {exc.period} budget for model spending is exhausted",
+                headers={"Retry-After": str(exc.retry_after)},
+                members={"reason": "budget_exhausted", "budget": budget_member(exc)},
+            ) from None
 
     def _config(self, stream: RunStream, caller: CallerContext) -> RunnableConfig:
         # Identity goes to checkpoint metadata (the record of who wrote the turn), never to state.
@@ -239,6 +282,7 @@ class RunService:
         config: RunnableConfig,
         input_id: str,
         trace_parent: Mapping[str, str] | None = None,
+        reservation: Reservation | None = None,
     ) -> None:
         started = time.perf_counter()
         sink = _RunSink(stream, started)
@@ -302,7 +346,9 @@ class RunService:
             await lease.release()
             self._runs.pop(stream.run_id, None)
             # Before the terminal event: `chatbot usage` read right after `end` includes this run.
-            await self._add_usage(caller.tenant_id, result.usage)
+            # The answer's budget reservation settles in the same round trip as the totals.
+            settle = self._answer_settlement(reservation, result)
+            await self._add_usage(caller.tenant_id, result.usage, settle)
             metrics.RUNS.labels(status).inc()
             if isinstance(terminal, Failure):
                 stream.fail(terminal)
@@ -369,33 +415,67 @@ class RunService:
             usage=tuple(call.as_dict() for call in usage),
         ).dump()
         outcome = GraphOutcome("error", failure=Failure("cancelled")).stored()
-        fence = Fence(stream.thread_id, cancel.cancel_token(lease.fence.token))
-        try:
-            await asyncio.shield(
-                self.graph.aupdate_state(
-                    fenced(config, fence), {"outcome": outcome, "record": record}, as_node="generate"
+        token: str | None = cancel.cancel_token(lease.fence.token)
+        # Retried (the thread's lock is still held, so nothing else writes it meanwhile): a
+        # database that blinks must not lose what the user was shown. A refused write reads
+        # which cancel token the fence holds and writes under it; none means another holder
+        # took the thread (this run's lock session dropped), and then the thread is not ours.
+        for pause in (*_RECORD_RETRY_SECONDS, None):
+            if token is None:
+                break
+            try:
+                await asyncio.shield(
+                    self.graph.aupdate_state(
+                        fenced(config, Fence(stream.thread_id, token)),
+                        {"outcome": outcome, "record": record},
+                        as_node="generate",
+                    )
                 )
-            )
-        except (*DATABASE_ERRORS, LeaseLost) as exc:
-            log.warning(
-                "cancelled run's record not written",
-                extra={"thread_id": stream.thread_id, "run_id": stream.run_id, "error": type(exc).__name__},
-            )
+                return
+            except (*DATABASE_ERRORS, LeaseLost) as exc:
+                error = type(exc).__name__
+                if pause is None:
+                    break
+            await asyncio.sleep(pause)
+            with contextlib.suppress(*DATABASE_ERRORS):
+                token = await cancel.record_token(self.pool, stream.thread_id, lease.fence.token)
+        log.error(
+            "cancelled run's record not written",
+            extra={"thread_id": stream.thread_id, "run_id": stream.run_id, "error": error},
+        )
 
     def _run_done(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
         metrics.RUNS_IN_FLIGHT.dec()
 
-    async def _add_usage(self, tenant_id: str, calls: list[Any]) -> None:
-        """Add the run's model calls to the tenant's daily totals (they outlive the thread)."""
+    async def _add_usage(self, tenant_id: str, calls: list[Any], settle: Settlement | None = None) -> None:
+        """Add the run's model calls to the tenant's daily totals (they outlive the thread).
+
+        With `settle`, the answer's budget reservation is settled on the same connection,
+        pipelined: one round trip for both.
+        """
         calls = [call for call in calls if call.model != "offline"]
-        if not calls:
+        if not calls and settle is None:
             return  # the offline model costs nothing: no statement per offline run
         try:
-            async with self.pool.connection() as conn:
-                await usage_totals.add(conn, tenant_id, calls)
-        except DATABASE_ERRORS as exc:
+            async with self.pool.connection() as conn, conn.pipeline():
+                if calls:
+                    await usage_totals.add(conn, tenant_id, calls)
+                if settle is not None and self.budgets is not None:
+                    await self.budgets.settle_on(conn, *settle)
+        except Exception as exc:  # whatever the counts or the database do, the run's end goes out
             log.warning("usage totals not written", extra={"tenant_id": tenant_id, "error": type(exc).__name__})
+
+    @staticmethod
+    def _answer_settlement(reservation: Reservation | None, result: RunResult) -> Settlement | None:
+        """Return the answer's reservation and what its calls used.
+
+        A failed call settles to what it reported; a cancelled one to what agent/modelcall.py
+        counted for it (its window and the text streamed, unless the provider had reported).
+        """
+        if reservation is None:
+            return None
+        return reservation, [call for call in result.usage if call.kind == "answer"]
 
     async def drain(self, timeout: float) -> None:
         """Let in-flight runs finish (graceful shutdown); cancel what is left after `timeout`."""

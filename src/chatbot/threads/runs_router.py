@@ -12,13 +12,13 @@ from starlette.responses import Response
 
 from chatbot import openapi_examples as examples
 from chatbot.auth import CallerDep
-from chatbot.deps import AUTHENTICATED, LocksDep, PoolDep, SaverDep, SettingsDep
+from chatbot.deps import AUTHENTICATED, LocksDep, PoolDep, SettingsDep
 from chatbot.errors import DATABASE_ERRORS, PROBLEM_JSON, Problem, database_problem
 from chatbot.failures import Failure
 from chatbot.json_body import StrictJsonRoute
 from chatbot.openapi import SSE_MEDIA, SSE_SCHEMA, STREAM_HEADERS, json_as_returned, no_content, v1_problems
 from chatbot.responses import RunEnd, RunRecord
-from chatbot.threads._feedback import run_exists, save_feedback
+from chatbot.threads._feedback import save_feedback
 from chatbot.threads._ownership import check_thread_access
 from chatbot.threads._sse import SSE_MEDIA_TYPE, sse_body, wants_json
 from chatbot.threads._stream import Listener
@@ -212,7 +212,6 @@ async def get_run_record(
     run_id: RunId,
     caller: CallerDep,
     pool: PoolDep,
-    saver: SaverDep,
     locks: LocksDep,
 ) -> dict[str, Any]:
     """Return what the run's model was given and what it answered."""
@@ -220,7 +219,7 @@ async def get_run_record(
         await check_thread_access(pool, thread_id, caller, must_exist=True)
         if run_id == NOT_A_RUN:
             raise run_not_found()
-        record = await read_run_record(pool, saver.serde, locks, thread_id, run_id, caller.tenant_id)
+        record = await read_run_record(pool, locks, thread_id, run_id, caller.tenant_id)
     except DATABASE_ERRORS:
         raise database_problem(retry_after=1) from None
     if record is None:
@@ -242,7 +241,6 @@ async def post_feedback(
 ) -> Response:
     """Record (or replace) the user's rating of one run."""
     await check_thread_access(pool, thread_id, caller, must_exist=True)
-    if run_id == NOT_A_RUN or not await run_exists(pool, thread_id, run_id, caller.tenant_id):
+    if run_id == NOT_A_RUN or not await save_feedback(pool, thread_id, run_id, caller, body.score, body.comment):
         raise run_not_found()
-    await save_feedback(pool, thread_id, run_id, caller, body.score, body.comment)
     return Response(status_code=204)

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
-from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from chatbot.agent.state import message_meta
-from chatbot.db import langgraph_tables
+from chatbot.db.checkpoints import Checkpoints
 from chatbot.db.pool import Pool
 from chatbot.errors import Problem
 
@@ -45,40 +43,12 @@ class Page:
     next_before: str | None
 
 
-# Every version of the `turn` channel is a row of its own (see agent/state.py). A run
-# writes `turn` twice (the user's message, then the message and the answer), so a later
-# version restates an earlier one: the newest version of each message wins.
-# Newest first, a batch at a time: the newest page costs the same at turn 1000 as at 10.
-_AFTER_EVERY_VERSION = "a"  # sorts after every version (they start with a digit)
-
-
-async def _newest_first(
-    pool: Pool, serde: SerializerProtocol, thread_id: str, *, batch: int = 32
-) -> AsyncIterator[BaseMessage]:
-    """Yield the thread's messages newest first, reading the record a batch of versions at a time."""
-    seen: set[str] = set()
-    bound = _AFTER_EVERY_VERSION
-    while True:
-        async with pool.connection() as conn:
-            rows = await langgraph_tables.turn_versions_before(conn, thread_id, bound, batch)
-        for row in rows:
-            if row["blob"] is None or row["type"] == "empty":
-                continue
-            for message in reversed(serde.loads_typed((row["type"], bytes(row["blob"]))) or []):
-                if str(message.id) not in seen:  # the newest version of a message wins
-                    seen.add(str(message.id))
-                    yield message
-        if len(rows) < batch:
-            return
-        bound = rows[-1]["version"]
-
-
-async def read_page(pool: Pool, serde: SerializerProtocol, thread_id: str, *, limit: int, before: str | None) -> Page:
+async def read_page(pool: Pool, thread_id: str, *, limit: int, before: str | None) -> Page:
     """Return the newest `limit` user/assistant messages older than `before`, oldest first."""
     page: list[dict[str, Any]] = []
     reached = before is None
     has_more = False
-    async for message in _newest_first(pool, serde, thread_id):
+    async for message in Checkpoints(pool).messages_newest_first(thread_id):
         public = public_message(message)
         if public is None:
             continue
@@ -95,7 +65,7 @@ async def read_page(pool: Pool, serde: SerializerProtocol, thread_id: str, *, li
     return Page(page, has_more, page[0]["id"] if has_more and page else None)
 
 
-async def read_messages(pool: Pool, serde: SerializerProtocol, thread_id: str) -> list[BaseMessage]:
+async def read_messages(pool: Pool, thread_id: str) -> list[BaseMessage]:
     """Return every message of the thread, oldest first."""
-    newest_first = [message async for message in _newest_first(pool, serde, thread_id)]
+    newest_first = [message async for message in Checkpoints(pool).messages_newest_first(thread_id)]
     return newest_first[::-1]

@@ -1,0 +1,1 @@
+"""Budgets: an operator's cap on model spending per tenant and per user, checked before every model call."""

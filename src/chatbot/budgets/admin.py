@@ -1,0 +1,139 @@
+"""The operator's side of budgets: set, clear and report them (`chatbot budget`, `chatbot usage`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+from typing import Any, Literal
+
+from chatbot.budgets import queries
+from chatbot.budgets.periods import Period, period_starts
+from chatbot.db.pool import Pool
+
+Unit = Literal["tokens", "usd"]
+Subject = Literal["tenant", "user", "each_user"]
+PERIODS: tuple[Period, ...] = ("day", "month")
+
+
+class BudgetInputError(ValueError):
+    """A budget command's input that cannot be a budget (negative, unknown unit or period)."""
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetTarget:
+    """Whose budget: the tenant's, one user's, or every user's default (`--each-user`)."""
+
+    tenant_id: str
+    scope: Subject
+    user_id: str = ""
+
+    @classmethod
+    def of(cls, tenant_id: str, user_id: str | None, each_user: bool) -> BudgetTarget:
+        """Return the target of the command line's `--tenant`, `--user` and `--each-user`."""
+        if user_id and each_user:
+            raise BudgetInputError("give --user or --each-user, not both")
+        if each_user:
+            return cls(tenant_id, "each_user")
+        return cls(tenant_id, "user", user_id) if user_id else cls(tenant_id, "tenant")
+
+
+def checked_amount(amount: str, unit: str) -> Decimal:
+    """Return the budget's amount, or raise BudgetInputError naming what is wrong."""
+    if unit not in ("tokens", "usd"):
+        raise BudgetInputError(f"unknown unit {unit!r}: give --tokens or --usd")
+    try:
+        value = Decimal(amount)
+    except ArithmeticError:
+        raise BudgetInputError(f"{amount!r} is not a number") from None
+    if not value.is_finite() or value < 0:
+        raise BudgetInputError("a budget must be zero or more (0 stops every model call)")
+    if unit == "tokens" and value != value.to_integral_value():
+        raise BudgetInputError("a token budget is a whole number of tokens")
+    return value
+
+
+async def set_budget(pool: Pool, target: BudgetTarget, period: Period, unit: Unit, amount: Decimal) -> bool:
+    """Create or replace a budget; return whether the tenant had any budget before (else: a new tenant?)."""
+    async with pool.connection() as conn:
+        known = bool(await queries.tenant_budgets(conn, target.tenant_id))
+        await queries.set_budget(
+            conn,
+            tenant=target.tenant_id,
+            scope=target.scope,
+            user=target.user_id,
+            period=period,
+            unit=unit,
+            amount=float(amount) if unit == "usd" else int(amount),
+        )
+    return known
+
+
+async def clear_budgets(pool: Pool, target: BudgetTarget, period: Period | None) -> int:
+    """Delete the target's budgets (one period or both); return how many there were."""
+    async with pool.connection() as conn:
+        return await queries.clear_budgets(
+            conn, tenant=target.tenant_id, scope=target.scope, user=target.user_id, period=period
+        )
+
+
+async def report(pool: Pool, tenant_id: str, now: datetime, *, user_id: str | None = None) -> list[dict[str, Any]]:
+    """Return each budget of the tenant (or of one user) in its current period: spent, reserved, left.
+
+    An `each_user` default is reported once per user who has spent under it this period.
+    Expired reservations (a killed replica's) are deleted here first: they no longer count.
+    """
+    day, month = period_starts(now)
+    async with pool.connection() as conn:
+        await queries.forget_expired(conn, tenant_id, now)
+        budgets = await queries.tenant_budgets(conn, tenant_id)
+        counters = await queries.counters(conn, tenant=tenant_id, day=day, month=month, now=now)
+    by_key = {(c["user_id"], c["period"]): c for c in counters}
+    personal = {(b["user_id"], b["period"]) for b in budgets if b["scope"] == "user"}
+    rows = []
+    for budget in budgets:
+        scope, period = budget["scope"], budget["period"]
+        if scope == "each_user":
+            users = sorted(
+                u for (u, p) in by_key if p == period and u and (u, p) not in personal and (user_id in (None, u))
+            )
+            subjects = users if user_id is None else [user_id] if (user_id, period) not in personal else []
+        elif scope == "user":
+            subjects = [budget["user_id"]] if user_id in (None, budget["user_id"]) else []
+        else:
+            subjects = [""] if user_id is None else []
+        for subject in subjects:
+            rows.append(_row(budget, subject, by_key.get((subject, period)), day if period == "day" else month))
+    # The tenant's own first, then each user's (a default beside a user's own), day before month.
+    return sorted(rows, key=lambda r: (r["scope"] == "user", r["user_id"] or "", r["period"]))
+
+
+def _row(budget: dict[str, Any], subject: str, counter: dict[str, Any] | None, starts: Any) -> dict[str, Any]:
+    unit = budget["unit"]
+    amount = budget["amount"]
+    spent = (counter or {}).get("spent_tokens" if unit == "tokens" else "spent_usd") or 0
+    reserved = (counter or {}).get("reserved_tokens" if unit == "tokens" else "reserved_usd") or 0
+    as_number = int if unit == "tokens" else float
+    return {
+        "scope": "tenant" if budget["scope"] == "tenant" else "user",
+        "user_id": subject or None,
+        "default": budget["scope"] == "each_user",
+        "period": budget["period"],
+        "starts": str(starts),
+        "unit": unit,
+        "limit": as_number(amount),
+        "spent": as_number(spent),
+        "reserved": as_number(reserved),
+        "left": as_number(max(0, amount - spent - reserved)),
+    }
+
+
+async def tenants_with_budgets(pool: Pool) -> list[str]:
+    """Return every tenant with a budget."""
+    async with pool.connection() as conn:
+        return await queries.tenants_with_budgets(conn)
+
+
+async def forget_user(conn: queries.Conn, tenant_id: str, user_id: str) -> int:
+    """Delete a user's budgets, counters and reservations (erasure, in its transaction); return the budgets deleted."""
+    return await queries.forget_user(conn, tenant_id, user_id)

@@ -1,0 +1,127 @@
+"""The budgets feature's own SQL: `budgets`, `budget_counters`, `budget_reservations`.
+
+Statements as module constants beside the small functions that run them on a connection
+the caller passes in. Every statement names `tenant_id` by equality (the tables'
+distribution column, docs/scaling.md); the reservation and its settlement are the two
+functions of the migration (0009_budgets.sql), one statement each.
+"""
+
+from __future__ import annotations
+
+from datetime import date, datetime
+from typing import Any
+from uuid import UUID
+
+from psycopg import AsyncConnection
+
+Conn = AsyncConnection[Any]
+
+RESERVE = """
+select outcome, refused_scope, refused_period, tenant_share_left
+from chatbot_budget_reserve(
+    %s::text, %s::text, %s::uuid, %s::bigint, %s::numeric, %s::date, %s::date, %s::timestamptz, %s::timestamptz
+)
+"""
+SETTLE = "select chatbot_budget_settle(%s::text, %s::uuid, %s::bigint, %s::numeric)"
+SET_BUDGET = """
+insert into budgets as b (tenant_id, scope, user_id, period, unit, amount)
+values (%(tenant)s, %(scope)s, %(user)s, %(period)s, %(unit)s, %(amount)s)
+on conflict (tenant_id, scope, user_id, period) do update set unit = excluded.unit, amount = excluded.amount
+"""
+CLEAR_BUDGETS = """
+delete from budgets
+where tenant_id = %(tenant)s and scope = %(scope)s and user_id = %(user)s
+  and (%(period)s::text is null or period = %(period)s::text)
+"""
+TENANT_BUDGETS = """
+select scope, user_id, period, unit, amount from budgets
+where tenant_id = %s order by scope, user_id, period
+"""
+# One subject's counters of the current periods, with what unexpired reservations hold.
+COUNTERS = """
+select c.user_id, c.period, c.starts, c.spent_tokens, c.spent_usd,
+       coalesce((select sum(r.tokens) from budget_reservations r
+                 where r.tenant_id = c.tenant_id and r.user_id = c.user_id and r.period = c.period
+                   and r.starts = c.starts and r.expires_at > %(now)s), 0) as reserved_tokens,
+       coalesce((select sum(r.usd) from budget_reservations r
+                 where r.tenant_id = c.tenant_id and r.user_id = c.user_id and r.period = c.period
+                   and r.starts = c.starts and r.expires_at > %(now)s), 0) as reserved_usd
+from budget_counters c
+where c.tenant_id = %(tenant)s
+  and ((c.period = 'day' and c.starts = %(day)s) or (c.period = 'month' and c.starts = %(month)s))
+"""
+# Rare work (the commands): expired reservations no longer count; their rows go here.
+FORGET_EXPIRED = "delete from budget_reservations where tenant_id = %s and expires_at <= %s"
+FORGET_USER_BUDGETS = "delete from budgets where tenant_id = %s and user_id = %s"
+FORGET_USER_COUNTERS = "delete from budget_counters where tenant_id = %s and user_id = %s"
+FORGET_USER_RESERVATIONS = "delete from budget_reservations where tenant_id = %s and user_id = %s"
+TENANTS_WITH_BUDGETS = "select distinct tenant_id from budgets order by tenant_id"
+
+
+async def reserve(
+    conn: Conn,
+    *,
+    tenant: str,
+    user: str,
+    reservation: UUID,
+    tokens: int,
+    usd: float,
+    day: date,
+    month: date,
+    now: datetime,
+    expires: datetime,
+) -> dict[str, Any]:
+    """Reserve against every applicable budget; return outcome, refused_scope, refused_period, tenant_share_left."""
+    cur = await conn.execute(RESERVE, (tenant, user, reservation, tokens, usd, day, month, now, expires))
+    row = await cur.fetchone()
+    assert row is not None  # the function always returns one row
+    return dict(row)
+
+
+async def settle(conn: Conn, *, tenant: str, reservation: UUID, tokens: int, usd: float) -> None:
+    """Replace a reservation by the call's real usage (0 and 0: release it)."""
+    await conn.execute(SETTLE, (tenant, reservation, tokens, usd))
+
+
+async def set_budget(conn: Conn, *, tenant: str, scope: str, user: str, period: str, unit: str, amount: float) -> None:
+    """Create or replace one budget."""
+    params = {"tenant": tenant, "scope": scope, "user": user, "period": period, "unit": unit, "amount": amount}
+    await conn.execute(SET_BUDGET, params)
+
+
+async def clear_budgets(conn: Conn, *, tenant: str, scope: str, user: str, period: str | None) -> int:
+    """Delete a subject's budgets (of one period, or both); return how many there were."""
+    cur = await conn.execute(CLEAR_BUDGETS, {"tenant": tenant, "scope": scope, "user": user, "period": period})
+    return cur.rowcount
+
+
+async def tenant_budgets(conn: Conn, tenant: str) -> list[dict[str, Any]]:
+    """Return the tenant's budgets: scope, user_id, period, unit, amount."""
+    cur = await conn.execute(TENANT_BUDGETS, (tenant,))
+    return [dict(row) for row in await cur.fetchall()]
+
+
+async def counters(conn: Conn, *, tenant: str, day: date, month: date, now: datetime) -> list[dict[str, Any]]:
+    """Return the tenant's counters of the periods starting `day` and `month`, reservations summed."""
+    cur = await conn.execute(COUNTERS, {"tenant": tenant, "day": day, "month": month, "now": now})
+    return [dict(row) for row in await cur.fetchall()]
+
+
+async def forget_expired(conn: Conn, tenant: str, now: datetime) -> None:
+    """Delete the tenant's reservations that expired (a killed replica's): they no longer count."""
+    await conn.execute(FORGET_EXPIRED, (tenant, now))
+
+
+async def forget_user(conn: Conn, tenant: str, user: str) -> int:
+    """Delete a user's budgets, counters and reservations (erasure); return the budgets deleted."""
+    cur = await conn.execute(FORGET_USER_BUDGETS, (tenant, user))
+    deleted = cur.rowcount
+    await conn.execute(FORGET_USER_COUNTERS, (tenant, user))
+    await conn.execute(FORGET_USER_RESERVATIONS, (tenant, user))
+    return deleted
+
+
+async def tenants_with_budgets(conn: Conn) -> list[str]:
+    """Return every tenant with a budget (`chatbot usage` reports theirs); rare work, all shards."""
+    cur = await conn.execute(TENANTS_WITH_BUDGETS)
+    return [str(row["tenant_id"]) for row in await cur.fetchall()]
