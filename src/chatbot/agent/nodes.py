@@ -39,6 +39,7 @@ from chatbot.models.chain import ChainEntry
 from chatbot.models.offline import MemoryRequest, offline_reply, rank_candidates, split_tokens
 from chatbot.models.reply import Reply
 from chatbot.models.usage import Usage
+from chatbot.responses import HandoffContext, RoleMessage
 from chatbot.retrieval.search import RetrievedChunk
 from chatbot.timestamps import now_rfc3339
 
@@ -465,17 +466,18 @@ class Nodes:
 
     def _handoff(
         self, reply: Reply, state: ConversationState, question: HumanMessage, summary: str, language: str
-    ) -> dict[str, Any]:
+    ) -> HandoffContext:
         transcript = [*state["messages"][:-1], question]
         recent = [m for m in transcript if isinstance(m, HumanMessage | AIMessage)][-RECENT_IN_HANDOFF:]
-        return {
-            "reason": reply.escalation_reason or "escalated",
-            "conversation_summary": summary or offline_summary("", transcript, language),
-            "user_profile": state.get("profile") or {},
-            "recent_messages": [
-                {"role": "user" if isinstance(m, HumanMessage) else "assistant", "content": str(m.text)} for m in recent
+        return HandoffContext(
+            reason=reply.escalation_reason or "escalated",
+            conversation_summary=summary or offline_summary("", transcript, language),
+            user_profile=state.get("profile") or {},
+            recent_messages=[
+                RoleMessage(role="user" if isinstance(m, HumanMessage) else "assistant", content=str(m.text))
+                for m in recent
             ],
-        }
+        )
 
 
 def _events(ctx: Context) -> EventSink:
