@@ -32,10 +32,10 @@ async def _budget(url: str, tokens: int | None = None) -> dict[str, int]:
 
 
 def test_eval_charges_the_tenant_only_when_asked(
-    isolated_database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    kb_database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "test-key")
-    url = isolated_database_url
+    url = kb_database_url  # the eval refuses a tenant without a knowledge base
     dataset = tmp_path / "cases.jsonl"
     lines = [json.dumps({"id": f"c{i}", "question": q, "locale": "en-US"}) for i, q in enumerate(QUESTIONS)]
     dataset.write_text("\n".join(lines) + "\n", encoding="utf-8")
