@@ -36,7 +36,7 @@ from chatbot.memory.extraction import MemoryCandidates, extract_offline
 from chatbot.memory.jobs import MemoryJob
 from chatbot.memory.namespaces import PROFILE_KEY, facts_namespace, profile_namespace, user_prefix
 from chatbot.models.chain import ChainEntry
-from chatbot.models.offline import MemoryRequest, offline_reply, rank_candidates, split_tokens
+from chatbot.models.offline import MemoryRequest, leans_on_thread, offline_reply, rank_candidates, split_tokens
 from chatbot.models.reply import Reply
 from chatbot.models.usage import Usage
 from chatbot.responses import HandoffContext, RoleMessage
@@ -111,11 +111,12 @@ class Nodes:
         """Order the candidates for the offline responder, the thread's topic included.
 
         A model reads the thread and resolves "and for the premium plan?" itself; the offline
-        responder can only quote what was retrieved, so a follow-up is also searched with the
-        question before it, and the candidates are ranked by section (models/offline.py).
+        responder can only quote what was retrieved, so a message that leans on the thread
+        (`leans_on_thread`) is also searched with the question before it, and the candidates are
+        ranked by section, the thread's words counted too (models/offline.py).
         """
         earlier = [str(m.text) for m in state["messages"][:-1] if isinstance(m, HumanMessage)][-2:]
-        if earlier:
+        if earlier and leans_on_thread(question):
             found = await self.deps.retriever(ctx.caller, f"{earlier[-1]} {question}")
             seen = {c.chunk_id for c in chunks}
             chunks = chunks + [RetrievedChunk.from_state(c) for c in found if str(c["chunk_id"]) not in seen]

@@ -105,6 +105,24 @@ def _pick_chunk(chunks: Sequence[Mapping[str, Any]], language: str) -> Mapping[s
     return chunks[0]
 
 
+# What makes a message lean on the one before it: an opening connective ("And for…", "What
+# about…", "و …"), a word that points back ("it", "that", "همین"), "also" ("هم"), or the
+# Persian "X چطور؟" ("what about X?"). Only such a message is searched a second time with
+# the thread's previous question: a question that stands alone costs one search.
+_LEANS_ON_THREAD = re.compile(
+    r"^\s*(?:and|also|ok|so|what about|how about|then|و|پس|خب|همچنین)\b"
+    r"|\b(?:it|its|that|this|these|those|them|they|same|too|also|either)\b"
+    r"|(?:^|\s)(?:هم|همین|همان|آن|این|اون|این‌ها|آن‌ها)(?=\s|[؟?!.،,]|$)"
+    r"|چطور\s*[؟?]?\s*$",
+    re.IGNORECASE,
+)
+
+
+def leans_on_thread(question: str) -> bool:
+    """Whether a message reads as a follow-up of the thread's previous question (see above)."""
+    return bool(_LEANS_ON_THREAD.search(normalize_persian(question)))
+
+
 def rank_candidates(
     question: str, chunks: Sequence[Mapping[str, Any]], *, language: str, thread: Sequence[str] = ()
 ) -> list[Mapping[str, Any]]:
