@@ -13,8 +13,10 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 ## make dev: embedded Postgres, migrations, the sample knowledge base, and the server on 127.0.0.1:8000
+## (PORT=8001 make dev for another port). Ctrl-C, SIGTERM or SIGHUP stop the server and its Postgres.
+PORT ?= 8000
 dev: $(STAMP)
-	$(BIN)/chatbot dev --host 127.0.0.1 --port 8000
+	$(BIN)/chatbot dev --host 127.0.0.1 --port $(PORT)
 
 ## make test: lint and types, then the whole suite against a real Postgres (embedded unless
 ## CHATBOT_TEST_DATABASE_URL is set). CI (.ci/run) runs only `make test`, so the checks live here.
@@ -68,7 +70,7 @@ faults: $(STAMP)
 		tests/hardening/test_interleavings.py
 
 ## make soak: ten minutes of mixed traffic on two replicas, every transcript checked against what
-## the clients were acknowledged (`make test` runs the same for 30 s); figures in docs/reliability.md
+## the clients were acknowledged (`make test` runs the same for 30 s); figures in docs/measurements/reliability.md
 SOAK_SECONDS ?= 600
 SOAK_USERS ?= 5
 soak: $(STAMP)

@@ -4,7 +4,8 @@ Ingests the demo knowledge base for tenant `acme` into a bench database, then ru
 `chatbot eval --dataset knowledge/demo/eval.jsonl --model offline` (the command itself, in
 a subprocess) and prints the report's figures: status accuracy and citation hit rate,
 overall and per kind of case (the prefix of a case id's second part: `tpl`, `unknown`,
-`human`, `followup`, `inject`, ...), plus the cases it got wrong.
+`human`, `followup`, `inject`, ...), the section hit rate per language
+(evaluation/sections.py), plus the cases it got wrong.
 
 Usage: python -m bench.eval_baseline [--model offline] [--keep DIR]
 Uses CHATBOT_DATABASE_URL (migrated here) or starts an embedded Postgres under a temp dir.
@@ -27,6 +28,7 @@ from bench._pg import bench_database
 from chatbot.config import Settings
 from chatbot.db.pool import make_pool
 from chatbot.evaluation.scoring import cites_expected
+from chatbot.evaluation.sections import knowledge_titles, section_hit_rates
 from chatbot.retrieval.ingest import ingest_paths
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -52,10 +54,13 @@ def _kind(case_id: str) -> str:
 
 
 def _print(report: dict[str, Any]) -> None:
+    sections = section_hit_rates(report, knowledge_titles([KB]))
     for model in report["models"]:
         print(f"model {model['model']}: {model['cases']} cases")
         print(f"  status accuracy    {model['status_accuracy']}")
         print(f"  citation hit rate  {model['citation_hit_rate']}")
+        by_language = sections[model["model"]]
+        print(f"  section hit rate   en {by_language['en']}  fa {by_language['fa']}")
         print(f"  latency p50/p95 ms {model['latency_ms']['p50']} / {model['latency_ms']['p95']}")
     groups: dict[str, list[tuple[bool, bool | None]]] = defaultdict(list)
     wrong = []

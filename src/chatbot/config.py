@@ -64,7 +64,7 @@ class Settings(BaseSettings):
     sse_keepalive_seconds: float = Field(default=10.0, gt=0)
     # After the first token, tokens are sent at most this often (0 = each as it comes): each
     # event sent costs middleware and a socket write, most of a replica's CPU at hundreds of
-    # streams (docs/performance.md); 50 ms is below what a reader notices.
+    # streams (docs/measurements/performance.md); 50 ms is below what a reader notices.
     sse_flush_ms: int = Field(default=50, ge=0, le=1000)
     # 0 prepares every statement; None disables prepared statements (PgBouncer transaction mode).
     prepare_threshold: int | None = 0
@@ -136,7 +136,7 @@ class Settings(BaseSettings):
     # half-sent requests would otherwise hold a connection and a task forever).
     request_read_timeout_seconds: float = Field(default=10.0, gt=0)
     # Idle keep-alive connections are closed after this; keep it above the load balancer's
-    # upstream idle timeout (docs/reliability.md).
+    # upstream idle timeout (docs/measurements/reliability.md).
     keep_alive_seconds: int = Field(default=5, ge=1)
     # Connections plus in-flight requests a replica accepts before answering 503; 0 = no limit.
     max_concurrency: int = Field(default=0, ge=0)

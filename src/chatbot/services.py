@@ -35,6 +35,7 @@ from chatbot.memory.read import memory_reader
 from chatbot.memory.ttl import memory_ttl, start_memory_sweeper
 from chatbot.memory.writer import Extractor, MemoryWriter, offline_extractor
 from chatbot.models.chain import Models
+from chatbot.models.offline import OFFLINE_CANDIDATES
 from chatbot.models.prices import parse_prices
 from chatbot.ops.sweeper import RetentionSweeper
 from chatbot.recall.service import ThreadRecall
@@ -137,7 +138,12 @@ async def build_services(
         might_write=model_might_write if memory_extractor is None and models.memory is not None else None,
     )
     retriever = KnowledgeRetriever(
-        pool, settings.model_first_token_timeout_seconds, embeddings=load_embeddings(settings.embeddings)
+        pool,
+        settings.model_first_token_timeout_seconds,
+        embeddings=load_embeddings(settings.embeddings),
+        # Enough for the offline responder to pick its section from (models/offline.py); the
+        # graph gives a model the first MODEL_CHUNKS of them (agent/nodes.py).
+        k=OFFLINE_CANDIDATES,
     )
     recall = ThreadRecall(
         pool,

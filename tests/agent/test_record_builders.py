@@ -44,7 +44,13 @@ def test_a_suffix_of_the_history_is_stored_as_a_span() -> None:
     assert ids.dump() == {
         "window_span": ["q-1", 3],
         "question_chars": None,
-        "system_cuts": {"chunks_kept": 1, "chunk_permille": 1000, "chunks_omitted": False, "system_chars": None},
+        "system_cuts": {
+            "chunks_kept": 1,
+            "chunk_permille": 1000,
+            "chunks_omitted": False,
+            "system_chars": None,
+            "memory_format": 2,
+        },
     }
 
 

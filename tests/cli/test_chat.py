@@ -82,7 +82,7 @@ def test_chat_through_a_pipe_prints_answers_citations_status_and_history(kb_repl
         f"{m.role}: {m.content}" + (f" [{', '.join(m.citations)}]" if m.citations else "") + "\n" for m in messages
     )
     assert (
-        done.stdout == f"thread: cli-pipe (commands: /history, /memory, /new, /quit (or end of input); "
+        done.stdout == f"thread: cli-pipe (commands: /history, /memory, /forget ID, /new, /quit (or end of input); "
         f"anything else is a message)\n{turns}{history}"
     )
 

@@ -3,7 +3,7 @@
 A fast restart (`pg_ctl -m fast`) cuts every session, and Postgres answers again a moment
 later. The pool's idle connections and the lock sessions are then dead, though nothing has
 noticed yet. The first checkout after the restart must reach the live server at once, not
-walk the dead connections one by one (it answered 503 after 32 s; docs/reliability.md).
+walk the dead connections one by one (it answered 503 after 32 s; docs/measurements/reliability.md).
 """
 
 from __future__ import annotations

@@ -39,10 +39,8 @@ NOT_POLLING = "# not polling:"
 # shrink: a new one fails, and so does an entry that has become smaller than the list says.
 KNOWN_POLLING: dict[str, int] = {
     "tests/cli/test_serve_workers.py": 1,
-    "tests/fixtures/app.py": 1,
     "tests/fixtures/provider_double.py": 2,
     "tests/hardening/faults_runs.py": 1,
-    "tests/hardening/isolation_probes.py": 1,
     "tests/hardening/test_faults_kill.py": 1,
     "tests/memory/test_memory_e2e.py": 1,
     "tests/threads/test_production_shape.py": 2,

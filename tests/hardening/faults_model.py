@@ -19,7 +19,7 @@ from langchain_core.outputs import ChatGenerationChunk, ChatResult
 
 TOOL = "StructuredAnswer"  # the title of the schema `ask_model` asks for
 PIECE = 9  # characters of tool-call arguments per streamed chunk (more for a huge answer)
-MAX_PIECES = 20  # the streaming parse is quadratic in pieces x length (docs/reliability.md)
+MAX_PIECES = 20  # the streaming parse is quadratic in pieces x length (docs/measurements/reliability.md)
 
 
 class ProviderError(Exception):

@@ -9,8 +9,6 @@ the matrix checks later that nobody changed it.
 
 from __future__ import annotations
 
-import asyncio
-import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -23,6 +21,7 @@ from chatbot.retrieval.ingest import ingest_paths
 from tests.fixtures.knowledge import DEMO_KB
 from tests.fixtures.postgres import settings_for
 from tests.fixtures.retrieval_kb import write_docs
+from tests.fixtures.wait import wait_until
 from tests.hardening.isolation_world import JSON, TENANT_A, TENANT_B, Caller, World, marker, memory, message
 
 RIDER_DOC = {
@@ -99,12 +98,16 @@ async def probe_and_remember(world: World, k: int, caller: Caller) -> None:
 
 async def _settled_memory(client: httpx.AsyncClient, caller: Caller, fact: str) -> dict[str, Any]:
     """Wait until the fact is stored and memory stops changing; return it."""
-    deadline = time.monotonic() + 20
-    previous: dict[str, Any] | None = None
-    while time.monotonic() < deadline:
+    reads: list[dict[str, Any]] = []
+
+    async def settled() -> dict[str, Any] | None:
         current = await memory(client, caller)
-        if current == previous and any(f["text"].endswith(fact) for f in current["facts"]):
-            return current
-        previous = current
-        await asyncio.sleep(0.5)
-    raise AssertionError(f"{caller}: the remembered fact never settled in memory")
+        previous = reads[-1] if reads else None
+        reads.append(current)
+        return current if current == previous and any(f["text"].endswith(fact) for f in current["facts"]) else None
+
+    memory_now = await wait_until(
+        settled, what=f"{caller}: the remembered fact settled in memory", timeout=20, interval=0.5
+    )
+    assert memory_now is not None  # wait_until returns only a truthy value
+    return memory_now

@@ -6,7 +6,7 @@ became 144,000 characters for the memory extraction and the PII guard, on the ev
 guard reads at most MAX_CHECKED_CHARS normalised characters per text and per message and
 refuses (UNCHECKED) what it cannot read; the number scan builds only the windows a rule
 can use; and two regexes that were quadratic on a legal message are linear. The CPU
-figures are in bench/worst_case_text.py and docs/reliability.md; these tests hold the
+figures are in bench/worst_case_text.py and docs/measurements/reliability.md; these tests hold the
 behaviour, not the time.
 """
 

@@ -7,7 +7,7 @@ streaming: the run ends (answered, or `503`), never hangs. After each, once the 
 is ready again, every acknowledged message is in its thread once, no answer is
 half-written, no lock is left behind, and the next run answers.
 
-A third case restarts Postgres while a replica sits idle (docs/reliability.md): the first
+A third case restarts Postgres while a replica sits idle (docs/measurements/reliability.md): the first
 request after it must be served at once, not answer `503` after walking the pool's dead
 connections. `make test` runs one restart; `make faults` (which sets `CHATBOT_FAULT_KILLS`)
 runs `CHATBOT_FAULT_RESTARTS` (default 5) with 15 s of idleness each.

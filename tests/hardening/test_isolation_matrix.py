@@ -229,7 +229,7 @@ async def _owners_talk_while_others_are_refused(world: World, threads: list[Thre
 
     Every one of theirs is refused (404). A refused run used to take the thread's lock before
     its owner check, so the owner's own runs met `409 a run is already in flight` with nothing
-    of theirs in flight (4 times out of 8; docs/reliability.md).
+    of theirs in flight (4 times out of 8; docs/measurements/reliability.md).
     """
     ledger = world.ledger
     done = {t.id: asyncio.Event() for t in threads}

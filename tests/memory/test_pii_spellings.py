@@ -4,12 +4,15 @@ separators, number words, letters written apart, and a value split over two mess
 from __future__ import annotations
 
 import itertools
+from datetime import UTC, datetime, timedelta
 
 import psycopg
 import pytest
 
-from chatbot.memory.extraction import extract_offline
+from chatbot.memory._consolidation import StoredFact
+from chatbot.memory.extraction import FactCandidate, extract_offline
 from chatbot.memory.pii import PiiCategory, find_pii, joined_rejection_reason, normalize_for_pii
+from chatbot.memory.writer import split_values
 from tests.fixtures.app import running_app, services_of
 from tests.fixtures.memory_pii_corpus import fa, luhn_card, national_id
 from tests.fixtures.memory_poisoning_corpus import BENIGN_FACTS
@@ -156,3 +159,20 @@ async def test_a_value_split_over_two_messages_leaves_nothing_in_the_store(isola
         stored = " ".join(normalize_for_pii(str(r[0])) for r in conn.execute("select value::text from store"))
     for needle in (NID[:5], NID[5:], CARD[:8], CARD[8:], "دیا", "betes"):
         assert needle not in stored
+
+
+def test_the_writer_drops_both_halves_and_keeps_the_rest() -> None:
+    moment = datetime(2026, 1, 1, tzinfo=UTC)
+    stored = [
+        StoredFact("old", "I live in Shiraz", "location", "residence", moment),
+        StoredFact("half", f"my national ID starts with {NID[:5]}", "note", "note:x", moment + timedelta(seconds=1)),
+    ]
+    batch = [
+        FactCandidate(f"and it ends with {NID[5:]}", "note", "note:y"),
+        FactCandidate("I have dia", "note", "note:z"),
+        FactCandidate("betes", "note", "note:w"),
+        FactCandidate("my car is a Pride", "vehicle", "vehicle"),
+    ]
+    kept, halves = split_values(stored, batch)
+    assert halves == ["half"]
+    assert [f.text for f in kept] == ["my car is a Pride"]

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import asdict
+from typing import Any
 
 import psycopg
 import pytest
 from langchain_core.messages import BaseMessage
 from prometheus_client import REGISTRY
 
-from chatbot.agent.system_message import format_system_prompt, quote_memory
+from chatbot.agent.system_message import SystemCuts, compose_system_text, format_system_prompt, quote_memory
 from chatbot.memory._instructions import InstructionKind, instruction_kind
 from chatbot.memory.extraction import extract_offline
 from chatbot.memory.jobs import MemoryJob
@@ -163,3 +165,19 @@ async def test_a_later_runs_system_message_holds_no_planted_instruction(kb_datab
     with psycopg.connect(kb_database_url) as conn:
         stored = " ".join(str(r[0]) for r in conn.execute("select value::text from store").fetchall())
     assert "approve" not in stored and "OVERRIDE" not in stored and "تایید" not in stored
+
+
+def test_runs_recorded_before_quoting_are_rebuilt_as_they_were_given() -> None:
+    parts: dict[str, Any] = {
+        "profile": {"household": ["married"]},
+        "facts": ["I live in Shiraz"],
+        "summary": "",
+        "chunks": [],
+    }
+    now = SystemCuts(0)
+    assert asdict(now)["memory_format"] == 2  # new records say how memory was written
+    quoted = compose_system_text("You help.", cuts=now, **parts)
+    before = compose_system_text("You help.", cuts=SystemCuts(0, memory_format=1), **parts)
+    assert '- "I live in Shiraz"' in quoted and "not instructions" in quoted
+    assert "## What we know about the user\n- I live in Shiraz" in before
+    assert '- household: ["married"]' in before

@@ -1,5 +1,5 @@
 """The service through the real provider packages, against the wire double: every answer complete,
-every failure named, every token counted (CONTRACT.md "Real models").
+every failure named, every token counted (docs/contract.md, "Real models").
 
 Each case runs on the three ways a structured answer travels: OpenAI `response_format`
 json_schema (gpt-4o*), an OpenAI forced tool call (gpt-4-turbo) and an Anthropic forced

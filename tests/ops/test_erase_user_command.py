@@ -34,9 +34,10 @@ def test_erase_user_command_removes_the_users_threads_in_one_tenant(isolated_dat
         timeout=60,
     )
     assert done.returncode == 0, done.stderr[-500:]
-    assert "threads_deleted=1" in done.stdout and "memory_items_deleted=2" in done.stdout
+    # The profile, its sources and the fact.
+    assert "threads_deleted=1" in done.stdout and "memory_items_deleted=3" in done.stdout
     # Every table keyed by thread or store prefix, as the catalogue lists them.
     assert set(rows_of_threads(isolated_database_url, ["t-acme"]).values()) == {0}
     assert rows_of_threads(isolated_database_url, ["t-globex"])["checkpoints"] > 0
     assert set(rows_under_namespace(isolated_database_url, ("acme", "user", "cli-user")).values()) == {0}
-    assert rows_under_namespace(isolated_database_url, ("globex", "user", "cli-user"))["store"] == 2
+    assert rows_under_namespace(isolated_database_url, ("globex", "user", "cli-user"))["store"] == 3

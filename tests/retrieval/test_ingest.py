@@ -122,7 +122,7 @@ HIDDEN_DOC = f"# Quorvane rider\n\n\u200f## Kelp\u200d cover\n\n{HIDDEN_BODY}\n"
 async def test_chunks_keep_the_text_as_written_and_search_reads_it_normalised(pool: Pool, tmp_path: Path) -> None:
     # Answers quote chunks as written (the contract): ingest used to drop U+2028/2029/0085,
     # joiners, byte-order marks, bidi controls, tabs and no-break spaces, and to turn U+2058
-    # into a zero-width non-joiner (docs/reliability.md).
+    # into a zero-width non-joiner (docs/measurements/reliability.md).
     tenant = new_tenant()
     await ingest_paths(pool, tenant, [write_docs(tmp_path / "kb", {"rider.md": HIDDEN_DOC})])
     async with pool.connection() as conn:

@@ -76,7 +76,7 @@ class Tally:
 
 
 # Idle connections are dropped here before the service drops them (CHATBOT_KEEP_ALIVE_SECONDS,
-# 5 s), as docs/reliability.md asks of a balancer. With httpx's default (also 5 s) a request
+# 5 s), as docs/measurements/reliability.md asks of a balancer. With httpx's default (also 5 s) a request
 # sent on a connection the service is closing at that instant fails with a ReadError and
 # no answer: the first ten-minute soak met this once in 22,734 requests.
 KEEPALIVE_EXPIRY_SECONDS = 2.0

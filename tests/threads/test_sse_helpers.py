@@ -14,6 +14,7 @@ import pytest
 
 from chatbot.agent.outcome import GraphOutcome, StageProgress, Token
 from chatbot.failures import Failure
+from chatbot.responses import HandoffContext
 from chatbot.threads._sse import SSE_MEDIA_TYPE, _quality, coalesce, encode_events, wants_json
 from chatbot.threads._stream import Listener, RunStream, StreamEvent
 
@@ -141,7 +142,8 @@ def test_progress_reaches_only_the_listener_that_asked_and_other_events_always_d
 
 
 def test_every_event_is_built_in_the_wire_format_of_the_contract() -> None:
-    outcome = GraphOutcome("escalate", answer="hi", message_id="m1", citations=["c1"], handoff_context={"reason": "x"})
+    handoff = HandoffContext(reason="x", conversation_summary="s")
+    outcome = GraphOutcome("escalate", answer="hi", message_id="m1", citations=["c1"], handoff_context=handoff)
     run = RunStream("r", "t")
     starter = run.listen(from_start=True)
     run.publish(StageProgress("retrieval", status="started"))
@@ -163,7 +165,12 @@ def test_every_event_is_built_in_the_wire_format_of_the_contract() -> None:
                 "status": "escalate",
                 "message": {"id": "m1", "content": "hi"},
                 "citations": ["c1"],
-                "handoff_context": {"reason": "x"},
+                "handoff_context": {
+                    "reason": "x",
+                    "conversation_summary": "s",
+                    "user_profile": {},
+                    "recent_messages": [],
+                },
             },
             4,
         ),

@@ -53,6 +53,8 @@ class SectionLabels:
     chunks: str
     no_chunks: str
     chunks_omitted: str
+    facts_plain: str = ""
+    """The facts' heading of memory format 1 (plain lines), for rebuilding runs recorded before quoting."""
 
 
 SECTION_LABELS: dict[str, SectionLabels] = {
@@ -63,6 +65,7 @@ SECTION_LABELS: dict[str, SectionLabels] = {
         chunks="بخش‌های دانش",
         no_chunks="(برای این پرسش بخش مرتبطی پیدا نشد.)",
         chunks_omitted="(پیام کاربر آن‌قدر بلند است که بخش‌های دانش جا نشدند؛ پرسش را کوتاه‌تر بخواهید.)",
+        facts_plain="آنچه از کاربر می‌دانیم",
     ),
     "en": SectionLabels(
         profile="User profile",
@@ -71,6 +74,7 @@ SECTION_LABELS: dict[str, SectionLabels] = {
         chunks="Knowledge chunks",
         no_chunks="(No relevant chunk was found for this question.)",
         chunks_omitted=("(The user's message is too long for the knowledge chunks to fit; ask for a shorter one.)"),
+        facts_plain="What we know about the user",
     ),
 }
 

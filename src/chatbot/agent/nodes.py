@@ -36,15 +36,21 @@ from chatbot.memory.extraction import MemoryCandidates, extract_offline
 from chatbot.memory.jobs import MemoryJob
 from chatbot.memory.namespaces import PROFILE_KEY, facts_namespace, profile_namespace, user_prefix
 from chatbot.models.chain import ChainEntry
-from chatbot.models.offline import MemoryRequest, offline_reply, split_tokens
+from chatbot.models.offline import MemoryRequest, offline_reply, rank_candidates, split_tokens
 from chatbot.models.reply import Reply
 from chatbot.models.usage import Usage
+from chatbot.responses import HandoffContext, RoleMessage
 from chatbot.retrieval.search import RetrievedChunk
 from chatbot.timestamps import now_rfc3339
 
 RECENT_IN_HANDOFF = 10
 # A summary fold's request beside the messages it folds: its instructions and task template.
 _FOLD_OVERHEAD_TOKENS = 1024
+
+
+# Retrieved chunks a run keeps (the model's prompt, the record); the retriever finds more,
+# for the offline responder to rank by section first (models/offline.py).
+MODEL_CHUNKS = 5
 
 
 class Nodes:
@@ -88,6 +94,9 @@ class Nodes:
         emit(StageProgress("retrieval", status="started"))
         question = str(state["messages"][-1].text)
         chunks = [RetrievedChunk.from_state(c) for c in await self.deps.retriever(runtime.context.caller, question)]
+        if not self.deps.answer_chain():
+            chunks = await self._offline_chunks(state, runtime.context, question, chunks)
+        chunks = chunks[:MODEL_CHUNKS]
         emit(StageProgress("retrieval", chunks=len(chunks)))
         # The text stays in this run's memory; state (and so any checkpoint) gets ids only.
         runtime.context.result.chunks = chunks
@@ -95,6 +104,24 @@ class Nodes:
         # A partial record (no status): what a run that fails from here on retrieved.
         partial = RecordedRun(runtime.context.run_id, model=self.settings.model, retrieved=chunk_versions(chunks))
         return {"retrieved": refs, "record": partial.dump()}
+
+    async def _offline_chunks(
+        self, state: ConversationState, ctx: Context, question: str, chunks: list[RetrievedChunk]
+    ) -> list[RetrievedChunk]:
+        """Order the candidates for the offline responder, the thread's topic included.
+
+        A model reads the thread and resolves "and for the premium plan?" itself; the offline
+        responder can only quote what was retrieved, so a follow-up is also searched with the
+        question before it, and the candidates are ranked by section (models/offline.py).
+        """
+        earlier = [str(m.text) for m in state["messages"][:-1] if isinstance(m, HumanMessage)][-2:]
+        if earlier:
+            found = await self.deps.retriever(ctx.caller, f"{earlier[-1]} {question}")
+            seen = {c.chunk_id for c in chunks}
+            chunks = chunks + [RetrievedChunk.from_state(c) for c in found if str(c["chunk_id"]) not in seen]
+        by_id = {c.chunk_id: c for c in chunks}
+        ranked = rank_candidates(question, _as_mappings(chunks), language=ctx.language, thread=earlier)
+        return [by_id[str(c["chunk_id"])] for c in ranked]
 
     async def generate(self, state: ConversationState, runtime: Runtime[Context]) -> dict[str, Any]:
         """Answer the question from the window, stream it, and decide the turn's status."""
@@ -129,6 +156,8 @@ class Nodes:
                 language=ctx.language,
                 unanswered_streak=streak,
                 memory_request=_memory_request(candidates),
+                profile=state.get("profile") or {},
+                facts=state.get("facts") or [],
             )
             await self._stream_offline(reply.content, _events(ctx))
             self._usage(ctx).append(Usage("answer", model))
@@ -437,17 +466,18 @@ class Nodes:
 
     def _handoff(
         self, reply: Reply, state: ConversationState, question: HumanMessage, summary: str, language: str
-    ) -> dict[str, Any]:
+    ) -> HandoffContext:
         transcript = [*state["messages"][:-1], question]
         recent = [m for m in transcript if isinstance(m, HumanMessage | AIMessage)][-RECENT_IN_HANDOFF:]
-        return {
-            "reason": reply.escalation_reason or "escalated",
-            "conversation_summary": summary or offline_summary("", transcript, language),
-            "user_profile": state.get("profile") or {},
-            "recent_messages": [
-                {"role": "user" if isinstance(m, HumanMessage) else "assistant", "content": str(m.text)} for m in recent
+        return HandoffContext(
+            reason=reply.escalation_reason or "escalated",
+            conversation_summary=summary or offline_summary("", transcript, language),
+            user_profile=state.get("profile") or {},
+            recent_messages=[
+                RoleMessage(role="user" if isinstance(m, HumanMessage) else "assistant", content=str(m.text))
+                for m in recent
             ],
-        }
+        )
 
 
 def _events(ctx: Context) -> EventSink:

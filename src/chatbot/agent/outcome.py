@@ -21,7 +21,7 @@ from typing import Any, ClassVar, Literal
 from langchain_core.messages import BaseMessage
 
 from chatbot.failures import Failure
-from chatbot.responses import RunStatus
+from chatbot.responses import HandoffContext, RunStatus
 
 OutcomeStatus = RunStatus | Literal["error"]
 
@@ -76,7 +76,8 @@ class GraphOutcome:
     """The answer's text (empty when the run failed)."""
     message_id: str | None = None
     citations: list[str] = field(default_factory=list)
-    handoff_context: dict[str, Any] | None = None
+    handoff_context: HandoffContext | None = None
+    """What a human assistant needs to take over, when `status` is `escalate`."""
     failure: Failure | None = None
     """Why the run failed, when `status` is `error`."""
 
@@ -89,7 +90,7 @@ class GraphOutcome:
             "status": self.status,
             "message_id": self.message_id,
             "citations": self.citations,
-            "handoff_context": self.handoff_context,
+            "handoff_context": None if self.handoff_context is None else self.handoff_context.model_dump(),
         }
 
     @classmethod
@@ -103,8 +104,13 @@ class GraphOutcome:
             answer=answer,
             message_id=stored.get("message_id"),
             citations=list(stored.get("citations") or []),
-            handoff_context=stored.get("handoff_context"),
+            handoff_context=_handoff(stored.get("handoff_context")),
         )
+
+
+def _handoff(stored: object) -> HandoffContext | None:
+    """Return a stored hand-off (a dict in every checkpoint written so far) as its type."""
+    return HandoffContext.model_validate(stored) if isinstance(stored, Mapping) else None
 
 
 def outcome_of(update: Mapping[str, Any]) -> GraphOutcome | None:

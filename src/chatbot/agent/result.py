@@ -18,23 +18,31 @@ from chatbot.agent.modelcall import ModelFailure
 from chatbot.agent.outcome import GraphOutcome
 from chatbot.db.locks import LeaseLost
 from chatbot.errors import DATABASE_ERRORS
-from chatbot.failures import Failure
+from chatbot.failures import Failure, FailureReason
 from chatbot.memory.extraction import MemoryCandidates
 from chatbot.models.usage import Usage
 from chatbot.recall.service import RecalledTurn
 from chatbot.retrieval.search import RetrievedChunk
+
+# What a run's graph may raise, and the reason each means; anything else is `internal`.
+# A lost lock session is a dropped database connection: the run cannot write.
+_RAISED: tuple[tuple[type[BaseException], FailureReason], ...] = (
+    (TimeoutError, "model_timeout"),
+    (LeaseLost, "database"),
+    *((error, "database") for error in DATABASE_ERRORS),
+)
 
 
 def failure_of(exc: BaseException) -> Failure:
     """Return why a run whose graph raised `exc` failed."""
     if isinstance(exc, ModelFailure):
         return Failure(exc.reason, exc.retry_after)
-    if isinstance(exc, TimeoutError):
-        return Failure("model_timeout")
-    if isinstance(exc, (LeaseLost, *DATABASE_ERRORS)):
-        # A lost lock session is a dropped database connection: the run cannot write.
-        return Failure("database")
-    return Failure("internal")
+    return next((Failure(reason) for kind, reason in _RAISED if isinstance(exc, kind)), Failure("internal"))
+
+
+def failure_named(class_name: str) -> Failure:
+    """Return why a run failed from the class name of what its graph raised (a stored `__error__` write)."""
+    return next((Failure(reason) for kind, reason in _RAISED if kind.__name__ == class_name), Failure("internal"))
 
 
 @dataclass(eq=False, kw_only=True)

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from chatbot.agent._prompts import SECTION_LABELS, TRUNCATION_MARKERS, language_key
+from chatbot.agent._prompts import SECTION_LABELS, TRUNCATION_MARKERS, SectionLabels, language_key
 from chatbot.memory.pii import normalize_for_pii
 from chatbot.text import cut_at_word, looks_persian
 
@@ -38,6 +38,10 @@ class SystemCuts:
     """No chunk fitted: the message says so instead of "nothing found"."""
     system_chars: int | None = None
     """The whole text cut to this many characters (a budget below prompt and memory)."""
+    memory_format: int = 2
+    """How memory is written: 2, quoted as the user's own words (`quote_memory`); 1, plain
+    lines under "What we know about the user", as runs recorded before quoting were given it
+    (a record without the field is rebuilt so, threads/record.py)."""
 
 
 def cut_text(text: str, length: int, marker: str) -> str:
@@ -93,6 +97,11 @@ def _drop_role_colon(match: re.Match[str]) -> str:
 _IDENTIFIER = re.compile(r"[^\W_][\w:\-]{0,63}")
 
 
+def _render_plain(value: Any) -> str:
+    """Render a profile value as memory format 1 did (no quoting)."""
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+
+
 def _render_value(value: Any) -> str:
     if isinstance(value, str):
         bare = _IDENTIFIER.fullmatch(value) and _ROLE_MARKER.sub(_drop_role_colon, value) == value
@@ -106,6 +115,28 @@ def _render_value(value: Any) -> str:
     return quote_memory(json.dumps(value, ensure_ascii=False, default=str))
 
 
+def _memory_sections(
+    labels: SectionLabels, profile: Mapping[str, Any], facts: Sequence[str], memory_format: int
+) -> list[str]:
+    """Return the profile and facts sections: quoted data (format 2), or plain lines (format 1)."""
+    quoted = memory_format >= 2
+    # Profile and facts come from what users wrote: every value is quoted data (`quote_memory`).
+    profile_lines = [
+        f"- {_BREAKS.sub(' ', str(key)).translate(_SHAPERS)}: {_render_value(value)}"
+        if quoted
+        else f"- {key}: {_render_plain(value)}"
+        for key, value in profile.items()
+        if value not in (None, "", [], {})
+    ]
+    fact_lines = [f"- {quote_memory(fact) if quoted else fact.strip()}" for fact in facts if fact.strip()]
+    sections = []
+    if profile_lines:
+        sections.append(f"## {labels.profile}\n" + "\n".join(profile_lines))
+    if fact_lines:
+        sections.append(f"## {labels.facts if quoted else labels.facts_plain}\n" + "\n".join(fact_lines))
+    return sections
+
+
 def format_system_prompt(
     system_prompt: str,
     *,
@@ -115,26 +146,18 @@ def format_system_prompt(
     chunks: Sequence[Mapping[str, Any]],
     language: str | None = None,
     chunks_omitted: bool = False,
+    memory_format: int = 2,
 ) -> str:
     """Compose the system message text: prompt, profile, facts, summary, knowledge chunks.
 
     `language` picks the section headings; by default they follow the prompt's script.
     `chunks_omitted` says the chunks were left out for room, not that none was found.
+    `memory_format` 1 writes memory as runs recorded before quoting were given it (`SystemCuts`).
     """
     lang = language_key(language) if language else ("fa" if looks_persian(system_prompt) else "en")
     labels = SECTION_LABELS[lang]
     parts = [system_prompt.strip()]
-    # Profile and facts come from what users wrote: every value is quoted data (`quote_memory`).
-    profile_lines = [
-        f"- {_BREAKS.sub(' ', str(key)).translate(_SHAPERS)}: {_render_value(value)}"
-        for key, value in profile.items()
-        if value not in (None, "", [], {})
-    ]
-    if profile_lines:
-        parts.append(f"## {labels.profile}\n" + "\n".join(profile_lines))
-    fact_lines = [f"- {quote_memory(fact)}" for fact in facts if fact.strip()]
-    if fact_lines:
-        parts.append(f"## {labels.facts}\n" + "\n".join(fact_lines))
+    parts.extend(_memory_sections(labels, profile, facts, memory_format))
     if summary.strip():
         parts.append(f"## {labels.summary}\n{summary.strip()}")
     rendered = []
@@ -171,5 +194,6 @@ def compose_system_text(
         chunks=kept,
         language=lang,
         chunks_omitted=cuts.chunks_omitted,
+        memory_format=cuts.memory_format,
     )
     return full if cuts.system_chars is None else cut_text(full, cuts.system_chars, marker)

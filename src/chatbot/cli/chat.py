@@ -4,12 +4,18 @@ from __future__ import annotations
 
 import os
 import secrets
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
+import httpx
 import typer
 
 from chatbot.cli import common
 from chatbot.cli.chat_view import PlainView, RichView, View
+from chatbot.cli.failure_line import sentence
 from chatbot.client import (
     ChatbotClient,
     ChatbotError,
@@ -23,7 +29,7 @@ from chatbot.client.errors import error_from_event
 from chatbot.client.events import Event
 from chatbot.responses import TranscriptMessage
 
-HELP = "commands: /history, /memory, /new, /quit (or end of input); anything else is a message"
+HELP = "commands: /history, /memory, /forget ID, /new, /quit (or end of input); anything else is a message"
 
 
 def _secret(data_dir: Path) -> str:
@@ -67,11 +73,33 @@ def _ask(client: ChatbotClient, view: View, thread: str, text: str) -> None:
         for event in client.stream(thread, text):
             if event.event == "metadata":
                 run_id = str(event.data.get("run_id") or "") or None
-            _show(view, event)
+            with sigint_deferred():
+                _show(view, event)
     except KeyboardInterrupt:
         if run_id is None:
             raise  # no run yet to stop
         _stop(client, view, thread, run_id)
+
+
+@contextmanager
+def sigint_deferred() -> Iterator[None]:
+    """Hold a Ctrl-C until the view has drawn the event.
+
+    An interrupt in the middle of a redraw left the terminal view's cursor bookkeeping
+    behind the screen, and its final redraw then repeated the answer's first line. Taken
+    here, it lands between events, where the view can close the answer cleanly.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    pending: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, _frame: pending.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if pending:
+        raise KeyboardInterrupt
 
 
 def _stop(client: ChatbotClient, view: View, thread: str, run_id: str) -> None:
@@ -119,6 +147,8 @@ def converse(client: ChatbotClient, view: View, thread: str) -> None:
                 view.info(HELP)
             else:
                 _ask(client, view, thread, text)
+        except httpx.TransportError as exc:  # the service went away mid-session: say so, go on
+            view.error(RuntimeError(sentence(exc)))
         except RateLimitedError as exc:
             view.error(RuntimeError(f"rate limited: try again in {exc.retry_after or 60:.0f} s"))
         except (ChatbotError, StreamInterrupted, InvalidId) as exc:
@@ -138,6 +168,10 @@ def chat(
     """Chat with a running service; tokens are minted with CHATBOT_SERVICE_SECRET."""
     settings = common.load_settings(environment="dev")
     secret = _secret(settings.data_dir)
+    try:  # fail at once, in one line, when nothing listens at --url
+        httpx.get(f"{url.rstrip('/')}/healthz", timeout=10)
+    except httpx.TransportError as exc:
+        common.fail(sentence(exc))
     interactive = not plain and os.isatty(0) and os.isatty(1)
     view: View = RichView() if interactive else PlainView()
     # A chat waits a few seconds at most for a busy service, then says so.

@@ -14,6 +14,7 @@ import typer
 from langchain_core.messages import HumanMessage, SystemMessage
 
 from chatbot.cli import common
+from chatbot.config import Settings
 
 _PROBE = [
     SystemMessage("You answer in the JSON schema you are given. This is a connectivity check."),
@@ -32,14 +33,18 @@ class Check:
 
 def check_model() -> None:
     """Make one tiny structured call per chain entry (and the memory and summary models); exit 1 on any failure."""
-    from chatbot.models.chain import ModelConfigError, load_models
+    from chatbot.models.chain import ModelConfigError, load_models, parse_chain
 
     settings = common.load_settings(environment="dev")  # needs no token key
     try:
+        parse_chain(settings.model)
         models = load_models(settings)
     except ModelConfigError as exc:
-        common.fail(f"configuration error: {exc}", 2)
-        return
+        # One line per entry still: which of them cannot even be built, and why.
+        lines = unloadable(settings)
+        for line in lines or [f"configuration error: {exc}"]:
+            typer.echo(line)
+        raise typer.Exit(1 if lines else 2) from None
     if not models.answer:
         typer.echo("offline: ok (no provider to check)")
         return
@@ -57,6 +62,26 @@ def check_model() -> None:
         typer.echo(f"{check.role} {check.spec}: {check.problem or 'ok'}")
     if any(check.problem for check in checks):
         raise typer.Exit(1)
+
+
+def unloadable(settings: Settings) -> list[str]:
+    """Return one line per answer-chain entry when any cannot be built; [] when the chain itself is malformed."""
+    from chatbot.models.chain import ModelConfigError, base_urls_for, load_model, parse_chain
+
+    try:
+        specs = parse_chain(settings.model)
+    except ModelConfigError:
+        return []
+    lines = []
+    urls = base_urls_for(specs, settings.model_base_url, settings.model_base_urls)
+    for i, (spec, url) in enumerate(zip(specs, urls, strict=True)):
+        try:
+            load_model(spec, base_url=url)
+        except ModelConfigError as exc:
+            lines.append(f"answer[{i}] {spec}: {str(exc).removeprefix(spec + ': ')}")
+        else:
+            lines.append(f"answer[{i}] {spec}: not checked (another model cannot be loaded)")
+    return lines
 
 
 async def _check(role: str, entry: object, timeout: float) -> Check:

@@ -93,6 +93,7 @@ def check_out(out: Path) -> None:
 
 
 def _search(pool: Any, settings: Settings) -> Any:
+    from chatbot.models.offline import OFFLINE_CANDIDATES
     from chatbot.retrieval.embeddings import load_embeddings
     from chatbot.retrieval.search import search_knowledge
 
@@ -101,7 +102,8 @@ def _search(pool: Any, settings: Settings) -> Any:
     async def search(caller: CallerContext, query: str) -> list[dict[str, Any]]:
         # Bounded like a replica's retrieval: an embeddings provider can hang too.
         async with asyncio.timeout(settings.model_first_token_timeout_seconds):
-            found = await search_knowledge(pool, caller, query, embeddings=embeddings)
+            # As a replica retrieves (services.py): the graph keeps what a model's prompt holds.
+            found = await search_knowledge(pool, caller, query, k=OFFLINE_CANDIDATES, embeddings=embeddings)
         return [c.to_state() for c in found]
 
     return search
@@ -113,7 +115,7 @@ def _moment(value: str | None, option: str) -> datetime | None:
     try:
         return parse_since(value)
     except ValueError as exc:
-        common.fail(f"{option}: {exc}", 2)
+        common.fail(f"{option}: {exc}: give a date as YYYY-MM-DD, or an ISO datetime.", 2)
         raise  # unreachable: fail exits
 
 
@@ -174,7 +176,16 @@ def evaluate_command(
     check_out(out)
 
     async def _go() -> dict[str, Any]:
+        from chatbot.retrieval.ingest import document_count
+
         async with common.open_pool_and_locks(settings) as (pool, locks):
+            if not await document_count(pool, tenant):
+                # A mistyped tenant would otherwise run every case against nothing and exit 0.
+                common.fail(
+                    f"tenant {tenant} has no knowledge base: check --tenant, "
+                    f"or load one with chatbot ingest --tenant {tenant} PATH.",
+                    2,
+                )
             found = cases
             if from_feedback:
                 assert first is not None

@@ -41,7 +41,7 @@ def export(
     try:
         moment = parse_since(since)
     except ValueError as exc:
-        common.fail(f"--since: {exc}", 2)
+        common.fail(f"--since: {exc}: give a date as YYYY-MM-DD, or an ISO datetime.", 2)
         return
     settings = common.load_settings(environment="dev")  # needs no token key
     secret = settings.export_key.get_secret_value().strip() if settings.export_key else ""

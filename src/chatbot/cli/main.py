@@ -14,6 +14,7 @@ from chatbot.cli.chat import chat
 from chatbot.cli.check_model import check_model
 from chatbot.cli.dev import dev
 from chatbot.cli.evaluate import evaluate_command
+from chatbot.cli.failure_line import Commands
 from chatbot.cli.feedback import feedback_app
 from chatbot.cli.ingest import ingest
 from chatbot.cli.replay import replay
@@ -26,9 +27,21 @@ from chatbot.limits import HeadDeadlineH11Protocol
 from chatbot.logs import configure_logging
 from chatbot.metrics import worker_metrics
 
-app = typer.Typer(
-    help="Conversational agent service of the insurance support chatbot.", no_args_is_help=True, add_completion=False
+app = Commands(
+    help="Conversational agent service of the insurance support chatbot.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
 )
+
+
+@app.callback()
+def _options(
+    debug: bool = typer.Option(False, "--debug", help="Show the traceback of a failure instead of one line."),
+) -> None:
+    Commands.debug = debug
+
+
 app.command("dev")(dev)
 app.command("ingest")(ingest)
 app.command("retention")(retention)
@@ -86,7 +99,7 @@ def serve(
             log_config=None,
             access_log=False,
             timeout_graceful_shutdown=int(settings.shutdown_grace_seconds),
-            # Limits against slow or half-sent requests (docs/reliability.md): a request head
+            # Limits against slow or half-sent requests (docs/measurements/reliability.md): a request head
             # must arrive within the read timeout, idle connections close after the keep-alive.
             http=cast(
                 Any, functools.partial(HeadDeadlineH11Protocol, head_timeout=settings.request_read_timeout_seconds)
@@ -131,5 +144,12 @@ def erase_user_command(
             f"threads_deleted={report.threads_deleted} memory_items_deleted={report.memory_items_deleted} "
             f"feedback_deleted={report.feedback_deleted}"
         )
+        if not (report.threads_deleted or report.memory_items_deleted or report.feedback_deleted):
+            # Nothing left is what an erasure wants, so not a failure; but a mistyped id looks the same.
+            typer.echo(
+                f"nothing matched: tenant {tenant} holds no threads, memory or feedback of user {user} "
+                "(already erased, or check --tenant and --user).",
+                err=True,
+            )
 
     common.run(_go())

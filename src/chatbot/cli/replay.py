@@ -83,6 +83,13 @@ def render(sections: list[Section], console: Console) -> None:
             console.print()
 
 
+def _not_found(thread_id: str, run_id: str, tenant: str) -> str:
+    return (
+        f"no run {run_id} on thread {thread_id} of tenant {tenant}: "
+        "check the three ids (the run id is in the run's metadata event)."
+    )
+
+
 def replay(
     thread_id: str = typer.Argument(..., help="The thread (the backend's chat session id)."),
     run_id: str = typer.Argument(..., help="The run's id (a UUID)."),
@@ -96,7 +103,7 @@ def replay(
     settings = common.load_settings(environment="dev")  # needs no token key
     run = canonical_run_id(run_id)  # the API's one rule: any other text names no run
     if run == NOT_A_RUN:
-        common.fail(f"no run {run_id} on thread {thread_id} of tenant {tenant}")
+        common.fail(_not_found(thread_id, run_id, tenant))
         return
 
     async def _go() -> ResolvedRun | None:
@@ -105,6 +112,6 @@ def replay(
 
     resolved = common.run(_go())
     if resolved is None:
-        common.fail(f"no run {run_id} on thread {thread_id} of tenant {tenant}")
+        common.fail(_not_found(thread_id, run_id, tenant))
         return
     render(record_sections(resolved, system_message=system_message), Console())

@@ -226,7 +226,7 @@ class LockSession:
         A session cut since its last statement (Postgres restarted, the watcher's ping not
         yet due) is replaced and the statement sent once more on the new one: the old
         session's locks went with it, so nothing is taken twice, and a Postgres that answers
-        again serves the request instead of a `503` (docs/reliability.md).
+        again serves the request instead of a `503` (docs/measurements/reliability.md).
         """
         for attempt in (1, 2):
             conn = await self.connection()

@@ -14,7 +14,7 @@ A restart of Postgres (or anything that cuts every session) leaves the idle conn
 dead, unnoticed until one is checked out. psycopg_pool's own checkout loop discards a
 connection that fails its check and then sleeps a backoff (1, 2, 4, 8, 16 s) before the
 next: a replica idle with a dozen dead connections answered its first request `503`
-after 32 s, though Postgres had been back for seconds (docs/reliability.md). So the check
+after 32 s, though Postgres had been back for seconds (docs/measurements/reliability.md). So the check
 runs here instead: a connection found dead (at checkout, or coming back broken) starts one
 sweep that checks every idle connection and replaces the dead ones (`check()`), and the
 request takes the next connection at once, without a backoff.

@@ -18,6 +18,7 @@ from chatbot.db.embedded import start_embedded_postgres
 from chatbot.db.patient_pool import PatientPool
 
 Pool = AsyncConnectionPool[AsyncConnection[dict[str, Any]]]
+CLI_CONNECT_TIMEOUT_SECONDS = 10
 
 # Long model calls leave connections idle; keepalives notice a dead peer, and `max_idle`
 # (below any server/proxy idle timeout) retires connections before they are cut.
@@ -92,6 +93,10 @@ async def open_pool(settings: Settings, *, max_size: int | None = None) -> Async
     """Open the main pool for a command-line tool and close it afterwards."""
     conninfo = await resolve_database_url(settings)
     size = max_size or min(settings.pool_max_size, 4)
+    # One plain connection first: an unreachable Postgres then fails the command at once,
+    # with psycopg's own error, instead of after the pool's wait for its first connection.
+    probe = await AsyncConnection.connect(conninfo, connect_timeout=CLI_CONNECT_TIMEOUT_SECONDS)
+    await probe.close()
     pool = make_pool(conninfo, settings, name="cli", min_size=1, max_size=size)
     await pool.open(wait=True)
     try:

@@ -5,7 +5,7 @@ every call, pool or not. The lock exists to keep coroutines off one shared conne
 on a pool every `_cursor` call checks out a connection of its own, so the lock only
 makes every run of the replica queue behind every other run's checkpoint reads and
 writes (including the blob serialisation `aput` does while holding it). At 16
-concurrent runs it cost us throughput and latency (docs/performance.md, "Runs").
+concurrent runs it cost us throughput and latency (docs/measurements/performance.md, "Runs").
 The store (`AsyncPostgresStore`) already skips its lock for pools; the same change for
 the saver is proposed upstream (langchain-ai/langgraph#7259, PR #7269).
 
@@ -89,7 +89,7 @@ class _ThreadlessAsyncio:
     pending writes, in `asyncio.to_thread`. That work is Python (and ormsgpack) holding the
     GIL, so the worker thread spares the event loop nothing; it only adds a hop per call
     (a future, a worker wake-up, a `call_soon_threadsafe` back), about six of them per run,
-    and the GIL handed back and forth at hundreds of runs in flight (docs/performance.md,
+    and the GIL handed back and forth at hundreds of runs in flight (docs/measurements/performance.md,
     "CPU per run, second round"). Everything else is the real `asyncio`.
     """
 

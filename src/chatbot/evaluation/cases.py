@@ -55,6 +55,8 @@ class Case:
     expect_status: str | None = None
     expect_citations: tuple[str, ...] = ()
     history: tuple[Turn, ...] = ()
+    expect_section: str | None = None
+    """The heading path of the section that answers (`Document › Heading`), when labelled."""
     reference: str | None = None
     """The answer given when the case was recorded (`--from-feedback`), else None."""
     window: RecordedWindow | None = field(default=None, compare=False)
@@ -65,7 +67,10 @@ class Case:
         """Return the expectation as the report shows it (None when the case has none)."""
         if self.expect_status is None and not self.expect_citations:
             return None
-        return {"status": self.expect_status, "citations": list(self.expect_citations)}
+        expect: dict[str, Any] = {"status": self.expect_status, "citations": list(self.expect_citations)}
+        if self.expect_section is not None:
+            expect["section"] = self.expect_section
+        return expect
 
 
 def default_locale(question: str) -> str:
@@ -147,14 +152,17 @@ def parse_case(raw: Any, where: str) -> Case:
     if not isinstance(locale, str):
         raise DatasetError(f"{where}: `locale` must be a string such as fa-IR or en-US")
     status, citations = _expect(raw.get("expect"), where)
-    return Case(case_id, question, locale, status, citations, _history(raw.get("history"), where))
+    section = (raw.get("expect") or {}).get("section")
+    return Case(case_id, question, locale, status, citations, _history(raw.get("history"), where), section)
 
 
 def _expect(raw: Any, where: str) -> tuple[str | None, tuple[str, ...]]:
     if raw is None:
         return None, ()
-    if not isinstance(raw, dict) or set(raw) - {"status", "citations"}:
-        raise DatasetError(f'{where}: `expect` must be {{"status", "citations"}}')
+    if not isinstance(raw, dict) or set(raw) - {"status", "citations", "section"}:
+        raise DatasetError(f'{where}: `expect` must be {{"status", "citations", "section"}}')
+    if not isinstance(raw.get("section", ""), str):
+        raise DatasetError(f"{where}: `expect.section` must be a heading path such as 'Travel insurance › Other cover'")
     status = raw.get("status")
     if status is not None and status not in STATUSES:
         raise DatasetError(f"{where}: `expect.status` must be one of {', '.join(STATUSES)}")

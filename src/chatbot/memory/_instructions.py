@@ -36,28 +36,40 @@ class InstructionKind(StrEnum):
     """Tells someone how to behave: "ignore …", "approve …", "from now on …", "نادیده بگیر"."""
 
 
+# The word patterns' alternatives each start a word: tried only where a word starts, not at every
+# position (as the PII guard's health terms are), a third of the cost on long statements.
+_AT_WORD_START = r"(?<!\w)(?=[^\W\d_])(?:"
+
 _ROLE = r"(?:system|sys|assistant|user|developer|human|ai|bot|model|tool|سیستم|دستیار|کاربر|ربات)"
 
-_PROMPT_SHAPE = re.compile(
+# Prompt shapes made of marks: headings, fences, special tokens, tags, chat messages as JSON.
+# Looked for in the text as written too (normalisation keeps them, but lines and tags are
+# plainer there).
+_PROMPT_MARKS = re.compile(
     r"(?:^|\n)\s*#{1,6}"  # a markdown heading
     r"|```|~~~"  # a code fence
     r"|<\|?/?\s*" + _ROLE + r"\b|<\||\|>"  # <system>, </assistant>, <|im_start|>
     r"|\[/?(?:inst|sys|system)\]|<<\s*/?sys\s*>>"
-    r"|(?:^|[\s\[(\-*>\"'])" + _ROLE + r"[\"']?\s*[:：=]"  # "System:", "assistant :", "sys="
     r"|<\s*/?\s*[a-z_|]{2,}\s*>"  # any tag-like token: <im_start>, <s>, </instructions>
     r"|[\"']\s*(?:role|content)\s*[\"']\s*:"  # a chat message written as JSON
-    r"|\b(?:system|developer|admin)\s*(?:prompt|message|override|instruction|command|note|update|mode|notice)s?\b"
-    r"|\boverride\b|\bjail\s*break|\bprompt\b|\bprompts\b|\binstructions?\b|\bdeveloper\s*mode\b"
-    r"|\b(?:dan|god|admin|sudo|debug)\s*mode\b|\bsudo\b|\broot\s*access\b|\bsuperuser\b|\badmin\w*|\bprivileg\w*"
-    r"|(?:^|\s)/(?:system|admin|sudo)\b"
-    r"|پرامپت|دستورالعمل|دستور\s*(?:سیستم|جدید|ویژه)|(?<!\w)دستورات|اعلان\s*سیستم|پیام\s*سیستم"
-    r"|حالت\s*(?:توسعه|ادمین|مدیر|دیباگ)|(?<!\w)[اآ]دمین|مدیر\s*سیستم",
+    r"|(?:^|\s)/(?:system|admin|sudo)\b",
+    re.IGNORECASE,
+)
+# Prompt shapes made of words: role markers, "system prompt", "override", "jailbreak".
+_PROMPT_WORDS = re.compile(
+    _AT_WORD_START + _ROLE + r"[\"']?\s*[:：=]"  # "System:", "assistant :", "sys="
+    r"|(?:system|developer|admin)\s*(?:prompt|message|override|instruction|command|note|update|mode|notice)s?\b"
+    r"|override\b|jail\s*break|prompts?\b|instructions?\b|developer\s*mode\b"
+    r"|(?:dan|god|admin|sudo|debug)\s*mode\b|sudo\b|root\s*access\b|superuser\b|admin\w*|privileg\w*"
+    r"|پرامپت|دستورالعمل|دستور\s*(?:سیستم|جدید|ویژه)|دستورات|اعلان\s*سیستم|پیام\s*سیستم"
+    r"|حالت\s*(?:توسعه|ادمین|مدیر|دیباگ)|[اآ]دمین|مدیر\s*سیستم" + ")",
     re.IGNORECASE,
 )
 
 # The assistant named, or spoken to with an obligation or a standing order.
 _ADDRESSED = re.compile(
-    r"\b(?:the\s+|this\s+|your\s+)?(?:assistant|chat\s*bot|chatbot|bot|a\.?i\.?|llm|gpt|chatgpt|claude|gemini"
+    _AT_WORD_START
+    + r"\b(?:the\s+|this\s+|your\s+)?(?:assistant|chat\s*bot|chatbot|bot|a\.?i\.?|llm|gpt|chatgpt|claude|gemini"
     r"|language\s*model|virtual\s*agent|support\s*bot)\b"
     r"|\byou(?:'ll|'re|'d)?\s+(?:(?:will|must|should|shall|have\s+to|need\s+to|are\s+to|are\s+going\s+to|ought\s+to"
     r"|may|might|can(?!\s+(?:reach|call|contact|e-?mail|text|message|find|ring|send)\s+me)|could|cannot|can't|won't"
@@ -69,13 +81,14 @@ _ADDRESSED = re.compile(
     r"|\b(?:want|need|expect|order|instruct|ask|require|tell|remind)s?\s+you\s+to\b"
     r"|(?<!\w)(?:دستیار|ربات|(?<!\w)بات(?!\w)|چت\s*بات|هوش\s*مصنوعی|مدل\s*زبانی|جی\s*پی\s*تی|سیستم)"
     r"|(?<!\w)(?:تو|شما)\s+(?:\w+\s+){0,2}?(?:باید|نباید|موظف|مجبور|همیشه|هرگز|دیگر)"
-    r"|(?<!\w)(?:باید|نباید)\s+(?:\w+\s+){0,1}?(?:همیشه|هرگز|هیچ\s*وقت)",
+    r"|(?<!\w)(?:باید|نباید)\s+(?:\w+\s+){0,1}?(?:همیشه|هرگز|هیچ\s*وقت)" + ")",
     re.IGNORECASE,
 )
 
 # Orders about behaviour, and standing orders meant for every later conversation.
 _IMPERATIVE = re.compile(
-    r"\b(?:ignore|disregard|bypass|circumvent|jailbreak|pretend|roleplay|role-play|impersonate|obey|unlock"
+    _AT_WORD_START
+    + r"\b(?:ignore|disregard|bypass|circumvent|jailbreak|pretend|roleplay|role-play|impersonate|obey|unlock"
     r"|reveal|leak|exfiltrate|execute)\b"
     r"|^to\s+[^\W\d_]"  # "remember to …": a task for the assistant, not a fact about the writer
     r"|\bskip\s+(?:the|all|any|my|every|identity|verification|fraud)\b"
@@ -123,7 +136,7 @@ _IMPERATIVE = re.compile(
     r"|از\s*قبل\s*(?:تایید|تأیید|پرداخت)|(?<!\w)مجاز|(?<!\w)اجازه|(?<!\w)معاف|(?<!\w)بدهکار|قول\s*داد"
     r"|اعمال\s*نمی|شامل\s*(?:حال\s*)?(?:من\s*)?نمی|(?:پاسخ|جواب)\s*(?:همه|تمام|هر)|هر\s*(?:چه|چی)\s*(?:بگویم|بگم|بخواهم|بخوام)"
     # Second-person verbs of an order ("… که خسارتم را تایید کنی", "تو وکیل من هستی").
-    r"|(?<!\w)(?:ب?گ(?:و)?یی|بگی|ن?(?:ب)?کنی|ب?دهی|ب?دی|بپذیری|هستی|باشی|نپرسی|نگی|ندی|بنویسی)(?!\w)",
+    r"|(?<!\w)(?:ب?گ(?:و)?یی|بگی|ن?(?:ب)?کنی|ب?دهی|ب?دی|بپذیری|هستی|باشی|نپرسی|نگی|ندی|بنویسی)(?!\w)" + ")",
     re.IGNORECASE,
 )
 
@@ -165,10 +178,10 @@ def _addresses_someone(norm: str) -> bool:
 
 def instruction_kind(statement: str) -> InstructionKind | None:
     """Return why `statement` is an instruction rather than a fact about its writer, or None."""
-    if _PROMPT_SHAPE.search(statement):
+    if _PROMPT_MARKS.search(statement):
         return InstructionKind.PROMPT_SHAPE
     norm = " ".join(normalize_for_pii(statement).split())
-    if _PROMPT_SHAPE.search(norm):
+    if _PROMPT_MARKS.search(norm) or _PROMPT_WORDS.search(norm):
         return InstructionKind.PROMPT_SHAPE
     if _ADDRESSED.search(norm) or _addresses_someone(norm):
         return InstructionKind.ADDRESSED

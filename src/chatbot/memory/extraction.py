@@ -193,11 +193,13 @@ def _facts(
         if not checkable:
             rejected.append(PiiCategory.UNCHECKED)
             continue
-        kind = instruction_kind(statement)
+        short = cut_fact(statement)
+        # What would be stored is the cut: an order beyond it is never stored, and reading
+        # only the cut bounds the check's cost per statement (300 characters).
+        kind = instruction_kind(short)
         if kind is not None:
             instructions.append(kind)
             continue
-        short = cut_fact(statement)
         # The guard first, the classification only for what it keeps: an offline category
         # is never health-like, and a refused statement needs no key.
         reason = rejection_reason(statement) or (rejection_reason(short) if short != statement else None)

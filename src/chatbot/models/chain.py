@@ -8,6 +8,7 @@ OpenAI docs show) would post to `/v1/v1/messages` and fail every run.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +21,8 @@ OFFLINE = "offline"
 # Providers whose client reports why a stream stopped (finish_reason / stop_reason /
 # done_reason): with them a stream that ends without saying so was cut short.
 REPORTS_FINISH = frozenset({"openai", "anthropic", "ollama"})
+# The variable each provider package reads its key from.
+KEY_VARIABLES = {"openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
 
 
 class ModelConfigError(ValueError):
@@ -111,12 +114,30 @@ def load_model(
         # swallow a cancel that lands as a chunk arrives (the stream then runs to its end);
         # the idle bound of agent/modelcall.py does the same job without that.
         kwargs["stream_chunk_timeout"] = 0
+    key = KEY_VARIABLES.get(provider)
+    if key is not None and not url and not os.environ.get(key):
+        # Some clients build without a key and fail only at the first call, as unreachable.
+        raise ModelConfigError(f"{spec}: no API key: export {key}, or use CHATBOT_MODEL=offline.")
     try:
         return init_chat_model(name, model_provider=provider, **kwargs)
     except ImportError as exc:
-        raise ModelConfigError(f"the {provider!r} provider needs its extra: pip install 'chatbot[{provider}]'") from exc
-    except ValueError as exc:
-        raise ModelConfigError(f"cannot load model {spec!r}: {type(exc).__name__}") from exc
+        raise ModelConfigError(
+            f"the {provider!r} provider needs its extra: pip install 'chatbot[{provider}]'."
+        ) from exc
+    except Exception as exc:
+        # The provider packages refuse to build a client without their key, each with an
+        # exception of its own (OpenAIError, a pydantic ValidationError, ...).
+        if key is not None and not os.environ.get(key):
+            raise ModelConfigError(
+                f"{spec}: no API key: export {key} (any value for a server that takes none), "
+                "or use CHATBOT_MODEL=offline."
+            ) from exc
+        if isinstance(exc, ValueError) and "Unsupported" in str(exc):
+            raise ModelConfigError(
+                f"{spec}: unknown provider {provider!r}: "
+                "use openai, anthropic or ollama (as provider:model), or offline."
+            ) from exc
+        raise ModelConfigError(f"cannot load model {spec!r} ({type(exc).__name__}): check the model name.") from exc
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,9 +1,11 @@
 """The offline responder: a deterministic answerer that needs no network and no weights.
 
-It is a real part of the product (demo, CI, degraded mode): it answers from the best
-retrieved chunk, quoting it as written with its citation; asks a clarifying question when
-nothing relevant was found or the question is too vague; and escalates when the user asks
-for a person or keeps being unanswerable.
+It is a real part of the product (demo, CI, degraded mode): it answers from the retrieved
+section that answers the question (models/_sections.py ranks them, the thread's earlier
+questions included), quoting it as written with its citation, framed in the question's
+language; tells the user what it was given about them when asked; asks a clarifying
+question when nothing relevant was found or the question is too vague; and escalates when
+the user asks for a person or keeps being unanswerable.
 """
 
 from __future__ import annotations
@@ -12,8 +14,9 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
+from chatbot.models._sections import rank_sections
 from chatbot.models.reply import Reply
-from chatbot.text import normalize_persian
+from chatbot.text import looks_persian, normalize_persian
 
 # Asking for a person, in English and Persian (matched on normalised, lower-cased text).
 _PERSON_EN = (
@@ -34,6 +37,16 @@ _HUMAN_FA = re.compile(
     r"(کارشناس|اپراتور|اپرياتور|انسان|آدم واقعی|پشتیبان|مشاور|نماینده|با یک نفر|با یکی|تماس انسانی|مسئول)"
 )
 _TALK_FA = re.compile(r"(صحبت|حرف|وصل|ارتباط|تماس|می ?خواهم|میخوام|لطفا)")
+# Asking what is known about oneself: answered from the profile and facts, not the knowledge base.
+_ABOUT_ME_EN = re.compile(
+    r"\b(what|anything|tell me what)\b.{0,40}\b(know|remember|have|stored?|kept)\b.{0,30}\babout me\b"
+    r"|\bwhat do you remember\b"
+)
+_ABOUT_ME_FA = re.compile(r"(درباره|در مورد|از) ?(من|خودم).{0,30}(می ?دانی|میدونی|میدانید|یادت|به خاطر|ذخیره|نگه)")
+# Retrieved chunks the offline responder chooses its section from: more than a model's
+# prompt holds, since it quotes one section and must find the one that answers (the graph
+# keeps the best few of them: agent/nodes.py).
+OFFLINE_CANDIDATES = 15
 # "Unanswerable" turns in a row after which the offline responder hands the user over.
 ESCALATE_AFTER_UNANSWERED = 3
 _MIN_QUESTION_CHARS = 6
@@ -69,12 +82,48 @@ def _is_vague(text: str) -> bool:
     return len("".join(words)) < _MIN_QUESTION_CHARS or len(words) < 2
 
 
+def asks_about_self(text: str) -> bool:
+    """Return True when the message asks what is known or remembered about its writer."""
+    folded = normalize_persian(text).lower()
+    return bool(_ABOUT_ME_EN.search(folded) or _ABOUT_ME_FA.search(folded))
+
+
+def answer_language(question: str, token_language: str) -> str:
+    """Return the language to answer in: the question's own script, else the token's locale."""
+    if looks_persian(question):
+        return "fa"
+    if any(c.isascii() and c.isalpha() for c in question):
+        return "en"
+    return token_language
+
+
 def _pick_chunk(chunks: Sequence[Mapping[str, Any]], language: str) -> Mapping[str, Any]:
-    # Prefer the best chunk in the caller's language when the knowledge base has one.
+    # The chunks come ranked (`rank_candidates`): the first in the answer's language.
     for chunk in chunks:
         if chunk.get("language") == language:
             return chunk
     return chunks[0]
+
+
+def rank_candidates(
+    question: str, chunks: Sequence[Mapping[str, Any]], *, language: str, thread: Sequence[str] = ()
+) -> list[Mapping[str, Any]]:
+    """Return retrieved chunks in the order the offline responder values them.
+
+    Chunks in the answer's language first, each group best section first: the graph keeps
+    the head of this list as the run's retrieved chunks, so the record, the window and the
+    answer agree on what was found.
+    """
+    answer_in = answer_language(question, language)
+    same = [chunk for chunk in chunks if chunk.get("language") == answer_in]
+    other = [chunk for chunk in chunks if chunk.get("language") != answer_in]
+    return rank_sections(question, same, thread=thread) + rank_sections(question, other, thread=thread)
+
+
+def _about_self(texts: Mapping[str, str], profile: Mapping[str, Any], facts: Sequence[str]) -> str:
+    lines = [f"- {key}: {value}" for key, value in profile.items() if value not in (None, "", [], {})]
+    lines += [f"- {fact}" for fact in facts]
+    return texts["about_me"] + "\n" + "\n".join(lines) if lines else texts["nothing_about_me"]
 
 
 _TEXTS = {
@@ -88,6 +137,8 @@ _TEXTS = {
         "noted": "حتماً، این را به خاطر می‌سپارم.",
         "private": "برای حفظ امنیت شما، کد ملی، اطلاعات کارت و حساب و اطلاعات پزشکی را نگه نمی‌داریم؛ "
         "لطفاً آن‌ها را در گفتگو ننویسید.",
+        "about_me": "این‌ها را درباره شما می‌دانم:",
+        "nothing_about_me": "هنوز چیزی درباره شما به خاطر نسپرده‌ام. اگر بخواهید، بگویید «به خاطر بسپار که …».",
     },
     "en": {
         "answer": "According to “{title}”:\n{text}",
@@ -101,6 +152,9 @@ _TEXTS = {
         "noted": "Noted: I'll remember that.",
         "private": "For your security we don't keep national IDs, card or account details, or health information; "
         "please don't share them here.",
+        "about_me": "This is what I know about you:",
+        "nothing_about_me": "I don't have anything remembered about you yet. "
+        "Tell me “remember that …” if you'd like me to.",
     },
 }
 
@@ -112,12 +166,18 @@ def offline_reply(
     language: str,
     unanswered_streak: int,
     memory_request: MemoryRequest | None = None,
+    profile: Mapping[str, Any] | None = None,
+    facts: Sequence[str] = (),
 ) -> Reply:
     """Decide the answer, status and citations for one user message.
 
-    `memory_request` is what the memory rules made of the message (the graph runs them
-    once and hands the same result to the memory writer).
+    `language` is the token's; a question written in the other script is answered in its
+    own. `memory_request` is what the memory rules made of the message (the graph runs
+    them once and hands the same result to the memory writer). `chunks` come ranked by
+    `rank_candidates` (the graph ranks them as it retrieves, the thread included);
+    `profile` and `facts` are what memory gave this turn.
     """
+    language = answer_language(question, language)
     texts = _TEXTS["fa" if language == "fa" else "en"]
     if wants_human(question):
         return Reply("escalate", texts["human"], escalation_reason="user_requested_human")
@@ -127,6 +187,8 @@ def offline_reply(
         return Reply("answered", texts["private"])
     if memory_request == "noted":
         return Reply("answered", texts["noted"])
+    if asks_about_self(question):
+        return Reply("answered", _about_self(texts, profile or {}, facts))
     if chunks and not _is_vague(question):
         chunk = _pick_chunk(chunks, language)
         content = texts["answer"].format(title=chunk.get("title") or chunk["chunk_id"], text=chunk["text"].strip())

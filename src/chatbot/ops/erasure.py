@@ -8,24 +8,14 @@ knowledge versions only the erased threads cited. This module only orders them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from chatbot.budgets.admin import forget_user as forget_user_budgets
 from chatbot.db import langgraph_tables
 from chatbot.db.locks import Lease, Locks
 from chatbot.db.pool import Pool
 from chatbot.memory.resets import erase_memory
+from chatbot.responses import ErasureReport
 from chatbot.retrieval.versions import prune_superseded_chunks
 from chatbot.threads.deletion import delete_user_threads
-
-
-@dataclass(frozen=True, slots=True)
-class ErasureReport:
-    """What an erasure removed."""
-
-    threads_deleted: int
-    memory_items_deleted: int
-    feedback_deleted: int
 
 
 class ErasureBusy(Exception):
@@ -73,7 +63,7 @@ async def _erase_locked(pool: Pool, locks: Locks, tenant_id: str, user_id: str, 
             memory = await erase_memory(conn, tenant_id, user_id)
             await forget_user_budgets(conn, tenant_id, user_id)
         await prune_superseded_chunks(pool)  # knowledge versions only the erased threads cited
-        return ErasureReport(len(thread_ids), memory, feedback)
+        return ErasureReport(threads_deleted=len(thread_ids), memory_items_deleted=memory, feedback_deleted=feedback)
     finally:
         for lease in leases:
             await lease.release()

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from fastapi import APIRouter
 
 from chatbot import openapi_examples as examples
@@ -18,16 +16,13 @@ from chatbot.responses import ErasureReport
 router = APIRouter(prefix="/v1/users", tags=["users"], dependencies=AUTHENTICATED)
 
 
-# Three counts: the model serialises them exactly as the handler's dict did.
 @router.delete(
     "/{user_id}",
     response_model=ErasureReport,
     summary="Erase the user in the token's tenant",
     responses=json_answer(examples.ERASURE_REPORT, 403, 409),
 )
-async def erase(
-    user_id: UserId, caller: CallerDep, pool: PoolDep, locks: LocksDep, memory: MemoryDep
-) -> dict[str, Any]:
+async def erase(user_id: UserId, caller: CallerDep, pool: PoolDep, locks: LocksDep, memory: MemoryDep) -> ErasureReport:
     """Erase the user's threads, memory and feedback in the token's tenant."""
     require_self(user_id, caller)
     memory.forget(caller.tenant_id, user_id)
@@ -35,8 +30,4 @@ async def erase(
         report = await erase_user(pool, locks, caller.tenant_id, user_id)
     except ErasureBusy:
         raise Problem(409, "a run or memory write of this user is still in flight; retry shortly") from None
-    return {
-        "threads_deleted": report.threads_deleted,
-        "memory_items_deleted": report.memory_items_deleted,
-        "feedback_deleted": report.feedback_deleted,
-    }
+    return report

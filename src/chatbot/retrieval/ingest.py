@@ -139,13 +139,27 @@ def _unchanged(chunk: Chunk, current: dict[str, tuple[str, int]]) -> bool:
     return chunk.chunk_id in current and current[chunk.chunk_id][0] == chunk.title
 
 
+def _title(doc: _SourceFile, text: str) -> str:
+    return document_title(text, doc.path.stem.replace("-", " ").replace("_", " "))
+
+
+def _split(doc: _SourceFile, text: str) -> list[Chunk]:
+    return split_document(doc.document_id, _title(doc, text), text, markdown=doc.path.suffix.lower() in _MARKDOWN)
+
+
+def section_titles(paths: Sequence[Path]) -> dict[str, str]:
+    """Return the heading path ingest gives each chunk of these files, by chunk id (read, not stored)."""
+    files, _ = _walk(paths)
+    return {chunk.chunk_id: chunk.title for doc in files for chunk in _split(doc, doc.path.read_text("utf-8-sig"))}
+
+
 async def _write_document(
     conn: AsyncConnection[Any], tenant_id: str, doc: _SourceFile, text: str, sha: str, embeddings: Embeddings | None
 ) -> int:
     """Supersede the document's chunks it no longer has and add the new ones; return rows added."""
-    title = document_title(text, doc.path.stem.replace("-", " ").replace("_", " "))
+    title = _title(doc, text)
     language = detect_language(text)
-    chunks = split_document(doc.document_id, title, text, markdown=doc.path.suffix.lower() in _MARKDOWN)
+    chunks = _split(doc, text)
     # Chunk ids are content-derived: a passage whose text and heading are unchanged keeps
     # its current row (and version); only new or retitled passages are embedded and written.
     before = await queries.current_chunks(conn, tenant_id, doc.document_id)
@@ -230,3 +244,9 @@ async def ingest_paths(
         },
     )
     return report
+
+
+async def document_count(pool: AsyncConnectionPool[Any], tenant_id: str) -> int:
+    """Return how many documents the tenant's knowledge base holds (0: none was ingested)."""
+    async with pool.connection() as conn:
+        return len(await queries.known_documents(conn, tenant_id))

@@ -21,9 +21,11 @@ class KnowledgeRetriever:
     timeout_seconds: float
     """Bounded like a model's first token: an embeddings provider can hang too."""
     embeddings: Embeddings | None = None
+    k: int = 5
+    """Chunks per question: what a model's prompt holds, or more for the offline responder."""
 
     async def __call__(self, caller: CallerContext, query: str) -> list[dict[str, Any]]:
         """Return the caller's tenant's most relevant chunks for `query`, best first."""
         async with asyncio.timeout(self.timeout_seconds):
-            found = await search_knowledge(self.pool, caller, query, embeddings=self.embeddings)
+            found = await search_knowledge(self.pool, caller, query, k=self.k, embeddings=self.embeddings)
         return [c.to_state() for c in found]

@@ -57,7 +57,7 @@ async def sse_body(
     After the first token, tokens are held for up to `flush` seconds and sent together:
     every event sent costs a trip through the ASGI middleware and a socket write, and at
     hundreds of streams that per-event work is most of a replica's CPU
-    (docs/performance.md). The first token and the terminal event are never held.
+    (docs/measurements/performance.md). The first token and the terminal event are never held.
     """
     # If the client goes away this generator is cancelled; the run's own task goes on
     # and persists the turn, and its lock is released when it ends.

@@ -67,7 +67,7 @@ def end_data(run_id: str, thread_id: str, outcome: GraphOutcome) -> dict[str, An
         "status": outcome.status,
         "message": {"id": outcome.message_id, "content": outcome.answer},
         "citations": outcome.citations,
-        "handoff_context": outcome.handoff_context,
+        "handoff_context": None if outcome.handoff_context is None else outcome.handoff_context.model_dump(),
     }
 
 

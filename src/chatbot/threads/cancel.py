@@ -106,10 +106,8 @@ async def request_cancel(pool: Pool, locks: Locks, thread_id: str, run_id: str) 
 
 
 async def was_cancelled(pool: Pool, thread_id: str, token: str) -> bool:
-    """Tell whether the thread's fence holds the cancel token of the lease `token`."""
-    async with pool.connection() as conn:
-        current = await fence_token(conn, thread_id)
-    return current is not None and current == cancel_token(token)
+    """Tell whether the thread's fence holds a cancel token of the lease `token` (`record_token`)."""
+    return await record_token(pool, thread_id, token) is not None
 
 
 # How many cancels deep a run's record may still be written: a replica of an older release

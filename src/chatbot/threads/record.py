@@ -255,7 +255,8 @@ def _system_message(
         facts=context["facts"],
         summary=context["summary"],
         chunks=chunks,
-        cuts=SystemCuts(**cuts),
+        # A record written before memory was quoted has no `memory_format`: rebuilt as format 1.
+        cuts=SystemCuts(**{"memory_format": 1, **cuts}),
     ) + recalled_section(recalled, language)
 
 

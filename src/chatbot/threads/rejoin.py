@@ -23,12 +23,13 @@ from dataclasses import dataclass
 from langchain_core.messages import AIMessage
 
 from chatbot.agent.outcome import GraphOutcome
+from chatbot.agent.result import failure_named
 from chatbot.agent.state import message_meta
 from chatbot.db.checkpoints import Checkpoints, StoredError
 from chatbot.db.locks import thread_locked
 from chatbot.db.pool import Pool
 from chatbot.errors import Problem
-from chatbot.failures import Failure, FailureReason
+from chatbot.failures import Failure
 from chatbot.threads import cancel
 from chatbot.threads._stream import Listener, StreamEvent
 from chatbot.threads.schemas import canonical_run_id
@@ -38,14 +39,6 @@ FOLLOW_POLL_SECONDS = 0.2
 # an int64, should it ever reach SQL.
 _OFFSET = re.compile(r"[0-9]{1,18}")
 
-# A run whose graph raised left an `__error__` write, the exception's repr: its class name
-# says which reason it was (a model's failure is a typed outcome instead, agent/nodes.py).
-_ERROR_REASONS: dict[str, FailureReason] = {
-    "TimeoutError": "model_timeout",
-    "LeaseLost": "database",
-    "OperationalError": "database",
-    "PoolTimeout": "database",
-}
 INTERRUPTED = Failure("interrupted")
 
 
@@ -128,10 +121,11 @@ class RunReplays:
 
 
 def _failure(error: StoredError | None) -> Failure:
+    # A run whose graph raised left an `__error__` write, the exception's repr: its class name
+    # says which reason it was (a model's failure is a typed outcome instead, agent/nodes.py).
     if error is None or error.text is None:
         return INTERRUPTED
-    reason = _ERROR_REASONS.get(error.class_name)
-    return Failure("internal") if reason is None else Failure(reason)
+    return failure_named(error.class_name)
 
 
 def replay_listener(run_id: str, thread_id: str, delivered: int, replayed: Replayed) -> Listener:

