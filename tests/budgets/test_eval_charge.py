@@ -16,6 +16,7 @@ from chatbot.budgets.admin import BudgetTarget, report, set_budget
 from chatbot.cli.main import app as cli
 from chatbot.config import Settings
 from chatbot.db.pool import open_pool
+from tests.fixtures.knowledge import load_demo_kb
 from tests.fixtures.postgres import settings_for
 from tests.fixtures.provider_double import Behaviour, ProviderDouble
 
@@ -39,6 +40,7 @@ def test_eval_charges_the_tenant_only_when_asked(
     dataset = tmp_path / "cases.jsonl"
     lines = [json.dumps({"id": f"c{i}", "question": q, "locale": "en-US"}) for i, q in enumerate(QUESTIONS)]
     dataset.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    asyncio.run(load_demo_kb(url))  # eval refuses a tenant without a knowledge base
     worst = answer_input_bound(MODEL, Settings(environment="dev").context_tokens) + 4096
     # One worst case fits; after it settles (120 tokens) a second does not.
     assert asyncio.run(_budget(url, worst + 60)) == {"spent": 0, "reserved": 0}
