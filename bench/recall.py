@@ -16,6 +16,8 @@ recall step alone (`ThreadRecall.find` on a thread indexed directly) at 100, 1,0
 
     .venv/bin/python -m bench.recall [--conversations 6] [--min-turns 300] [--max-turns 1000] [--seed 7]
 
+`--conversations 0` times the recall step alone.
+
 Uses CHATBOT_DATABASE_URL (migrated here; the bench's threads are deleted afterwards) or
 starts an embedded Postgres in a temp dir.
 """
@@ -45,7 +47,7 @@ from chatbot.app import create_app
 from chatbot.cli.common import mint_token
 from chatbot.config import Settings
 from chatbot.db.pool import Pool
-from chatbot.recall import queries
+from chatbot.recall._related import related_terms
 from chatbot.recall._terms import query_weights
 from chatbot.recall.service import Recaller, ThreadRecall
 from chatbot.text import normalize_persian
@@ -53,6 +55,7 @@ from chatbot.threads.deletion import delete_threads
 
 TENANT = "bench-recall"
 STEP_DEPTHS = (100, 1000, 5000)
+HITS: int = Settings.model_fields["recall_hits"].default  # as a run searches by default
 
 
 class Measured:
@@ -168,7 +171,7 @@ def _messages(conv: Conversation, depth: int) -> list[BaseMessage]:
     return out
 
 
-async def _step_times(pool: Pool, seed: int) -> list[tuple[int, float, float]]:
+async def _step_times(pool: Pool, seed: int) -> list[tuple[int, float, float, float]]:
     """Time `ThreadRecall.find` alone on threads of 100, 1,000 and 5,000 indexed messages."""
     recall = ThreadRecall(pool)
     rows = []
@@ -178,28 +181,31 @@ async def _step_times(pool: Pool, seed: int) -> list[tuple[int, float, float]]:
         messages = _messages(conv, depth)
         async with pool.connection() as conn:
             for start in range(0, depth, 500):
-                batch = messages[start : start + 500]
-                await queries.insert_turns(conn, await recall._rows(thread, batch, start))
+                await recall.add_turns(conn, thread, messages[start : start + 500], start)
         recent = messages[-79:]
-        times = []
+        times: list[float] = []
+        hits: list[int] = []
         for _ in range(3):
             for question in conv.questions:
                 context = [str(m.text) for m in recent[-4:]]
-                query = query_weights(question.text, context, context_weight=CONTEXT_WEIGHT, limit=QUERY_TERMS)
+                query = query_weights(
+                    question.text, context, context_weight=CONTEXT_WEIGHT, limit=QUERY_TERMS, related=related_terms
+                )
                 started = time.perf_counter()
-                await recall.find(
+                found = await recall.find(
                     thread,
                     recent,
                     whole=False,
                     window_first=str(recent[-60].id),
                     query=query,
                     question=question.text,
-                    hits=6,
+                    hits=HITS,
                 )
                 times.append((time.perf_counter() - started) * 1000)
+                hits.append(len(found))
         await delete_threads(pool, [thread])
         times.sort()
-        rows.append((depth, statistics.median(times), times[int(len(times) * 0.95)]))
+        rows.append((depth, statistics.median(times), times[int(len(times) * 0.95)], statistics.mean(hits)))
     return rows
 
 
@@ -234,11 +240,12 @@ async def main(count: int, min_turns: int, max_turns: int, seed: int) -> None:
                 steps = await _step_times(services.pool, seed)
             finally:
                 await delete_threads(services.pool, threads)
-    print(f"{count} conversations ({sum(len(c.turns) for c in convs)} turns), {len(rows)} late questions, seed {seed}")
-    _print_quality(rows)
+    if rows:  # --conversations 0 times the recall step alone
+        print(f"{count} conversations ({sum(len(c.turns) for c in convs)} turns), {len(rows)} questions, seed {seed}")
+        _print_quality(rows)
     print("recall step alone (ThreadRecall.find, index up to date):")
-    for depth, p50, p95 in steps:
-        print(f"  {depth:>5} turns: p50 {p50:.1f} ms, p95 {p95:.1f} ms")
+    for depth, p50, p95, found in steps:
+        print(f"  {depth:>5} turns: p50 {p50:.1f} ms, p95 {p95:.1f} ms ({found:.1f} turns found per search)")
 
 
 if __name__ == "__main__":

@@ -194,3 +194,15 @@ def test_no_runtime_dir_warning_when_the_embedded_postgres_starts(tmp_path: Path
         assert "Warning" not in result.stderr, result.stderr
     finally:
         assert not (tmp_path / "data" / "pg" / "postmaster.pid").exists()  # stopped at exit
+
+
+def test_usage_errors_are_one_line_too(tmp_path: Path) -> None:
+    result = chatbot("token", "--tenant", "acme.eu", "--user", "u1", tmp_path=tmp_path)
+    assert result.returncode == 2
+    assert one_line(result).startswith("Invalid value for '--tenant': 'acme.eu' is not a tenant or user id")
+    # (run as `python -m chatbot.cli`, which is the command path these name)
+    unknown = one_line(chatbot("migratee", tmp_path=tmp_path))
+    assert unknown.startswith("No such command 'migratee'. Did you mean 'migrate'?: see `")
+    assert unknown.endswith(" --help`.")
+    missing = one_line(chatbot("token", tmp_path=tmp_path))
+    assert missing.startswith("Missing option '--tenant': see `") and missing.endswith(" token --help`.")

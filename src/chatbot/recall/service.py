@@ -258,11 +258,7 @@ class ThreadRecall:
             transcript = await self._transcript(thread_id, stop_at=set(ids[-1:]))
             skip = 0 if newest is None else newest[0] + 1
             new, first_position = transcript[skip:], skip
-        if new:
-            rows = await self._rows(thread_id, new, first_position)
-            rows = await _with_novelty(conn, thread_id, rows)
-            await queries.insert_turns(conn, rows)
-            await queries.add_terms(conn, thread_id, _term_turns(rows))
+        await self.add_turns(conn, thread_id, new, first_position)
         # The recent messages are the transcript's tail, now indexed through `end - 1`.
         end = first_position + len(new)
         if window_first is None:
@@ -271,6 +267,14 @@ class ThreadRecall:
             return end - len(messages) + ids.index(window_first), end
         position = await queries.position_of(conn, thread_id, window_first)
         return (end if position is None else position), end
+
+    async def add_turns(self, conn: Any, thread_id: str, messages: Sequence[BaseMessage], first: int) -> None:
+        """Index `messages` as the thread's turns from position `first`: their rows and their terms' counts."""
+        if not messages:
+            return
+        rows = await _with_novelty(conn, thread_id, await self._rows(thread_id, messages, first))
+        await queries.insert_turns(conn, rows)
+        await queries.add_terms(conn, thread_id, _term_turns(rows))
 
     async def _transcript(self, thread_id: str, *, stop_at: set[str]) -> list[BaseMessage]:
         """Return the thread's messages oldest first, through the newest of `stop_at` (the run's history)."""
