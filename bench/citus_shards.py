@@ -131,8 +131,8 @@ class Cluster:
         return found
 
 
-async def one_run(client: httpx.AsyncClient, base: str, token: str, thread: str, question: str) -> bool:
-    """Run one turn over SSE to its end; return whether it ended with an answer."""
+async def one_run(client: httpx.AsyncClient, base: str, token: str, thread: str, question: str) -> str:
+    """Run one turn over SSE to its end; return how it ended: "answered", the end's status, or the error."""
     async with client.stream(
         "POST",
         f"{base}/v1/threads/{thread}/runs",
@@ -141,11 +141,16 @@ async def one_run(client: httpx.AsyncClient, base: str, token: str, thread: str,
         timeout=300,
     ) as response:
         if response.status_code != 200:
-            return False
+            return f"http {response.status_code}"
         body = "".join([chunk async for chunk in response.aiter_text()])
-    _, _, end = body.partition("event: end\n")
-    data = end.partition("data: ")[2].partition("\n")[0]
-    return bool(data) and json.loads(data).get("status") == "answered"
+    for event in ("end", "error"):
+        _, found, rest = body.partition(f"event: {event}\n")
+        if found:
+            data = json.loads(rest.partition("data: ")[2].partition("\n")[0] or "{}")
+            if event == "end":
+                return str(data.get("status"))
+            return f"error {data.get('code') or data.get('reason') or data.get('title')}"
+    return "no end"
 
 
 async def memory_settled(url: str, thread: str) -> None:
@@ -170,12 +175,12 @@ async def shards_per_run(cluster: Cluster, base: str, token: str, runs: int, sho
     answered = 0
     async with httpx.AsyncClient() as client:
         # A first run warms the replica (its system prompt row, the pool) outside the figures.
-        await one_run(client, base, token, "warm-up", QUESTIONS[0])
+        await one_run(client, base, token, "warm-up", QUESTIONS[0])  # how it ends does not matter
         await memory_settled(cluster.url, "warm-up")
         for i in range(runs):
             thread = f"shards-{i // 2}"
             cluster.reset()
-            ok = await one_run(client, base, token, thread, QUESTIONS[i % 2])
+            ok = await one_run(client, base, token, thread, QUESTIONS[i % 2]) == "answered"
             await memory_settled(cluster.url, thread)
             found = cluster.read()
             if not ok:
@@ -245,10 +250,12 @@ async def in_flight(url: str, worker_urls: list[str], base: str, tokens: list[st
     wall = time.perf_counter() - started
     stop.set()
     await watcher
-    answered = sum(1 for o in outcomes if o is True)
+    ends = Counter(o if isinstance(o, str) else type(o).__name__ for o in outcomes)
+    answered = ends.pop("answered", 0)
+    others = f" (others: {dict(ends)})" if ends else ""
     workers = ", ".join(f"worker {i + 1} {p}" for i, p in enumerate(peaks[1:]))
     print(
-        f"  {n:>4} runs in flight: answered {answered}, peak connections: coordinator {peaks[0]}"
+        f"  {n:>4} runs in flight: answered {answered}{others}, peak connections: coordinator {peaks[0]}"
         f" (this database, the replica's pool, lock sessions and the watcher), {workers} (from the coordinator)"
         f" | wall {wall:.1f} s",
         flush=True,

@@ -47,9 +47,9 @@ from chatbot.app import create_app
 from chatbot.cli.common import mint_token
 from chatbot.config import Settings
 from chatbot.db.pool import Pool
-from chatbot.recall._related import related_terms
-from chatbot.recall._terms import query_weights
+from chatbot.recall.related import related_terms
 from chatbot.recall.service import Recaller, ThreadRecall
+from chatbot.recall.terms import query_weights
 from chatbot.text import normalize_persian
 from chatbot.threads.deletion import delete_threads
 

@@ -142,6 +142,8 @@ fsync = off
 synchronous_commit = off
 full_page_writes = off
 max_prepared_transactions = 200
+# Citus runs a maintenance worker per database it is used in (the suite makes many).
+max_worker_processes = 128
 log_min_messages = warning
 log_min_error_statement = panic
 EOF

@@ -20,6 +20,7 @@ async def test_a_60_turn_thread_is_summarised_into_the_window_and_the_handoff(is
         isolated_database_url,
         context_tokens=900,
         summary_after_turns=20,
+        recall_hits=0,  # the summary alone carries the early turns here (tests/recall: recall's own)
         agent_overrides={"window_observer": windows.append, "context_tokens": 900},
     ) as client:
         headers = auth(locale="en-US")

@@ -16,7 +16,6 @@ from chatbot.budgets.admin import BudgetTarget, report, set_budget
 from chatbot.cli.main import app as cli
 from chatbot.config import Settings
 from chatbot.db.pool import open_pool
-from tests.fixtures.knowledge import load_demo_kb
 from tests.fixtures.postgres import settings_for
 from tests.fixtures.provider_double import Behaviour, ProviderDouble
 
@@ -33,14 +32,13 @@ async def _budget(url: str, tokens: int | None = None) -> dict[str, int]:
 
 
 def test_eval_charges_the_tenant_only_when_asked(
-    isolated_database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    kb_database_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "test-key")
-    url = isolated_database_url
+    url = kb_database_url  # the eval refuses a tenant without a knowledge base
     dataset = tmp_path / "cases.jsonl"
     lines = [json.dumps({"id": f"c{i}", "question": q, "locale": "en-US"}) for i, q in enumerate(QUESTIONS)]
     dataset.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    asyncio.run(load_demo_kb(url))  # eval refuses a tenant without a knowledge base
     worst = answer_input_bound(MODEL, Settings(environment="dev").context_tokens) + 4096
     # One worst case fits; after it settles (120 tokens) a second does not.
     assert asyncio.run(_budget(url, worst + 60)) == {"spent": 0, "reserved": 0}

@@ -96,7 +96,7 @@ async def test_concurrent_runs_make_exactly_the_calls_the_tenant_budget_fits(
 
         async def sample() -> None:
             nonlocal highest
-            while sampling:  # not polling: sampling the budget all along is the check
+            while sampling:  # not polling: a sampler of spent plus reserved, every 10 ms
                 for row in await budget_rows(services, clock()):
                     highest = max(highest, row["spent"] + row["reserved"])
                 await asyncio.sleep(0.01)

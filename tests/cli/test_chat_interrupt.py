@@ -17,7 +17,6 @@ import struct
 import subprocess
 import sys
 import termios
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -67,10 +66,11 @@ class Screen:
         return [line.rstrip() for line in self.screen.display]
 
     def wait_for(self, text: str, timeout: float = 60) -> None:
-        deadline = time.monotonic() + timeout
+        quiet = 0  # how many 0.2 s waits in a row the terminal said nothing
         while not any(text in line for line in self.lines()):
-            assert time.monotonic() < deadline, f"waited for {text!r}; screen:\n" + "\n".join(self.lines())
+            assert quiet * 0.2 < timeout, f"waited for {text!r}; screen:\n" + "\n".join(self.lines())
             ready, _, _ = select.select([self.master], [], [], 0.2)
+            quiet = 0 if ready else quiet + 1
             if ready:
                 try:
                     # A terminal does nothing with ETX (a Ctrl-C echoed as itself); pyte

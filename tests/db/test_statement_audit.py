@@ -34,7 +34,7 @@ from tests.db.statement_rules import Path as StatementPath
 from tests.fixtures.app import running_app, services_of
 from tests.fixtures.knowledge import DEMO_KB, load_demo_kb
 from tests.fixtures.messages import send_for_answer, send_for_events
-from tests.fixtures.postgres import citus_workers, create_database
+from tests.fixtures.postgres import citus_workers, create_database, drop_database
 from tests.fixtures.tokens import auth
 
 REPO = Path(__file__).resolve().parents[2]
@@ -257,8 +257,16 @@ def _starts(text: str, keys: tuple[str, ...]) -> bool:
     return any(flat.lower().startswith(key.lower()) for key in keys)
 
 
-def test_every_statement_routes_under_the_placement(audit_server: AuditServer) -> None:
+@pytest.fixture
+def audit_database(audit_server: AuditServer) -> Iterator[str]:
+    """A new database on the audit's server, dropped afterwards (on every node of a cluster)."""
     url = create_database(audit_server.server_url)
+    yield url
+    drop_database(audit_server.server_url, url)
+
+
+def test_every_statement_routes_under_the_placement(audit_server: AuditServer, audit_database: str) -> None:
+    url = audit_database
     recorded, spread = _drive(audit_server, url)
     audit = StatementAudit(audit_server.volatility())
     findings: list[Finding] = []
@@ -280,8 +288,8 @@ def test_every_statement_routes_under_the_placement(audit_server: AuditServer) -
         assert spread, "citus_stat_statements saw no multi-shard statement, not even the rare work's"
 
 
-def test_every_table_has_a_placement(audit_server: AuditServer) -> None:
-    url = create_database(audit_server.server_url)
+def test_every_table_has_a_placement(audit_database: str) -> None:
+    url = audit_database
     asyncio.run(migrate(url))
     with psycopg.connect(url, autocommit=True) as conn:
         tables = [r[0] for r in conn.execute("select tablename from pg_tables where schemaname = 'public'")]

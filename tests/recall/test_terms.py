@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from chatbot.recall._related import related_terms
-from chatbot.recall._terms import query_weights, terms, tsvector_literal
+from chatbot.recall.related import related_terms
+from chatbot.recall.terms import query_weights, terms, tsvector_literal
 
 
 def test_persian_letters_digits_and_half_spaces_meet_one_spelling() -> None:

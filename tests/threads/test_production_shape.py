@@ -23,9 +23,11 @@ POOL_MAX_SIZE = 8
 
 # Thread locks are the exclusive advisory locks; each lock session also holds a shared one
 # per user with runs in flight (the erasure key, db/locks.py), not counted here.
+# A bigint advisory key shows as objsubid 1 (Citus' own shard and placement locks, also
+# advisory, use 4 and above).
 _OUR_ADVISORY_LOCKS = (
     "select count(*) as n from pg_locks where locktype = 'advisory' and granted and mode = 'ExclusiveLock' "
-    "and database = (select oid from pg_database where datname = current_database())"
+    "and objsubid = 1 and database = (select oid from pg_database where datname = current_database())"
 )
 _CONNECTIONS = (
     "select count(*) as n from pg_stat_activity where datname = current_database() and pid <> pg_backend_pid()"
@@ -92,6 +94,10 @@ async def test_a_dropped_stream_rejoins_mid_run_on_either_replica(
     assert [m["content"] for m in transcript if m["role"] == "assistant"] == [answer]
 
 
+@pytest.mark.plain_postgres(
+    reason="500 runs on a pool of 8 within its 2 s checkout timeout is one Postgres' statement latency; "
+    "on the cluster (three servers on the same cores) bench/citus_shards.py --in-flight measures it (docs/scaling.md)"
+)
 async def test_five_hundred_slow_runs_in_flight_on_one_replica_within_the_connection_budget(
     replicas: Callable[..., Replica], migrated_database_url: str
 ) -> None:

@@ -82,7 +82,10 @@ async def test_the_record_shows_the_window_the_model_was_given_before_and_after_
         system = str(window[0].content)
         context = record["context"]
         assert system.startswith(prompt.strip())
-        assert context["summary"] in system
+        # The whole summary, or its head when the budget cut it (the record says so; the exact
+        # rebuild below holds the rest).
+        cut = full is not None and "system" in full.shortened
+        assert (context["summary"][:200] if cut else context["summary"]) in system
         assert all(fact in system for fact in context["facts"])
         assert full is not None and full.system_message == system  # the whole input, exactly
         assert record["input"]["content"] in QUESTIONS

@@ -219,6 +219,9 @@ async def test_a_thread_whose_only_run_failed_pages_to_the_users_message(migrate
 # --- deletion --------------------------------------------------------------------------------------
 
 
+RECALL_TABLES = {"thread_turns", "thread_terms"}
+
+
 async def rows_mentioning(url: str, thread: str) -> dict[str, int]:
     """Count the rows of `thread` in every table with a `thread_id` column (as the catalogue lists them)."""
     counts = rows_of_threads(url, [thread])
@@ -272,7 +275,8 @@ async def test_delete_purges_every_row_of_the_thread_and_its_feedback(
     await pending_memory_job(url, "to-delete", first["run_id"])
     await pending_memory_job(url, "bystander", "seeded-run")
     before = await rows_mentioning(url, "to-delete")
-    assert all(before.values()), before
+    # Recall indexes a thread only once it outgrows its window (tests/recall covers its rows' deletion).
+    assert all(count for table, count in before.items() if table not in RECALL_TABLES), before
     bystander = await rows_mentioning(url, "bystander")
 
     response = await client.delete("/v1/threads/to-delete", headers=auth(**EN))

@@ -20,10 +20,10 @@ from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
 from chatbot.agent._tokens import TokenCounter
 from chatbot.agent._window import Window
 from chatbot.config import Settings
-from chatbot.recall._related import related_terms
-from chatbot.recall._terms import query_weights
 from chatbot.recall.block import recalled_heading, recalled_line, recalled_section
+from chatbot.recall.related import related_terms
 from chatbot.recall.service import RecalledTurn, Recaller, RecallHit
+from chatbot.recall.terms import query_weights
 
 # The recent turns read with the question (a follow-up names little of what it is about).
 CONTEXT_MESSAGES = 2

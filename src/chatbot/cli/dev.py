@@ -137,4 +137,6 @@ def banner(settings: Settings, host: str, port: int) -> str:
         f"  -H 'Content-Type: application/json' -d {shlex.quote(body)}\n\n"
         "Or chat with it from another terminal (it signs its tokens with the same dev secret):\n\n"
         f".venv/bin/chatbot chat --url http://{host}:{port} --tenant {DEMO_TENANT} --user {DEMO_USER} --locale en-US\n"
+        f"\nThe offline model streams its tokens {settings.offline_token_delay_ms} ms apart "
+        "(CHATBOT_OFFLINE_TOKEN_DELAY_MS).\n"
     )

@@ -79,12 +79,16 @@ REPORT_FILES = ("report.json", "report.md")
 
 
 def check_out(out: Path) -> None:
-    """Make `--out` a folder the reports can be written to, before any case runs; exit 2 naming what is wrong."""
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        common.fail(f"--out {out}: cannot be a folder for the reports ({type(exc).__name__})", 2)
-    if not os.access(out, os.W_OK | os.X_OK):
+    """Check that `--out` can become the reports' folder, before any case runs; exit 2 naming what is wrong.
+
+    Nothing is created here: a run refused later (an unknown tenant, no rated runs) leaves no folder.
+    """
+    existing = out
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        common.fail(f"--out {out}: {existing} is a file, not a folder for the reports", 2)
+    if not os.access(existing, os.W_OK | os.X_OK):
         common.fail(f"--out {out}: the folder cannot be written to", 2)
     for name in REPORT_FILES:
         target = out / name

@@ -526,14 +526,18 @@ async def delete_store_namespaces(conn: Conn, namespaces: Sequence[tuple[str, ..
     return max(cur.rowcount, 0)
 
 
-# A deleted thread's runs are no fact's source any more. The facts stay (memory is the
-# user's, docs/api.md); their `source` naming the thread goes, so nothing points at it.
-# One prefix by equality: the owner's facts namespace (memory/namespaces.py; a test holds
-# `facts_prefix` to it), a router statement on a store distributed by prefix.
-_DROP_THREAD_SOURCES = """
-update store set value = value - 'source'
-where prefix = %s and value -> 'source' ->> 'thread_id' = %s
+# A deleted thread's runs are no memory item's source any more. The items stay (memory is
+# the user's, docs/api.md); what names the thread goes, so nothing points at it: a fact's
+# `source`, a closed version's `source` and `closed_by`, and the profile's sources (kept as
+# an unnamed turn, so the entry it gave stays). One prefix by equality per statement (the
+# owner's namespaces, memory/namespaces.py; a test holds `facts_prefix` to it), and each
+# rewrite by (prefix, key): router statements on a store distributed by prefix.
+_ITEMS_NAMING_THREAD = """
+select key, value from store
+where prefix = %s and jsonb_path_exists(value, '$.** ? (@.thread_id == $t)', jsonb_build_object('t', %s::text))
 """
+_REWRITE_ITEM = "update store set value = %s where prefix = %s and key = %s"
+_USER_AREAS = ("facts", "facts_history", "profile")
 
 
 def facts_prefix(tenant_id: str, user_id: str) -> str:
@@ -541,10 +545,35 @@ def facts_prefix(tenant_id: str, user_id: str) -> str:
     return _prefix((tenant_id, "user", user_id, "facts"))
 
 
+def _without_thread(value: Any, thread_id: str) -> Any:
+    """Return `value` with every reference to `thread_id` taken out (see above)."""
+    if isinstance(value, dict):
+        kept = {}
+        for key, item in value.items():
+            if isinstance(item, dict) and item.get("thread_id") == thread_id:
+                continue  # a fact's or a version's `source` / `closed_by`
+            kept[key] = _without_thread(item, thread_id)
+        return kept
+    if isinstance(value, list):
+        return [
+            {k: v for k, v in item.items() if k not in ("thread_id", "run_id")}
+            if isinstance(item, dict) and item.get("thread_id") == thread_id
+            else _without_thread(item, thread_id)
+            for item in value
+        ]
+    return value
+
+
 async def drop_thread_sources(conn: Conn, tenant_id: str, user_id: str, thread_id: str) -> int:
-    """Remove the `source` of the user's facts that name `thread_id`; return how many changed."""
-    cur = await conn.execute(_DROP_THREAD_SOURCES, (facts_prefix(tenant_id, user_id), thread_id))
-    return max(cur.rowcount, 0)
+    """Take `thread_id` out of every memory item of the user that names it; return how many changed."""
+    changed = 0
+    for area in _USER_AREAS:
+        prefix = _prefix((tenant_id, "user", user_id, area))
+        cur = await conn.execute(_ITEMS_NAMING_THREAD, (prefix, thread_id))
+        for key, value in [(row["key"], row["value"]) for row in await cur.fetchall()]:
+            await conn.execute(_REWRITE_ITEM, (Jsonb(_without_thread(value, thread_id)), prefix, key))
+            changed += 1
+    return changed
 
 
 # --- Memory items: the store's rows by statements of our own --------------------------------

@@ -29,7 +29,7 @@ from chatbot.db import langgraph_tables
 from chatbot.db.checkpoints import decode
 from chatbot.db.pool import Pool
 from chatbot.recall import queries
-from chatbot.recall._terms import terms, tsquery_literal, tsvector_literal
+from chatbot.recall.terms import terms, tsquery_literal, tsvector_literal
 
 META_KEY = "chatbot"  # the key of the service's own metadata on a persisted message (agent/state.py)
 # BM25's usual constants; b below the textbook 0.75: turns are short, and a long answer
@@ -41,7 +41,7 @@ K1, B = 1.2, 0.5
 CANDIDATE_TURNS = 400
 NOVELTY = 1.0  # how much higher a turn that brought new terms ranks (queries.SEARCH_TURNS)
 RRF_K = 60  # reciprocal rank fusion of the lexical and the vector lists
-_LEXEME = re.compile(r"'([^']+)':")  # a term of a tsvector literal (recall/_terms.py)
+_LEXEME = re.compile(r"'([^']+)':")  # a term of a tsvector literal (recall/terms.py)
 _BATCH = 32  # transcript versions read at a time when a thread is indexed from its transcript
 
 

@@ -18,7 +18,7 @@ create table if not exists thread_turns (
     role        text        not null check (role in ('user', 'assistant')),
     created_at  timestamptz,
     content     text        not null,
-    terms       tsvector    not null,  -- normalised terms (recall/_terms.py), built by the service, 'simple' form
+    terms       tsvector    not null,  -- normalised terms (recall/terms.py), built by the service, 'simple' form
     length      integer     not null,  -- terms in the message, for BM25's length normalisation
     novel       integer     not null,  -- terms the thread had not used before this message (new information)
     embedding   vector      null,      -- dimension-free, as kb_chunks: the embedding model is a deployment choice

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from functools import cache
 
-from chatbot.recall._terms import terms
+from chatbot.recall.terms import terms
 
 _MONTHS_EN = "january february march april may june july august september october november december"
 _MONTHS_FA = "فروردین اردیبهشت خرداد تیر مرداد شهریور مهر آبان آذر دی بهمن اسفند"

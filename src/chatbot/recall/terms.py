@@ -135,7 +135,7 @@ def query_weights(
     A follow-up ("and what was his plate?") names little of what it is about; the recent
     window names the rest. Its terms count for less, so a question naming its subject
     is not pulled off it by the conversation around it. `related` gives other words for
-    the question's own (recall/_related.py). At most `limit` terms: the question's first,
+    the question's own (recall/related.py). At most `limit` terms: the question's first,
     then its related words, then the context's most frequent.
     """
     asked = terms(question)
