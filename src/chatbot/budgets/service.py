@@ -22,12 +22,13 @@ from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 from chatbot import metrics
 from chatbot.budgets import queries
 from chatbot.budgets.periods import Period, period_starts, seconds_until_reset
 from chatbot.db.pool import Pool
+from chatbot.db.usage_totals import Call
 from chatbot.models.chain import OFFLINE
 from chatbot.models.prices import Price
 
@@ -64,26 +65,13 @@ class Reservation:
     usd: float
 
 
-class Spent(Protocol):
-    """One model call's reported usage (models/usage.py `Usage`)."""
-
-    @property
-    def model(self) -> str: ...
-    @property
-    def input_tokens(self) -> int: ...
-    @property
-    def output_tokens(self) -> int: ...
-    @property
-    def cached_input_tokens(self) -> int: ...
-
-
 @dataclass(slots=True)
 class Held:
     """A call in flight under a reservation: what it used, as the provider reports it."""
 
-    calls: list[Spent] = field(default_factory=list)
+    calls: list[Call] = field(default_factory=list)
 
-    def used(self, call: Spent) -> None:
+    def used(self, call: Call) -> None:
         """Count a reported call against the reservation (settled when the call ends)."""
         self.calls.append(call)
 
@@ -113,7 +101,7 @@ class Budgets:
         costs = [p.cost(input_tokens, output_tokens, 0) for m in models if (p := self.prices.get(m)) is not None]
         return max(costs, default=0.0)
 
-    def cost(self, calls: Iterable[Spent]) -> tuple[int, float]:
+    def cost(self, calls: Iterable[Call]) -> tuple[int, float]:
         """Return the tokens (input and output) and the USD cost of calls as reported."""
         tokens, usd = 0, 0.0
         for call in calls:
@@ -169,7 +157,7 @@ class Budgets:
             metrics.BUDGET_SHARE_LEFT.labels(tenant_id).set(max(0.0, float(row["tenant_share_left"])))
         return reservation
 
-    async def settle(self, reservation: Reservation | None, calls: Sequence[Spent]) -> None:
+    async def settle(self, reservation: Reservation | None, calls: Sequence[Call]) -> None:
         """Replace the reservation by what the calls used; never raises (logged instead).
 
         A reservation that cannot be settled (Postgres unreachable) stops counting when it
@@ -189,7 +177,7 @@ class Budgets:
                 extra={"tenant_id": reservation.tenant_id, "error": type(exc).__name__},
             )
 
-    async def settle_on(self, conn: queries.Conn, reservation: Reservation, calls: Sequence[Spent]) -> None:
+    async def settle_on(self, conn: queries.Conn, reservation: Reservation, calls: Sequence[Call]) -> None:
         """Settle on a connection the caller holds (pipelined with its own statements); errors are the caller's."""
         tokens, usd = self.cost(calls)
         await queries.settle(conn, tenant=reservation.tenant_id, reservation=reservation.id, tokens=tokens, usd=usd)

@@ -45,7 +45,7 @@ from chatbot.agent.record import chunk_versions
 from chatbot.agent.result import RunResult
 from chatbot.agent.run import run_graph
 from chatbot.agent.state import META_KEY, user_turn
-from chatbot.budgets.service import BudgetExhausted, Budgets, Reservation, Spent, budget_member
+from chatbot.budgets.service import BudgetExhausted, Budgets, Reservation, budget_member
 from chatbot.caller import CallerContext
 from chatbot.db import usage_totals
 from chatbot.db.locks import Fence, Lease, LeaseLost, Locks, UserErasing
@@ -64,7 +64,7 @@ from chatbot.tracing.service import NO_TRACING, Tracing
 
 log = logging.getLogger("chatbot.runs")
 
-Settlement = tuple[Reservation, Sequence[Spent]]
+Settlement = tuple[Reservation, Sequence[usage_totals.Call]]
 """A budget reservation and the calls it settles to."""
 
 # What a refused run is told to wait: runs of a busy replica end within seconds.
