@@ -11,13 +11,14 @@ decodes a blob or carries a serializer. The statements themselves are db/langgra
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 from langchain_core.messages import BaseMessage
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from langgraph.checkpoint.serde.base import SerializerProtocol, maybe_add_typed_methods
+from pydantic import JsonValue
 
 from chatbot.db import langgraph_tables
 from chatbot.db.langgraph_tables import Conn
@@ -40,8 +41,19 @@ def decode(type_: str | None, blob: bytes | memoryview | None) -> Any:
     return SERDE.loads_typed((type_, bytes(blob)))
 
 
-def _versions(value: object) -> dict[str, Any]:
+ChannelVersions = dict[str, str]
+"""A checkpoint's `channel_versions`: each channel's version when it was written."""
+
+
+def _versions(value: ChannelVersions | None) -> ChannelVersions:
     return value if isinstance(value, dict) else {}
+
+
+class MemoryValues(TypedDict, total=False):
+    """The `profile` and `facts` channels of a checkpoint, those it has a value for."""
+
+    profile: dict[str, JsonValue]
+    facts: list[str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,7 +63,7 @@ class RunCheckpoint:
     checkpoint_id: str
     source: str | None
     """`input`/`update` for the user's message or a cancel's update, `loop` for the graph's end."""
-    versions: dict[str, Any] = field(default_factory=dict)
+    versions: ChannelVersions = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +73,7 @@ class RecordCheckpoint:
     checkpoint_id: str
     record: str | None
     summary: str | None
-    versions: dict[str, Any]
+    versions: ChannelVersions
     ts: str
 
 
@@ -108,11 +120,17 @@ class CheckpointReader:
         row = await langgraph_tables.channel_blob(self.conn, thread_id, channel, version)
         return None if row is None else decode(row["type"], row["blob"])
 
-    async def memory_values(self, thread_id: str, versions: Mapping[str, Any]) -> dict[str, Any]:
+    async def memory_values(self, thread_id: str, versions: ChannelVersions) -> MemoryValues:
         """Return the `profile` and `facts` values at a checkpoint's versions (the channels it has)."""
         rows = await langgraph_tables.memory_blobs(self.conn, thread_id, versions.get("profile"), versions.get("facts"))
-        values = {row["channel"]: decode(row["type"], row["blob"]) for row in rows}
-        return {channel: value for channel, value in values.items() if value is not None}
+        found = MemoryValues()
+        for row in rows:
+            value = decode(row["type"], row["blob"])
+            if value is not None and row["channel"] == "profile":
+                found["profile"] = value
+            elif value is not None and row["channel"] == "facts":
+                found["facts"] = value
+        return found
 
     async def error_write(self, thread_id: str, checkpoint_id: str) -> StoredError | None:
         """Return the `__error__` write saved with a checkpoint; None when the run did not fail."""
@@ -162,7 +180,7 @@ class Checkpoints:
         async with self.reading() as reader:
             return await reader.newest_run(thread_id)
 
-    async def memory_values(self, thread_id: str, versions: Mapping[str, Any]) -> dict[str, Any]:
+    async def memory_values(self, thread_id: str, versions: ChannelVersions) -> MemoryValues:
         """Return the `profile` and `facts` values at a checkpoint's versions."""
         async with self.reading() as reader:
             return await reader.memory_values(thread_id, versions)

@@ -25,17 +25,35 @@ import re
 from collections.abc import Sequence
 from datetime import datetime
 from importlib.metadata import version
-from typing import Any
+from typing import Any, TypedDict, TypeVar
 
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from langgraph.store.postgres.aio import AsyncPostgresStore
 from psycopg import AsyncConnection, AsyncCursor, sql
+from psycopg.abc import Params
+from psycopg.rows import class_row
 from psycopg.types.json import Jsonb
 
 from chatbot.db.catalogue import tables_with_column
 
 Conn = AsyncConnection[Any]
 Cursor = AsyncCursor[Any]
+Row = TypeVar("Row")
+
+
+async def _fetch(conn: Conn, row: type[Row], query: str, params: Params) -> list[Row]:
+    """Return a statement's rows, each built as `row` (a TypedDict of the selected columns)."""
+    async with conn.cursor(row_factory=class_row(row)) as cur:
+        await cur.execute(query, params)
+        return await cur.fetchall()
+
+
+async def _fetch_one(conn: Conn, row: type[Row], query: str, params: Params) -> Row | None:
+    """Return a statement's first row built as `row`, None without one."""
+    async with conn.cursor(row_factory=class_row(row)) as cur:
+        await cur.execute(query, params)
+        return await cur.fetchone()
+
 
 PACKAGE = "langgraph-checkpoint-postgres"
 VERIFIED_VERSIONS = ((3, 2, 0), (3, 3, 0))
@@ -281,7 +299,7 @@ async def checkpoint_rows(
     `Jsonb` the metadata must contain, or None.
     """
     wheres = []
-    params: dict[str, Any] = {"thread": thread_id, "ns": checkpoint_ns, "id": checkpoint_id}
+    params: dict[str, str | int | None] = {"thread": thread_id, "ns": checkpoint_ns, "id": checkpoint_id}
     if thread_id is not None:
         wheres.append("thread_id = %(thread)s")
         if checkpoint_ns is not None:
@@ -339,7 +357,7 @@ async def delta_walk_page(
     page: int,
 ) -> list[Any]:
     """Return one page of the delta-channel walk from `cursor` down, newest first (the library's stage-1 rows)."""
-    params: dict[str, Any] = {"thread": thread_id, "ns": checkpoint_ns, "cursor": cursor, "page": page}
+    params: dict[str, str | int] = {"thread": thread_id, "ns": checkpoint_ns, "cursor": cursor, "page": page}
     params.update({f"ch{i}": channel for i, channel in enumerate(channels)})
     await cur.execute(_delta_walk_page(len(channels), include_cursor=include_cursor), params)
     return list(await cur.fetchall())
@@ -377,7 +395,7 @@ async def delta_writes_and_seeds(
     branches += [_DELTA_SEED.format(i=i) for i in range(len(seeds))]
     if not branches:
         return []
-    params: dict[str, Any] = {"thread": thread_id, "ns": checkpoint_ns}
+    params: dict[str, str | list[str] | None] = {"thread": thread_id, "ns": checkpoint_ns}
     for i, (channel, ids) in enumerate(chains):
         params[f"wch{i}"], params[f"wcids{i}"] = channel, ids
     for i, (channel, seed_version) in enumerate(seeds):
@@ -391,6 +409,26 @@ async def delta_writes_and_seeds(
 # every *version* of the `turn` channel (the API has no per-channel history outside
 # DeltaChannels), and a record or a rejoin needs one or two channels of one checkpoint.
 # Rows are (version, type, blob) as the saver wrote them; db/checkpoints.py decodes them.
+
+
+class BlobRow(TypedDict):
+    """A stored value as the saver wrote it: its serializer's type tag and bytes."""
+
+    type: str | None
+    blob: bytes | None
+
+
+class VersionRow(BlobRow):
+    """One version of a channel and its value."""
+
+    version: str
+
+
+class ChannelRow(BlobRow):
+    """A channel's value at the version asked for."""
+
+    channel: str
+
 
 # Newest first, a batch at a time: the newest page costs the same at turn 1000 as at 10.
 # "C" collation: versions compare by their fixed-width counter whatever the database's.
@@ -415,32 +453,49 @@ _ERROR = (
 )
 
 
-async def turn_versions_before(conn: Conn, thread_id: str, bound: str, limit: int) -> list[dict[str, Any]]:
+async def turn_versions_before(conn: Conn, thread_id: str, bound: str, limit: int) -> list[VersionRow]:
     """Return up to `limit` versions of the thread's `turn` channel sorting below `bound`, newest first."""
-    return list(await (await conn.execute(_TURN_VERSIONS_BEFORE, (thread_id, bound, limit))).fetchall())
+    return await _fetch(conn, VersionRow, _TURN_VERSIONS_BEFORE, (thread_id, bound, limit))
 
 
-async def memory_blobs(
-    conn: Conn, thread_id: str, profile_version: object, facts_version: object
-) -> list[dict[str, Any]]:
+async def memory_blobs(conn: Conn, thread_id: str, profile_version: object, facts_version: object) -> list[ChannelRow]:
     """Return the `profile` and `facts` channel rows at the given versions (channel, type, blob)."""
-    return list(await (await conn.execute(_MEMORY_BLOBS, (thread_id, profile_version, facts_version))).fetchall())
+    return await _fetch(conn, ChannelRow, _MEMORY_BLOBS, (thread_id, profile_version, facts_version))
 
 
-async def channel_blob(conn: Conn, thread_id: str, channel: str, version: object) -> dict[str, Any] | None:
+async def channel_blob(conn: Conn, thread_id: str, channel: str, version: object) -> BlobRow | None:
     """Return one channel version's row (type, blob), None when absent."""
-    return await (await conn.execute(_BLOB, (thread_id, channel, version))).fetchone()
+    return await _fetch_one(conn, BlobRow, _BLOB, (thread_id, channel, version))
 
 
-async def error_write(conn: Conn, thread_id: str, checkpoint_id: str) -> dict[str, Any] | None:
+async def error_write(conn: Conn, thread_id: str, checkpoint_id: str) -> BlobRow | None:
     """Return the `__error__` pending write saved with a checkpoint (type, blob), None when the run did not fail."""
-    return await (await conn.execute(_ERROR, (thread_id, checkpoint_id))).fetchone()
+    return await _fetch_one(conn, BlobRow, _ERROR, (thread_id, checkpoint_id))
 
 
 # --- Runs' checkpoints (run records, rejoins) --------------------------------------------
 # Raw: a run is found by the `run_id` in checkpoint metadata, and the record, the summary and
 # the channel versions are read from the checkpoint's JSONB (strings are stored inline) without
 # loading any blob.
+
+
+class RecordCheckpointRow(TypedDict):
+    """A run's checkpoint as its record is read: the record and summary strings, the versions."""
+
+    checkpoint_id: str
+    record: str | None
+    summary: str | None
+    versions: dict[str, str] | None
+    ts: str
+
+
+class RunCheckpointRow(TypedDict):
+    """A run's checkpoint: who wrote it (`source` of the metadata) and its channel versions."""
+
+    checkpoint_id: str
+    source: str | None
+    versions: dict[str, str] | None
+
 
 _RUN_RECORD_CHECKPOINTS = """
 select checkpoint_id,
@@ -464,14 +519,14 @@ _NEWEST_RUN = (
 )
 
 
-async def run_record_checkpoints(conn: Conn, thread_id: str, run_id: str, tenant_id: str) -> list[dict[str, Any]]:
+async def run_record_checkpoints(conn: Conn, thread_id: str, run_id: str, tenant_id: str) -> list[RecordCheckpointRow]:
     """Return the run's checkpoints newest first: checkpoint_id, record, summary, versions, ts."""
-    return list(await (await conn.execute(_RUN_RECORD_CHECKPOINTS, (thread_id, run_id, tenant_id))).fetchall())
+    return await _fetch(conn, RecordCheckpointRow, _RUN_RECORD_CHECKPOINTS, (thread_id, run_id, tenant_id))
 
 
-async def run_checkpoints(conn: Conn, thread_id: str, run_id: str) -> list[dict[str, Any]]:
+async def run_checkpoints(conn: Conn, thread_id: str, run_id: str) -> list[RunCheckpointRow]:
     """Return the run's checkpoints oldest first: checkpoint_id, source, versions."""
-    return list(await (await conn.execute(_RUN_CHECKPOINTS, (thread_id, run_id))).fetchall())
+    return await _fetch(conn, RunCheckpointRow, _RUN_CHECKPOINTS, (thread_id, run_id))
 
 
 async def newest_run(conn: Conn, thread_id: str) -> str | None:

@@ -29,14 +29,26 @@ import os
 import uuid
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 import psycopg
 from psycopg import AsyncConnection
+from psycopg.rows import DictRow
 
+from chatbot.db.connection_options import ConnectionOptions
 from chatbot.tasks import stop_task
 
 log = logging.getLogger(__name__)
+
+
+class LockParams(TypedDict, total=False):
+    """The parameters of a lock's statements: the key's parts and the fence token."""
+
+    thread: str
+    token: str
+    tenant: str
+    user: str
+
 
 # hashtextextended(namespace || id) -> bigint: thread locks cannot collide with the
 # migration lock (two-int form) or with user locks (another namespace).
@@ -200,7 +212,7 @@ class Fence:
 class LockSession:
     """One dedicated Postgres session holding many advisory locks."""
 
-    def __init__(self, conninfo: str, kwargs: dict[str, Any], name: str) -> None:
+    def __init__(self, conninfo: str, kwargs: ConnectionOptions, name: str) -> None:
         self._conninfo = conninfo
         self._kwargs = kwargs
         self.name = name
@@ -220,7 +232,7 @@ class LockSession:
                 )
             return self.conn
 
-    async def fetch(self, sql: str, params: dict[str, Any]) -> tuple[AsyncConnection[Any], dict[str, Any]]:
+    async def fetch(self, sql: str, params: LockParams) -> tuple[AsyncConnection[Any], DictRow]:
         """Run one statement on the session; return the connection it ran on and its row.
 
         A session cut since its last statement (Postgres restarted, the watcher's ping not
@@ -280,7 +292,7 @@ class Lease:
     _session: LockSession
     _conn: AsyncConnection[Any]
     _unlock_sql: str
-    _params: dict[str, Any]
+    _params: LockParams
     fence: Fence | None
     """For thread leases: the token every checkpoint write of the holder must carry."""
     shared: str | None = None
@@ -317,7 +329,7 @@ class Lease:
 class Locks:
     """Try-locks on threads and users, shared by every replica through Postgres."""
 
-    def __init__(self, conninfo: str, kwargs: dict[str, Any], *, sessions: int = 2) -> None:
+    def __init__(self, conninfo: str, kwargs: ConnectionOptions, *, sessions: int = 2) -> None:
         self._sessions = [LockSession(conninfo, kwargs, f"locks-{i}") for i in range(sessions)]
         self._held: dict[str, Lease | None] = {}  # None: being acquired
         self._shared: Counter[str] = Counter()  # keys this process holds in shared mode, by holders
@@ -340,7 +352,7 @@ class Locks:
     async def try_thread(self, thread_id: str) -> Lease | None:
         """Take the thread's lock (and a fresh fence token) now, or return None when it is held."""
         token = str(uuid.uuid4())
-        params = {"thread": thread_id, "token": token}
+        params = LockParams(thread=thread_id, token=token)
         return await self._try(f"thread/{thread_id}", _TRY_THREAD, _UNLOCK_THREAD, params, Fence(thread_id, token))
 
     async def try_run(self, thread_id: str, tenant_id: str, user_id: str) -> Lease | None:
@@ -352,19 +364,19 @@ class Locks:
         if erasure in self._held:
             raise UserErasing()
         token = str(uuid.uuid4())
-        params = {"thread": thread_id, "token": token, "tenant": tenant_id, "user": user_id}
+        params = LockParams(thread=thread_id, token=token, tenant=tenant_id, user=user_id)
         fence = Fence(thread_id, token)
         return await self._try(f"thread/{thread_id}", _TRY_RUN, _UNLOCK_RUN, params, fence, shared=erasure)
 
     async def wait_erasure(self, tenant_id: str, user_id: str, timeout: float) -> Lease | None:
         """Poll for the user's erasure key, exclusive: granted once no run of the user is in flight."""
-        params = {"tenant": tenant_id, "user": user_id}
+        params = LockParams(tenant=tenant_id, user=user_id)
         name = f"erase/{tenant_id}/{user_id}"
         return await _poll(lambda: self._try(name, _TRY_ERASE, _UNLOCK_ERASE, params, None), timeout)
 
     async def try_user(self, tenant_id: str, user_id: str) -> Lease | None:
         """Take the (tenant, user) lock now, or return None when someone holds it."""
-        params = {"tenant": tenant_id, "user": user_id}
+        params = LockParams(tenant=tenant_id, user=user_id)
         return await self._try(f"user/{tenant_id}/{user_id}", _TRY_USER, _UNLOCK_USER, params, None)
 
     async def wait_thread(self, thread_id: str, timeout: float) -> Lease | None:
@@ -392,7 +404,7 @@ class Locks:
         name: str,
         sql: str,
         unlock_sql: str,
-        params: dict[str, Any],
+        params: LockParams,
         fence: Fence | None,
         *,
         shared: str | None = None,
@@ -421,7 +433,7 @@ class Locks:
         session: LockSession,
         sql: str,
         unlock_sql: str,
-        params: dict[str, Any],
+        params: LockParams,
         fence: Fence | None,
         shared: str | None,
     ) -> Lease | None:
@@ -450,7 +462,7 @@ class Locks:
         session: LockSession,
         conn: AsyncConnection[Any],
         unlock_sql: str,
-        params: dict[str, Any],
+        params: LockParams,
         shared: str | None,
     ) -> tuple[str, str] | None:
         """Give the thread a fresh fence token under the lock just granted; return its owner.

@@ -31,7 +31,10 @@ from typing import Any
 
 import psycopg
 from psycopg import AsyncConnection
+from psycopg.rows import DictRow
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
+
+from chatbot.db.connection_options import ConnectionOptions, without_rows
 
 # How long a request may queue for a connection of a Postgres that answers.
 CONGESTED_WAIT_SECONDS = 30.0
@@ -46,26 +49,33 @@ log = logging.getLogger(__name__)
 Check = Callable[[AsyncConnection[Any]], Awaitable[None]]
 
 
-class PatientPool(AsyncConnectionPool[AsyncConnection[dict[str, Any]]]):
+class PatientPool(AsyncConnectionPool[AsyncConnection[DictRow]]):
     """Wait in line while Postgres answers; give up after `outage_after` when it does not."""
 
     def __init__(
-        self, conninfo: str, *, outage_after: float, kwargs: dict[str, Any], check: Check | None = None, **options: Any
+        self,
+        conninfo: str,
+        *,
+        outage_after: float,
+        kwargs: ConnectionOptions,
+        check: Check | None = None,
+        **options: Any,
     ) -> None:
         # `check` is not given to psycopg_pool: its checkout loop sleeps a backoff after
         # each connection that fails it (see the module's docstring); getconn runs it.
-        super().__init__(conninfo, kwargs=kwargs, timeout=CONGESTED_WAIT_SECONDS, **options)
+        super().__init__(conninfo, kwargs=dict(kwargs), timeout=CONGESTED_WAIT_SECONDS, **options)
         self._checkout_check = check
         self._sweep: asyncio.Task[None] | None = None
         self._probe_conninfo = conninfo
-        # The probe connects with the pool's options, minus those that shape result rows.
-        self._probe_options = {k: v for k, v in kwargs.items() if k not in ("row_factory", "autocommit")}
+        # The probe connects with the pool's options, minus the one that shapes result rows.
+        self._probe_options = without_rows(kwargs)
+        self._probe_options["autocommit"] = True
         self._outage_after = outage_after
         self._probe: asyncio.Task[bool] | None = None
         self._probed_at = float("-inf")
         self._returning: set[asyncio.Task[None]] = set()
 
-    async def getconn(self, timeout: float | None = None) -> AsyncConnection[dict[str, Any]]:
+    async def getconn(self, timeout: float | None = None) -> AsyncConnection[DictRow]:
         """Return a checked connection; raise `PoolTimeout` on an outage or after a long queue."""
         # An explicit bound (tools, tests) is kept as asked. Otherwise the outage verdict is
         # due `outage_after` after the request began, however many dead connections it met.
@@ -91,7 +101,7 @@ class PatientPool(AsyncConnectionPool[AsyncConnection[dict[str, Any]]]):
             return conn
         raise PoolTimeout(f"every connection of pool {self.name!r} failed its check")
 
-    async def _discard(self, conn: AsyncConnection[dict[str, Any]], exc: Exception, deadline: float) -> None:
+    async def _discard(self, conn: AsyncConnection[DictRow], exc: Exception, deadline: float) -> None:
         """Drop a connection that failed its check, and sweep the idle ones it likely shared its fate with."""
         log.warning("pooled connection failed its check", extra={"pool": self.name, "error": type(exc).__name__})
         # Closed, it cannot go back to the pool: putconn discards it and asks for a new one.
@@ -111,7 +121,7 @@ class PatientPool(AsyncConnectionPool[AsyncConnection[dict[str, Any]]]):
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(asyncio.shield(self._sweep), bound)
 
-    async def putconn(self, conn: AsyncConnection[dict[str, Any]]) -> None:
+    async def putconn(self, conn: AsyncConnection[DictRow]) -> None:
         """Give a connection back; one that came back broken starts a sweep of its idle siblings."""
         broken = conn.broken
         await super().putconn(conn)
@@ -137,7 +147,7 @@ class PatientPool(AsyncConnectionPool[AsyncConnection[dict[str, Any]]]):
                 await asyncio.wait_for(asyncio.shield(self._sweep), timeout)
         await super().close(timeout)
 
-    async def _checkout(self, deadline: float, patient: bool) -> AsyncConnection[dict[str, Any]]:
+    async def _checkout(self, deadline: float, patient: bool) -> AsyncConnection[DictRow]:
         """Return an unchecked connection; raise `PoolTimeout` on an outage or after a long queue."""
         # Past the deadline psycopg_pool refuses even an idle connection (timeout 0), and a
         # patient request goes straight to the probe's verdict.
@@ -166,7 +176,7 @@ class PatientPool(AsyncConnectionPool[AsyncConnection[dict[str, Any]]]):
         self._abandon(waiting)
         raise PoolTimeout(f"Postgres did not answer within {self._outage_after:.1f} s")
 
-    def _abandon(self, waiting: asyncio.Future[AsyncConnection[dict[str, Any]]]) -> None:
+    def _abandon(self, waiting: asyncio.Future[AsyncConnection[DictRow]]) -> None:
         # A wait still queued is cancelled (the pool takes back a connection it was being
         # given); one that got its connection meanwhile gives it back.
         if not waiting.done():
@@ -186,7 +196,7 @@ class PatientPool(AsyncConnectionPool[AsyncConnection[dict[str, Any]]]):
     async def _connect_once(self) -> bool:
         try:
             async with asyncio.timeout(PROBE_TIMEOUT_SECONDS):
-                conn = await AsyncConnection.connect(self._probe_conninfo, autocommit=True, **self._probe_options)
+                conn = await AsyncConnection.connect(self._probe_conninfo, **self._probe_options)
         except (psycopg.Error, OSError, TimeoutError):
             return False
         await conn.close()

@@ -10,31 +10,29 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from psycopg import AsyncConnection
-from psycopg.rows import dict_row
+from psycopg.rows import DictRow, dict_row
 from psycopg_pool import AsyncConnectionPool
 
 from chatbot.config import Settings
+from chatbot.db.connection_options import ConnectionOptions
 from chatbot.db.embedded import start_embedded_postgres
 from chatbot.db.patient_pool import PatientPool
 
-Pool = AsyncConnectionPool[AsyncConnection[dict[str, Any]]]
+Pool = AsyncConnectionPool[AsyncConnection[DictRow]]
 CLI_CONNECT_TIMEOUT_SECONDS = 10
 
 # Long model calls leave connections idle; keepalives notice a dead peer, and `max_idle`
 # (below any server/proxy idle timeout) retires connections before they are cut.
-_KEEPALIVES = {"keepalives": 1, "keepalives_idle": 30, "keepalives_interval": 10, "keepalives_count": 3}
+_KEEPALIVES = ConnectionOptions(keepalives=1, keepalives_idle=30, keepalives_interval=10, keepalives_count=3)
 
 
-def connection_kwargs(settings: Settings) -> dict[str, Any]:
+def connection_kwargs(settings: Settings) -> ConnectionOptions:
     """Return the connection options every pooled connection uses."""
     # autocommit: the checkpointer's setup builds indexes CONCURRENTLY and every statement
     # of ours is its own transaction unless it opens one explicitly.
-    return {
-        "autocommit": True,
-        "row_factory": dict_row,
-        "prepare_threshold": settings.prepare_threshold,
-        **_KEEPALIVES,
-    }
+    return ConnectionOptions(
+        autocommit=True, row_factory=dict_row, prepare_threshold=settings.prepare_threshold, **_KEEPALIVES
+    )
 
 
 # When a connection was last given back to its pool. A connection that finished a query

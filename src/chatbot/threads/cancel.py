@@ -34,6 +34,7 @@ from typing import Any
 import psycopg
 from psycopg import AsyncConnection
 
+from chatbot.db.connection_options import ConnectionOptions, without_rows
 from chatbot.db.checkpoints import CheckpointReader, RunCheckpoint
 from chatbot.db.locks import Locks, fence_token, lock_fence, revoke_fence, thread_locked
 from chatbot.db.pool import Pool
@@ -153,9 +154,9 @@ class CancelListener:
 
     RECONNECT_SECONDS = (0.2, 0.5, 1.0, 2.0, 5.0)
 
-    def __init__(self, conninfo: str, kwargs: dict[str, Any], on_cancel: OnCancel) -> None:
+    def __init__(self, conninfo: str, kwargs: ConnectionOptions, on_cancel: OnCancel) -> None:
         self._conninfo = conninfo
-        self._kwargs = {k: v for k, v in kwargs.items() if k != "row_factory"}
+        self._kwargs = without_rows(kwargs)
         self._on_cancel = on_cancel
         self._task: asyncio.Task[None] | None = None
         self.listening = asyncio.Event()
