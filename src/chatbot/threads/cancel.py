@@ -29,13 +29,12 @@ import logging
 import os
 import uuid
 from collections.abc import Callable, Sequence
-from typing import Any
 
 import psycopg
 from psycopg import AsyncConnection
 
-from chatbot.db.connection_options import ConnectionOptions, without_rows
 from chatbot.db.checkpoints import CheckpointReader, RunCheckpoint
+from chatbot.db.connection_options import ConnectionOptions, without_rows
 from chatbot.db.locks import Locks, fence_token, lock_fence, revoke_fence, thread_locked
 from chatbot.db.pool import Pool
 from chatbot.tasks import stop_task
