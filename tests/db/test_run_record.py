@@ -11,11 +11,12 @@ from __future__ import annotations
 import json
 
 import pytest
+from pydantic import JsonValue
 
 from chatbot.db.run_record import RecordedRun, WindowByIds
 
 RUN = "6f0b7c1e-2d1a-4c3b-9a55-0d6e1f2a3b4c"
-SETTINGS = {
+SETTINGS: dict[str, JsonValue] = {
     "context_tokens": 8000,
     "summary_after_turns": 10,
     "window_history": 60,
@@ -23,14 +24,14 @@ SETTINGS = {
     "tokenizer": "o200k_base",
     "language": "fa",
 }
-USAGE = {
+USAGE: dict[str, JsonValue] = {
     "kind": "answer",
     "model": "openai:gpt-4o-mini",
     "input_tokens": 812,
     "output_tokens": 96,
     "cached_input_tokens": 0,
 }
-CUTS = {"chunks_kept": 2, "chunk_permille": 1000, "chunks_omitted": False, "system_chars": None}
+CUTS: dict[str, JsonValue] = {"chunks_kept": 2, "chunk_permille": 1000, "chunks_omitted": False, "system_chars": None}
 
 PARTIAL = '{"format":1,"run_id":"' + RUN + '","model":"offline","retrieved":[["car-body#9f2c",1],["renewal#77aa",3]]}'
 ANSWERED = (

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
-from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from langchain_core.messages import BaseMessage
@@ -51,7 +50,7 @@ def window_by_ids(window: Window, history: Sequence[BaseMessage]) -> WindowByIds
     """
     ids = [str(m.id) for m in window.messages[1:]]
     suffix = [str(m.id) for m in history[window.first_kept :]]
-    cuts = asdict(window.cuts) if window.cuts is not None else None
+    cuts = window.cuts.stored() if window.cuts is not None else None
     if ids[:-1] == suffix:
         return WindowByIds(span=(ids[0], len(ids)), question_chars=window.question_chars, system_cuts=cuts)
     return WindowByIds(ids=tuple(ids), question_chars=window.question_chars, system_cuts=cuts)

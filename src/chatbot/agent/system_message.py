@@ -12,6 +12,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import JsonValue
+
 from chatbot.agent._prompts import SECTION_LABELS, TRUNCATION_MARKERS, SectionLabels, language_key
 from chatbot.memory.pii import normalize_for_pii
 from chatbot.text import cut_at_word, looks_persian
@@ -42,6 +44,33 @@ class SystemCuts:
     """How memory is written: 2, quoted as the user's own words (`quote_memory`); 1, plain
     lines under "What we know about the user", as runs recorded before quoting were given it
     (a record without the field is rebuilt so, threads/record.py)."""
+
+    def stored(self) -> dict[str, JsonValue]:
+        """Return the cuts as a run record stores them (db/run_record.py `WindowByIds.system_cuts`)."""
+        return {
+            "chunks_kept": self.chunks_kept,
+            "chunk_permille": self.chunk_permille,
+            "chunks_omitted": self.chunks_omitted,
+            "system_chars": self.system_chars,
+            "memory_format": self.memory_format,
+        }
+
+    @classmethod
+    def from_stored(cls, stored: Mapping[str, JsonValue]) -> SystemCuts:
+        """Return the cuts a run record stored; a record written before memory was quoted has no
+        `memory_format` and is rebuilt as format 1."""
+        chars = stored.get("system_chars")
+        return cls(
+            chunks_kept=_int(stored.get("chunks_kept"), 0),
+            chunk_permille=_int(stored.get("chunk_permille"), 1000),
+            chunks_omitted=stored.get("chunks_omitted") is True,
+            system_chars=chars if isinstance(chars, int) else None,
+            memory_format=_int(stored.get("memory_format"), 1),
+        )
+
+
+def _int(value: JsonValue, default: int) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else default
 
 
 def cut_text(text: str, length: int, marker: str) -> str:

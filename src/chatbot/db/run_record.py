@@ -30,7 +30,8 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+
+from pydantic import JsonValue
 
 RECORD_FORMAT = 1
 
@@ -50,16 +51,18 @@ class WindowByIds:
     ids: tuple[str, ...] = ()
     question_chars: int | None = None
     """The question's kept length when the window cut it, else None."""
-    system_cuts: dict[str, Any] | None = None
-    """How the system message was cut (agent/system_message.py `SystemCuts`, as a dict)."""
+    system_cuts: dict[str, JsonValue] | None = None
+    """How the system message was cut (agent/system_message.py `SystemCuts.stored`)."""
 
-    def dump(self) -> dict[str, Any]:
+    def dump(self) -> dict[str, JsonValue]:
         """Return the window's keys of the stored record (None kept as null, as written)."""
-        named: dict[str, Any] = {"window_span": list(self.span)} if self.span else {"window": list(self.ids)}
+        named: dict[str, JsonValue] = (
+            {"window_span": [self.span[0], self.span[1]]} if self.span else {"window": list(self.ids)}
+        )
         return named | {"question_chars": self.question_chars, "system_cuts": self.system_cuts}
 
     @classmethod
-    def parse(cls, value: Mapping[str, Any]) -> WindowByIds | None:
+    def parse(cls, value: Mapping[str, JsonValue]) -> WindowByIds | None:
         """Return the window a stored record names, None when it names none."""
         span, ids = _span(value.get("window_span")), _texts(value.get("window"))
         if span is None and ids is None:
@@ -86,7 +89,7 @@ class RecordedRun:
     answer_id: str | None = None
     shown: str | None = None
     """The answer text the user was shown before a failure: the only text a record carries."""
-    usage: tuple[dict[str, Any], ...] | None = None
+    usage: tuple[dict[str, JsonValue], ...] | None = None
     """One entry per model call (models/usage.py `Usage.as_dict`)."""
     input_id: str | None = None
     system_prompt_sha256: str | None = None
@@ -98,16 +101,16 @@ class RecordedRun:
     recalled: tuple[str, ...] = ()
     """The message ids of the earlier turns recall gave the model, in the order given
     (recall/); stored only when there are some, so a record without recall is as before."""
-    settings: dict[str, Any] | None = None
+    settings: dict[str, JsonValue] | None = None
     """The settings that shaped the window (context_tokens, tokenizer, language, ...)."""
 
     def dump(self) -> str:
         """Return the record as stored: compact JSON, tagged with its format."""
         return json.dumps(self.as_json(), ensure_ascii=False, separators=(",", ":"))
 
-    def as_json(self) -> dict[str, Any]:
+    def as_json(self) -> dict[str, JsonValue]:
         """Return the stored JSON object (before encoding)."""
-        head = {
+        head: dict[str, JsonValue] = {
             "status": self.status,
             "reason": self.reason,
             "model": self.model,
@@ -117,7 +120,8 @@ class RecordedRun:
             "input_id": self.input_id,
             "system_prompt_sha256": self.system_prompt_sha256,
         }
-        out = {"format": RECORD_FORMAT, "run_id": self.run_id} | {k: v for k, v in head.items() if v is not None}
+        out: dict[str, JsonValue] = {"format": RECORD_FORMAT, "run_id": self.run_id}
+        out |= {k: v for k, v in head.items() if v is not None}
         if self.window is not None:
             out |= self.window.dump()
         if self.shortened is not None:
@@ -133,11 +137,12 @@ class RecordedRun:
     def parse(cls, raw: object) -> RecordedRun | None:
         """Return the record a checkpoint holds, None when it holds none (or one that is not ours)."""
         value = _json_object(raw)
-        if value is None or value.get("format") != RECORD_FORMAT or not isinstance(value.get("run_id"), str):
+        run_id = None if value is None else value.get("run_id")
+        if value is None or value.get("format") != RECORD_FORMAT or not isinstance(run_id, str):
             return None
         usage = value.get("usage")
         return cls(
-            run_id=value["run_id"],
+            run_id=run_id,
             status=_text(value.get("status")) or None,  # an empty status never ended a run
             reason=_text(value.get("reason")),
             model=_text(value.get("model")),
@@ -154,7 +159,7 @@ class RecordedRun:
         )
 
 
-def _json_object(raw: object) -> dict[str, Any] | None:
+def _json_object(raw: object) -> dict[str, JsonValue] | None:
     if not isinstance(raw, str) or not raw.startswith("{"):
         return None  # "" in a run's first checkpoint
     try:
@@ -172,7 +177,7 @@ def _int(value: object) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def _object(value: object) -> dict[str, Any] | None:
+def _object(value: JsonValue) -> dict[str, JsonValue] | None:
     return value if isinstance(value, dict) else None
 
 

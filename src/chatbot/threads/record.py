@@ -255,8 +255,7 @@ def _system_message(
         facts=context["facts"],
         summary=context["summary"],
         chunks=chunks,
-        # A record written before memory was quoted has no `memory_format`: rebuilt as format 1.
-        cuts=SystemCuts(**{"memory_format": 1, **cuts}),
+        cuts=SystemCuts.from_stored(cuts),
     ) + recalled_section(recalled, language)
 
 
