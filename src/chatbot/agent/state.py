@@ -20,7 +20,7 @@ even a run that fails after retrieval leaves chunk text in a checkpoint.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Annotated, Any, Literal, TypedDict
+from typing import Annotated, Any, Literal, TypedDict, cast
 
 from langchain_core.messages import AnyMessage, BaseMessage
 from langgraph.channels.delta import DeltaChannel
@@ -99,7 +99,21 @@ class ConversationState(TypedDict, total=False):
     """Consecutive turns that could not be answered; escalates when it keeps growing."""
 
 
-def message_meta(message: BaseMessage) -> dict[str, Any]:
+class MessageMeta(TypedDict, total=False):
+    """Our metadata on a persisted message, under `additional_kwargs[META_KEY]`."""
+
+    created_at: str
+    """RFC 3339 (timestamps.py), when the message was written."""
+    run_id: str
+    """The run the message belongs to."""
+    citations: list[str]
+    """An answer's cited chunk ids."""
+    status: str
+    """An answer's status (responses.py `RunStatus`)."""
+
+
+def message_meta(message: BaseMessage) -> MessageMeta:
     """Return our metadata stored on a persisted message (empty when absent)."""
     meta = message.additional_kwargs.get(META_KEY)
-    return meta if isinstance(meta, dict) else {}
+    # Written only as a MessageMeta (agent/nodes.py, threads/runs.py); LangChain keeps it as given.
+    return cast(MessageMeta, meta) if isinstance(meta, dict) else MessageMeta()

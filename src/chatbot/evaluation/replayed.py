@@ -19,7 +19,7 @@ from chatbot.evaluation.cases import Case, RecordedWindow, Turn, default_locale
 from chatbot.retrieval.normalize import detect_language
 from chatbot.retrieval.versions import read_chunk_versions
 from chatbot.threads.export import rated_runs_of_tenant
-from chatbot.threads.record import ResolvedRun, read_run_record
+from chatbot.threads.record import MessageRefBody, ResolvedRun, read_run_record
 
 Score = Literal["up", "down"]
 
@@ -41,19 +41,20 @@ async def rated_cases(
     cases = []
     for row in rows:
         record = await read_run_record(pool, locks, row["thread_id"], row["run_id"], tenant_id)
-        if record is None or record.body["input"] is None:
+        question = None if record is None else record.body["input"]
+        if record is None or question is None:
             continue
-        cases.append(await _case(pool, tenant_id, row, record))
+        cases.append(await _case(pool, tenant_id, row, record, question))
     return cases
 
 
-async def _case(pool: Pool, tenant_id: str, row: Mapping[str, Any], record: ResolvedRun) -> Case:
+async def _case(pool: Pool, tenant_id: str, row: Mapping[str, Any], record: ResolvedRun, asked: MessageRefBody) -> Case:
     body = record.body
     context = body["context"]
-    question = str(body["input"]["content"])
+    question = asked["content"]
     messages = list(context["messages"])
     # The window ends on the run's question; what comes before it is the history it saw.
-    if messages and messages[-1]["id"] == body["input"]["id"]:
+    if messages and messages[-1]["id"] == asked["id"]:
         messages = messages[:-1]
     history = tuple(Turn(m["role"], m["content"], m["id"]) for m in messages)
     answer = body["answer"]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Query
 
@@ -13,7 +13,7 @@ from chatbot.openapi import json_as_returned
 from chatbot.responses import MessagesPage
 from chatbot.threads._ownership import check_thread_access
 from chatbot.threads.schemas import ThreadId
-from chatbot.threads.transcript import read_page
+from chatbot.threads.transcript import Page, read_page
 
 router = APIRouter(prefix="/v1/threads/{thread_id}/messages", tags=["threads"], dependencies=AUTHENTICATED)
 
@@ -32,8 +32,7 @@ async def list_messages(
         str | None,
         Query(min_length=1, max_length=128, description="A message id of this thread: the page ends before it."),
     ] = None,
-) -> dict[str, Any]:
+) -> Page:
     """Return one page of the thread's user and assistant messages, oldest first."""
     await check_thread_access(pool, thread_id, caller, must_exist=True)
-    page = await read_page(pool, thread_id, limit=limit, before=before)
-    return {"messages": page.messages, "has_more": page.has_more, "next_before": page.next_before}
+    return await read_page(pool, thread_id, limit=limit, before=before)

@@ -15,13 +15,14 @@ Where each part is read from (docs/records.md):
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Literal, TypedDict
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+from pydantic import JsonValue
 
 from chatbot.agent.state import message_meta
 from chatbot.agent.system_message import SystemCuts, compose_system_text, shorten_question
-from chatbot.db.checkpoints import Checkpoints, RecordCheckpoint
+from chatbot.db.checkpoints import ChannelVersions, Checkpoints, RecordCheckpoint
 from chatbot.db.locks import Locks, thread_locked
 from chatbot.db.pool import Pool
 from chatbot.db.run_record import ChunkVersion, RecordedRun, WindowByIds
@@ -65,12 +66,75 @@ async def prompt_text(pool: Pool, sha256: str) -> str | None:
         return await queries.read_prompt_text(conn, sha256)
 
 
+class MessageRefBody(TypedDict):
+    """A message named by id, with its text (responses.py `MessageRef`)."""
+
+    id: str
+    content: str
+
+
+class AnswerBody(MessageRefBody):
+    """The answer as the user got it (responses.py `RecordedAnswer`)."""
+
+    complete: bool
+
+
+class ContextMessageBody(TypedDict):
+    """A message of the window, or a recalled turn (responses.py `ContextMessage`)."""
+
+    id: str | None
+    role: Literal["user", "assistant"]
+    content: str
+
+
+class ChunkBody(TypedDict):
+    """A chunk version as the run retrieved it; `text` None once pruned (responses.py `RetrievedChunk`)."""
+
+    chunk_id: str
+    document_id: str
+    version: int
+    text: str | None
+
+
+class TitledChunk(ChunkBody):
+    """A chunk with its title, which the system message shows and the API body leaves out."""
+
+    title: str
+
+
+class RunContextBody(TypedDict):
+    """What the run's model saw (responses.py `RunContext`)."""
+
+    system_prompt_sha256: str | None
+    summary: str
+    profile: dict[str, JsonValue]
+    facts: list[str]
+    messages: list[ContextMessageBody]
+    retrieved: list[ChunkBody]
+    recalled: list[ContextMessageBody]
+
+
+class RunRecordBody(TypedDict):
+    """The API body of a run record, as sent (responses.py `RunRecord` documents it)."""
+
+    run_id: str
+    thread_id: str
+    status: str
+    created_at: str
+    model: str | None
+    input: MessageRefBody | None
+    answer: AnswerBody | None
+    citations: list[str]
+    usage: list[dict[str, JsonValue]]
+    context: RunContextBody
+
+
 @dataclass(frozen=True, slots=True)
 class ResolvedRun:
     """A resolved run record: the API body, plus what only the command-line replay shows."""
 
-    body: dict[str, Any]
-    settings: dict[str, Any] = field(default_factory=dict)
+    body: RunRecordBody
+    settings: dict[str, JsonValue] = field(default_factory=dict)
     shortened: list[str] = field(default_factory=list)
     system_prompt: str | None = None
     """The system prompt's text (from `system_prompts`)."""
@@ -90,7 +154,7 @@ class _Snapshot:
         return None if self.record is None else self.record.status
 
     @property
-    def versions(self) -> dict[str, Any]:
+    def versions(self) -> ChannelVersions:
         """The checkpoint's channel versions."""
         return self.row.versions
 
@@ -124,7 +188,7 @@ async def _settled(
     return snap, snap.status or "error"
 
 
-async def _memory(pool: Pool, thread_id: str, versions: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+async def _memory(pool: Pool, thread_id: str, versions: ChannelVersions) -> tuple[dict[str, JsonValue], list[str]]:
     """Return the profile and facts the run loaded (the checkpoint's versions of those channels)."""
     found = await Checkpoints(pool).memory_values(thread_id, versions)
     profile, facts = found.get("profile"), found.get("facts")
@@ -171,18 +235,18 @@ def _run_messages(transcript: list[BaseMessage], run_id: str) -> tuple[BaseMessa
     return question, answer
 
 
-def _answer(record: RecordedRun, answer: BaseMessage | None) -> dict[str, Any] | None:
+def _answer(record: RecordedRun, answer: BaseMessage | None) -> AnswerBody | None:
     """Return the answer as the user got it: finished (from the transcript), or the shown part of a failed one."""
     if answer is not None:
-        return {"id": str(answer.id), "content": str(answer.text), "complete": True}
+        return AnswerBody(id=str(answer.id), content=str(answer.text), complete=True)
     if record.shown:
-        return {"id": record.answer_id or "", "content": record.shown, "complete": False}
+        return AnswerBody(id=record.answer_id or "", content=record.shown, complete=False)
     return None
 
 
-def _public(message: BaseMessage, content: str | None = None) -> dict[str, Any]:
-    role = "user" if isinstance(message, HumanMessage) else "assistant"
-    return {"id": str(message.id), "role": role, "content": str(message.text) if content is None else content}
+def _public(message: BaseMessage, content: str | None = None) -> ContextMessageBody:
+    role: Literal["user", "assistant"] = "user" if isinstance(message, HumanMessage) else "assistant"
+    return ContextMessageBody(id=str(message.id), role=role, content=str(message.text) if content is None else content)
 
 
 def _window_ids(record: RecordedRun, transcript: list[BaseMessage]) -> list[str]:
@@ -200,7 +264,7 @@ def _window_ids(record: RecordedRun, transcript: list[BaseMessage]) -> list[str]
     return kept if kept and kept[-1] == record.input_id else []
 
 
-def _window(record: RecordedRun, transcript: list[BaseMessage]) -> list[dict[str, Any]]:
+def _window(record: RecordedRun, transcript: list[BaseMessage]) -> list[ContextMessageBody]:
     """Return the window's messages as the model got them (the question cut where it was)."""
     by_id = {str(m.id): m for m in transcript}
     ids = _window_ids(record, transcript)
@@ -217,20 +281,20 @@ def _window(record: RecordedRun, transcript: list[BaseMessage]) -> list[dict[str
     return messages
 
 
-async def _retrieved(pool: Pool, tenant_id: str, refs: tuple[ChunkVersion, ...]) -> list[dict[str, Any]]:
+async def _retrieved(pool: Pool, tenant_id: str, refs: tuple[ChunkVersion, ...]) -> list[TitledChunk]:
     """Return the cited chunk versions in rank order, with their title (for the system message)."""
     rows = await read_chunk_versions(pool, tenant_id, list(refs))
     out = []
     for pair in refs:
         row = rows.get(pair)
         out.append(
-            {
-                "chunk_id": pair[0],
-                "document_id": row["document_id"] if row else pair[0].partition("#")[0],
-                "version": pair[1],
-                "text": row["text"] if row else None,  # pruned: only if no retained run cited it
-                "title": row["title"] if row else "",
-            }
+            TitledChunk(
+                chunk_id=pair[0],
+                document_id=row["document_id"] if row else pair[0].partition("#")[0],
+                version=pair[1],
+                text=row["text"] if row else None,  # pruned: only if no retained run cited it
+                title=row["title"] if row else "",
+            )
         )
     return out
 
@@ -238,8 +302,8 @@ async def _retrieved(pool: Pool, tenant_id: str, refs: tuple[ChunkVersion, ...])
 def _system_message(
     record: RecordedRun,
     prompt: str | None,
-    context: dict[str, Any],
-    chunks: list[dict[str, Any]],
+    context: RunContextBody,
+    chunks: list[TitledChunk],
     recalled: list[RecalledTurn],
 ) -> str | None:
     """Rebuild the system message from the record's parts, as the window built it (agent/system_message.py)."""
@@ -267,9 +331,9 @@ class _Read:
     record: RecordedRun  # empty but for the run id when the run wrote none
     status: str
     transcript: list[BaseMessage]
-    profile: dict[str, Any]
+    profile: dict[str, JsonValue]
     facts: list[str]
-    chunks: list[dict[str, Any]]
+    chunks: list[TitledChunk]
     prompt: str | None
     recalled: list[RecalledTurn]
     """The recalled turns, in the order given."""
@@ -280,36 +344,47 @@ class _Read:
         return self.record.status is not None
 
 
-def _context(read: _Read) -> dict[str, Any]:
-    return {
-        "system_prompt_sha256": read.record.system_prompt_sha256,
+def _untitled(chunk: TitledChunk) -> ChunkBody:
+    return ChunkBody(
+        chunk_id=chunk["chunk_id"], document_id=chunk["document_id"], version=chunk["version"], text=chunk["text"]
+    )
+
+
+def _recalled(turn: RecalledTurn) -> ContextMessageBody:
+    role: Literal["user", "assistant"] = "user" if turn.role == "user" else "assistant"
+    return ContextMessageBody(id=turn.message_id, role=role, content=turn.content)
+
+
+def _context(read: _Read) -> RunContextBody:
+    return RunContextBody(
+        system_prompt_sha256=read.record.system_prompt_sha256,
         # The summary as given: the same checkpoint's `summary` channel (generate writes both).
-        "summary": (read.snap.row.summary or "") if read.complete else "",
-        "profile": read.profile,
-        "facts": read.facts,
-        "messages": _window(read.record, read.transcript) if read.complete else [],
-        "retrieved": [{k: v for k, v in c.items() if k != "title"} for c in read.chunks],
-        "recalled": [{"id": t.message_id, "role": t.role, "content": t.content} for t in read.recalled],
-    }
+        summary=(read.snap.row.summary or "") if read.complete else "",
+        profile=read.profile,
+        facts=read.facts,
+        messages=_window(read.record, read.transcript) if read.complete else [],
+        retrieved=[_untitled(c) for c in read.chunks],
+        recalled=[_recalled(t) for t in read.recalled],
+    )
 
 
-def _body(read: _Read, thread_id: str) -> dict[str, Any]:
+def _body(read: _Read, thread_id: str) -> RunRecordBody:
     """Return the API body of a resolved record (responses.py `RunRecord`)."""
     record = read.record
     question, answer = _run_messages(read.transcript, record.run_id)
     created = message_meta(question).get("created_at") if question is not None else None
-    return {
-        "run_id": record.run_id,
-        "thread_id": thread_id,
-        "status": read.status,
-        "created_at": created or read.snap.row.ts,
-        "model": record.model,
-        "input": None if question is None else {"id": str(question.id), "content": str(question.text)},
-        "answer": _answer(record, answer),
-        "citations": list(message_meta(answer).get("citations", [])) if answer is not None else [],
-        "usage": list(record.usage or ()),
-        "context": _context(read),
-    }
+    return RunRecordBody(
+        run_id=record.run_id,
+        thread_id=thread_id,
+        status=read.status,
+        created_at=created or read.snap.row.ts,
+        model=record.model,
+        input=None if question is None else MessageRefBody(id=str(question.id), content=str(question.text)),
+        answer=_answer(record, answer),
+        citations=list(message_meta(answer).get("citations", [])) if answer is not None else [],
+        usage=list(record.usage or ()),
+        context=_context(read),
+    )
 
 
 async def read_run_record(pool: Pool, locks: Locks, thread_id: str, run_id: str, tenant_id: str) -> ResolvedRun | None:

@@ -23,7 +23,7 @@ from chatbot.threads._ownership import check_thread_access
 from chatbot.threads._sse import SSE_MEDIA_TYPE, sse_body, wants_json
 from chatbot.threads._stream import Listener
 from chatbot.threads.deps import ReplaysDep, RunsDep
-from chatbot.threads.record import read_run_record
+from chatbot.threads.record import RunRecordBody, read_run_record
 from chatbot.threads.rejoin import follower_listener, parse_last_event_id, replay_listener
 from chatbot.threads.schemas import NOT_A_RUN, FeedbackRequest, RunId, RunRequest, ThreadId, run_not_found
 
@@ -213,7 +213,7 @@ async def get_run_record(
     caller: CallerDep,
     pool: PoolDep,
     locks: LocksDep,
-) -> dict[str, Any]:
+) -> RunRecordBody:
     """Return what the run's model was given and what it answered."""
     try:
         await check_thread_access(pool, thread_id, caller, must_exist=True)

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from typing import Literal, TypedDict
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
@@ -13,8 +12,28 @@ from chatbot.db.pool import Pool
 from chatbot.errors import Problem
 
 
-def public_message(message: BaseMessage) -> dict[str, Any] | None:
+class PublicMessage(TypedDict):
+    """A transcript message as the API sends it (responses.py `TranscriptMessage`, as stored)."""
+
+    id: str | None
+    role: Literal["user", "assistant"]
+    content: str
+    created_at: str | None
+    run_id: str | None
+    citations: list[str]
+
+
+class Page(TypedDict):
+    """One page of a transcript, oldest first: the API body (responses.py `MessagesPage`)."""
+
+    messages: list[PublicMessage]
+    has_more: bool
+    next_before: str | None
+
+
+def public_message(message: BaseMessage) -> PublicMessage | None:
     """Return the API form of a user or assistant message; None for anything else."""
+    role: Literal["user", "assistant"]
     if isinstance(message, HumanMessage):
         role = "user"
     elif isinstance(message, AIMessage) and not message.tool_calls:
@@ -24,28 +43,19 @@ def public_message(message: BaseMessage) -> dict[str, Any] | None:
     meta = message_meta(message)
     if not meta:
         return None  # a message this service did not write (e.g. a summary injected by a tool)
-    return {
-        "id": message.id,
-        "role": role,
-        "content": str(message.text),
-        "created_at": meta.get("created_at"),
-        "run_id": meta.get("run_id"),
-        "citations": list(meta.get("citations", [])) if role == "assistant" else [],
-    }
-
-
-@dataclass(frozen=True, slots=True)
-class Page:
-    """One page of a transcript, oldest first."""
-
-    messages: list[dict[str, Any]]
-    has_more: bool
-    next_before: str | None
+    return PublicMessage(
+        id=message.id,
+        role=role,
+        content=str(message.text),
+        created_at=meta.get("created_at"),
+        run_id=meta.get("run_id"),
+        citations=list(meta.get("citations", [])) if role == "assistant" else [],
+    )
 
 
 async def read_page(pool: Pool, thread_id: str, *, limit: int, before: str | None) -> Page:
     """Return the newest `limit` user/assistant messages older than `before`, oldest first."""
-    page: list[dict[str, Any]] = []
+    page: list[PublicMessage] = []
     reached = before is None
     has_more = False
     async for message in Checkpoints(pool).messages_newest_first(thread_id):
@@ -62,7 +72,7 @@ async def read_page(pool: Pool, thread_id: str, *, limit: int, before: str | Non
     if not reached:
         raise Problem(422, "unknown `before` message id")
     page.reverse()
-    return Page(page, has_more, page[0]["id"] if has_more and page else None)
+    return Page(messages=page, has_more=has_more, next_before=page[0]["id"] if has_more and page else None)
 
 
 async def read_messages(pool: Pool, thread_id: str) -> list[BaseMessage]:
