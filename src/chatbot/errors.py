@@ -8,13 +8,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from http import HTTPStatus
-from typing import Any
 
 import psycopg
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from psycopg_pool import PoolTimeout
+from pydantic import JsonValue
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 log = logging.getLogger(__name__)
@@ -39,7 +39,7 @@ class Problem(Exception):
         *,
         title: str | None = None,
         headers: Mapping[str, str] | None = None,
-        members: Mapping[str, Any] | None = None,
+        members: Mapping[str, JsonValue] | None = None,
     ) -> None:
         super().__init__(detail)
         self.status = status
@@ -49,12 +49,12 @@ class Problem(Exception):
         self.members = dict(members or {})
         """Extension members of the problem object (`reason`, `budget`), beside the standard ones."""
 
-    def body(self) -> dict[str, Any]:
+    def body(self) -> dict[str, JsonValue]:
         """Return the problem-details object."""
         return problem_body(self.status, self.detail, self.title) | self.members
 
 
-def problem_body(status: int, detail: str, title: str | None = None) -> dict[str, Any]:
+def problem_body(status: int, detail: str, title: str | None = None) -> dict[str, JsonValue]:
     """Return a problem-details object for `status`."""
     return {
         "type": "about:blank",

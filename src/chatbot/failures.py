@@ -8,8 +8,11 @@ from the record, the JSON answer) asks this table, so a reason reads the same ev
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
+
+from pydantic import JsonValue
 
 from chatbot.errors import DATABASE_UNAVAILABLE, problem_body
 
@@ -24,7 +27,7 @@ FailureReason = Literal[
     "internal",
 ]
 
-_TABLE: dict[str, tuple[int, str]] = {
+_TABLE: dict[FailureReason, tuple[int, str]] = {
     "model_failed": (502, "the model failed to answer"),
     "model_incomplete": (502, "the model stopped before finishing its answer; send the message again"),
     "model_timeout": (504, "the model did not answer in time"),
@@ -65,7 +68,7 @@ class Failure:
         """Return the HTTP status of this reason."""
         return _TABLE[self.reason][0]
 
-    def problem(self) -> dict[str, Any]:
+    def problem(self) -> dict[str, JsonValue]:
         """Return the problem-details object of the `error` event (and of the JSON answer)."""
         status, detail = _TABLE[self.reason]
         body = problem_body(status, detail) | {"reason": self.reason}
@@ -80,11 +83,11 @@ class Failure:
         return {"Retry-After": str(max(1, math.ceil(self.retry_after)))}
 
     @classmethod
-    def from_problem(cls, problem: dict[str, Any]) -> Failure:
+    def from_problem(cls, problem: Mapping[str, JsonValue]) -> Failure:
         """Return the failure a stored problem object names (unknown reasons read as internal)."""
         reason = problem.get("reason")
         retry = problem.get("retry_after")
         return cls(
-            reason if reason in _TABLE else "internal",
+            next((known for known in _TABLE if known == reason), "internal"),
             float(retry) if isinstance(retry, int | float) and not isinstance(retry, bool) else None,
         )

@@ -10,6 +10,7 @@ from typing import Any
 from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.config import get_stream_writer
 from langgraph.runtime import Runtime
+from pydantic import JsonValue
 
 from chatbot import metrics
 from chatbot.agent._prompts import system_prompt
@@ -28,6 +29,7 @@ from chatbot.agent.state import (
     RECENT_MESSAGES,
     WINDOW_HISTORY,
     ConversationState,
+    Outcome,
 )
 from chatbot.budgets.service import BudgetExhausted, Held
 from chatbot.db.run_record import RecordedRun
@@ -61,10 +63,10 @@ class Nodes:
         self.settings = deps.settings
         self.counter = token_counter_for(deps.settings.model)
 
-    async def load_memory(self, state: ConversationState, runtime: Runtime[Context]) -> dict[str, Any]:
+    async def load_memory(self, state: ConversationState, runtime: Runtime[Context]) -> ConversationState:
         """Read the user's profile and facts; start the turn with no outcome (`retrieve` sets the chunks)."""
         ctx = runtime.context
-        profile: dict[str, Any] = {}
+        profile: dict[str, JsonValue] = {}
         facts: list[str] = []
         if self.deps.memory_reader is not None:
             # Two reads, each of one store prefix (memory/read.py), newest fact first.
@@ -86,9 +88,9 @@ class Nodes:
                     profile = dict(item.value)
                 elif item.namespace == facts_ns and item.value.get("text"):
                     facts.append(str(item.value["text"]))
-        return {"profile": profile, "facts": facts, "outcome": {}}
+        return ConversationState(profile=profile, facts=facts, outcome=Outcome())
 
-    async def retrieve(self, state: ConversationState, runtime: Runtime[Context]) -> dict[str, Any]:
+    async def retrieve(self, state: ConversationState, runtime: Runtime[Context]) -> ConversationState:
         """Find this turn's knowledge chunks for the user's question."""
         emit = _events(runtime.context)
         emit(StageProgress("retrieval", status="started"))
@@ -103,7 +105,7 @@ class Nodes:
         refs = chunk_refs(chunks)
         # A partial record (no status): what a run that fails from here on retrieved.
         partial = RecordedRun(runtime.context.run_id, model=self.settings.model, retrieved=chunk_versions(chunks))
-        return {"retrieved": refs, "record": partial.dump()}
+        return ConversationState(retrieved=refs, record=partial.dump())
 
     async def _offline_chunks(
         self, state: ConversationState, ctx: Context, question: str, chunks: list[RetrievedChunk]
@@ -124,7 +126,7 @@ class Nodes:
         ranked = rank_candidates(question, _as_mappings(chunks), language=ctx.language, thread=earlier)
         return [by_id[str(c["chunk_id"])] for c in ranked]
 
-    async def generate(self, state: ConversationState, runtime: Runtime[Context]) -> dict[str, Any]:
+    async def generate(self, state: ConversationState, runtime: Runtime[Context]) -> ConversationState:
         """Answer the question from the window, stream it, and decide the turn's status."""
         ctx = runtime.context
         messages = state["messages"]
@@ -213,7 +215,7 @@ class Nodes:
         prompt_sha: str,
         chunks: list[RetrievedChunk],
         history: list[Any],
-    ) -> dict[str, Any]:
+    ) -> ConversationState:
         """Return the update of a turn whose model failed: the reason and what was shown, no answer.
 
         The answer is not added to the conversation (the transcript holds finished answers
@@ -232,18 +234,18 @@ class Nodes:
             shown=failure.shown,
             usage=self._usage_record(ctx),
         )
-        return {
-            "turns": turns,
-            "outcome": outcome.stored(),
-            "record": self._record(ctx, ending, question, recalled, prompt_sha, chunks, history),
-        }
+        return ConversationState(
+            turns=turns,
+            outcome=outcome.stored(),
+            record=self._record(ctx, ending, question, recalled, prompt_sha, chunks, history),
+        )
 
     @staticmethod
     def _usage(ctx: Context) -> list[Usage]:
         """Return this run's model calls so far (the summary fold's, then the answer's)."""
         return ctx.result.usage
 
-    def _usage_record(self, ctx: Context) -> tuple[dict[str, Any], ...]:
+    def _usage_record(self, ctx: Context) -> tuple[dict[str, JsonValue], ...]:
         calls = self._usage(ctx)
         for call in calls:
             metrics.count_tokens(
@@ -288,7 +290,7 @@ class Nodes:
             },
         ).dump()
 
-    async def write_memory(self, state: ConversationState, runtime: Runtime[Context]) -> dict[str, Any]:
+    async def write_memory(self, state: ConversationState, runtime: Runtime[Context]) -> ConversationState:
         """Hand the answered turn to the memory writer, which records it durably and works after the answer.
 
         The job's row is written before `end` is sent (the run service awaits the hand-off,
@@ -310,12 +312,12 @@ class Nodes:
             )
         )
         if handed is None:
-            return {}
+            return ConversationState()
         if ctx.handoffs is None:
             await handed
         else:
             ctx.handoffs.append(asyncio.ensure_future(handed))
-        return {}
+        return ConversationState()
 
     async def _window_and_summary(
         self,
@@ -325,7 +327,7 @@ class Nodes:
         chunks: list[RetrievedChunk],
         turns: int,
         ctx: Context,
-    ) -> tuple[Window, str, dict[str, Any]]:
+    ) -> tuple[Window, str, ConversationState]:
         """Build the model window, folding what left it into the summary when a batch is due."""
         summary = state.get("summary", "")
         window = self._window(state, history, question, summary, chunks, ctx.language)
@@ -335,18 +337,18 @@ class Nodes:
         # window must not lose the conversation's beginning (docs/api.md). One summariser
         # call (and one window rebuild) per FOLD_BATCH messages, at most four turns behind.
         if end - start < FOLD_BATCH:
-            return window, summary, {}
+            return window, summary, ConversationState()
         try:
             folded = await self._fold(summary, history[start:end], ctx)
         except BudgetExhausted:
             # Skipped, not failed: the same messages are folded on a later turn that fits.
             metrics.SUMMARY_FOLDS.labels("over_budget").inc()
-            return window, summary, {}
+            return window, summary, ConversationState()
         metrics.SUMMARY_FOLDS.labels("ok" if folded != summary else "unchanged").inc()
         if folded == summary:  # a failed fold keeps the old summary; a later turn retries
-            return window, summary, {}
+            return window, summary, ConversationState()
         window = self._window(state, history, question, folded, chunks, ctx.language)
-        return window, folded, {"summary": folded, "summarized_through": str(history[end - 1].id)}
+        return window, folded, ConversationState(summary=folded, summarized_through=str(history[end - 1].id))
 
     async def _fold(self, summary: str, dropped: list[Any], ctx: Context) -> str:
         """Fold `dropped` into the summary; with budgets, under a reservation of the fold's worst case."""

@@ -19,7 +19,9 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
 from langchain_core.messages import BaseMessage
+from pydantic import JsonValue
 
+from chatbot.agent.state import Outcome, StoredFailure
 from chatbot.failures import Failure
 from chatbot.responses import HandoffContext, RunStatus
 
@@ -33,7 +35,7 @@ class Token:
     name: ClassVar[str] = "token"
     content: str
 
-    def data(self) -> dict[str, Any]:
+    def data(self) -> dict[str, JsonValue]:
         """Return the event's data as the stream sends it."""
         return {"content": self.content}
 
@@ -47,9 +49,9 @@ class StageProgress:
     status: str | None = None
     chunks: int | None = None
 
-    def data(self) -> dict[str, Any]:
+    def data(self) -> dict[str, JsonValue]:
         """Return the event's data as the stream sends it (only the fields the stage set)."""
-        data: dict[str, Any] = {"stage": self.stage}
+        data: dict[str, JsonValue] = {"stage": self.stage}
         if self.status is not None:
             data["status"] = self.status
         if self.chunks is not None:
@@ -81,24 +83,29 @@ class GraphOutcome:
     failure: Failure | None = None
     """Why the run failed, when `status` is `error`."""
 
-    def stored(self) -> dict[str, Any]:
+    def stored(self) -> Outcome:
         """Return the outcome as the `outcome` channel stores it."""
         if self.status == "error":
             failure = self.failure or Failure("internal")
-            return {"status": "error", "failure": {"reason": failure.reason, "retry_after": failure.retry_after}}
-        return {
-            "status": self.status,
-            "message_id": self.message_id,
-            "citations": self.citations,
-            "handoff_context": None if self.handoff_context is None else self.handoff_context.model_dump(),
-        }
+            stored = StoredFailure(reason=failure.reason, retry_after=failure.retry_after)
+            return Outcome(status="error", failure=stored)
+        return Outcome(
+            status=self.status,
+            message_id=self.message_id,
+            citations=self.citations,
+            handoff_context=None if self.handoff_context is None else self.handoff_context.model_dump(),
+        )
 
     @classmethod
-    def from_stored(cls, stored: Mapping[str, Any], answer: str = "") -> GraphOutcome:
+    def from_stored(cls, stored: Outcome, answer: str = "") -> GraphOutcome:
         """Return the outcome a stored `outcome` channel value (and the answer's text) describes."""
         status: OutcomeStatus = stored.get("status") or "error"
         if status == "error":
-            return cls("error", failure=Failure.from_problem(stored.get("failure") or {}))
+            failure = stored.get("failure")
+            problem: dict[str, JsonValue] = (
+                {} if failure is None else {"reason": failure["reason"], "retry_after": failure["retry_after"]}
+            )
+            return cls("error", failure=Failure.from_problem(problem))
         return cls(
             status,
             answer=answer,

@@ -22,9 +22,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Annotated, Any, Literal, TypedDict, cast
 
-from langchain_core.messages import AnyMessage, BaseMessage
+from langchain_core.messages import AnyMessage, BaseMessage, HumanMessage
 from langgraph.channels.delta import DeltaChannel
 from langgraph.graph.message import add_messages
+from pydantic import JsonValue
 
 from chatbot.responses import RunStatus
 
@@ -52,24 +53,32 @@ def add_recent_batches(current: list[AnyMessage], batches: Sequence[Any]) -> lis
     return merged[-RECENT_MESSAGES:]
 
 
-def user_turn(message: BaseMessage) -> dict[str, Any]:
+def user_turn(message: HumanMessage) -> ConversationState:
     """Return the state update that records the user's message of a new run.
 
     It also empties `record`: otherwise the new run's first checkpoint would store the
     previous run's record (a string, kept inline) a second time.
     """
-    return {"messages": [message], "turn": [message], "record": ""}
+    return ConversationState(messages=[message], turn=[message], record="")
+
+
+class StoredFailure(TypedDict):
+    """Why a run failed, as the `outcome` channel keeps it (chatbot/failures.py `Failure`)."""
+
+    reason: str
+    retry_after: float | None
 
 
 class Outcome(TypedDict, total=False):
     """How this turn ended: read by the runs endpoint to build the `end` (or `error`) event."""
 
     status: RunStatus | Literal["error"]
-    failure: dict[str, Any]
-    """On `error`: `{"reason", "retry_after"}` (chatbot/failures.py)."""
-    message_id: str
+    failure: StoredFailure
+    """On `error`."""
+    message_id: str | None
     citations: list[str]
-    handoff_context: dict[str, Any] | None
+    handoff_context: dict[str, JsonValue] | None
+    """responses.py `HandoffContext`, dumped."""
 
 
 class ConversationState(TypedDict, total=False):
@@ -89,7 +98,7 @@ class ConversationState(TypedDict, total=False):
     """This turn's chunks as [chunk_id, version] pairs, ids only; reset every turn."""
     record: str
     """This run's record, JSON (agent/record.py); a string, so it is stored inline in the checkpoint."""
-    profile: dict[str, Any]
+    profile: dict[str, JsonValue]
     """The user's profile as loaded this turn (long-term memory lives in the store)."""
     facts: list[str]
     """The user's remembered facts as loaded this turn."""
