@@ -11,7 +11,7 @@ import logging
 import sys
 import time
 import traceback
-from typing import Any
+from typing import NotRequired, TypedDict
 
 # Attributes every LogRecord has; anything else was passed through `extra=` and is a field.
 _STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime", "taskName", "color_message"}
@@ -21,7 +21,9 @@ class JsonFormatter(logging.Formatter):
     """Format a record as one JSON object on one line."""
 
     def format(self, record: logging.LogRecord) -> str:
-        entry: dict[str, Any] = {
+        # Values are whatever a caller passed through `extra=` (ids, counts, enums): any
+        # object, written with `default=str` when JSON has no form for it.
+        entry: dict[str, object] = {
             "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
             "level": record.levelname.lower(),
             "logger": record.name,
@@ -43,7 +45,27 @@ MAX_FRAMES = 40
 MAX_GROUP = 5
 
 
-def exception_chain(exc: BaseException) -> list[dict[str, Any]]:
+class Frame(TypedDict):
+    """One traceback frame: where, never what."""
+
+    file: str
+    line: int | None
+    function: str
+
+
+class DescribedException(TypedDict):
+    """One exception of a chain, by its type and frames (never its message)."""
+
+    type: str
+    relation: str
+    """`raised`, `cause` (`raise ... from`) or `context` (raised while handling the one before)."""
+    frames: list[Frame]
+    frames_omitted: NotRequired[int]
+    members: NotRequired[list[list[DescribedException]]]
+    """An exception group's members, each as its chain."""
+
+
+def exception_chain(exc: BaseException) -> list[DescribedException]:
     """Describe an exception and its causes by type and frames, never by message.
 
     An exception's message can quote the user's text, a provider's response or a SQL
@@ -52,7 +74,7 @@ def exception_chain(exc: BaseException) -> list[dict[str, Any]]:
     raised while handling it), and its traceback frames as (file, line, function), the
     innermost last as in a printed traceback. Exception groups list their members' chains.
     """
-    chain: list[dict[str, Any]] = []
+    chain: list[DescribedException] = []
     seen: set[int] = set()
     current: BaseException | None = exc
     relation = "raised"
@@ -68,15 +90,15 @@ def exception_chain(exc: BaseException) -> list[dict[str, Any]]:
     return chain
 
 
-def _describe(exc: BaseException, relation: str) -> dict[str, Any]:
+def _describe(exc: BaseException, relation: str) -> DescribedException:
     kind = type(exc)
     frames = traceback.extract_tb(exc.__traceback__)
-    described: dict[str, Any] = {
-        "type": kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}",
-        "relation": relation,
+    described = DescribedException(
+        type=kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}",
+        relation=relation,
         # The innermost frames say where it broke; the outermost are the event loop's.
-        "frames": [{"file": f.filename, "line": f.lineno, "function": f.name} for f in frames[-MAX_FRAMES:]],
-    }
+        frames=[Frame(file=f.filename, line=f.lineno, function=f.name) for f in frames[-MAX_FRAMES:]],
+    )
     if len(frames) > MAX_FRAMES:
         described["frames_omitted"] = len(frames) - MAX_FRAMES
     if isinstance(exc, BaseExceptionGroup):

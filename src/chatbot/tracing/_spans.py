@@ -19,7 +19,8 @@ from typing import Any
 from uuid import UUID
 
 from langchain_core.callbacks import BaseCallbackHandler
-from langchain_core.outputs import LLMResult
+from langchain_core.messages import AIMessage, UsageMetadata
+from langchain_core.outputs import ChatGeneration, LLMResult
 from langchain_core.runnables import RunnableConfig
 from opentelemetry import trace
 from opentelemetry.sdk.resources import SERVICE_NAME, Resource
@@ -214,9 +215,16 @@ class GraphSpans(BaseCallbackHandler):
         self, response: LLMResult, *, run_id: UUID, parent_run_id: UUID | None = None, **kwargs: Any
     ) -> None:
         """Close a model call's span as done, with its token counts when the provider gave them."""
-        usage = _usage(response) or {}
-        counts = {f"gen_ai.usage.{k}": int(usage.get(k, 0)) for k in ("input_tokens", "output_tokens")}
-        self._end_model(run_id, None, counts if usage else {})
+        usage = _usage(response)
+        counts = (
+            {}
+            if usage is None
+            else {
+                "gen_ai.usage.input_tokens": int(usage.get("input_tokens", 0)),
+                "gen_ai.usage.output_tokens": int(usage.get("output_tokens", 0)),
+            }
+        )
+        self._end_model(run_id, None, counts)
 
     def on_llm_error(
         self, error: BaseException, *, run_id: UUID, parent_run_id: UUID | None = None, **kwargs: Any
@@ -274,12 +282,13 @@ def _mark(span: Span, error: BaseException | None) -> None:
     span.set_status(Status(StatusCode.ERROR))
 
 
-def _usage(response: LLMResult) -> dict[str, Any] | None:
+def _usage(response: LLMResult) -> UsageMetadata | None:
     for generations in response.generations:
         for generation in generations:
-            usage = getattr(getattr(generation, "message", None), "usage_metadata", None)
+            message = generation.message if isinstance(generation, ChatGeneration) else None
+            usage = message.usage_metadata if isinstance(message, AIMessage) else None
             if usage:
-                return dict(usage)
+                return usage
     return None
 
 
