@@ -25,34 +25,18 @@ import re
 from collections.abc import Sequence
 from datetime import datetime
 from importlib.metadata import version
-from typing import Any, TypedDict, TypeVar
+from typing import Any, TypedDict
 
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
 from langgraph.store.postgres.aio import AsyncPostgresStore
 from psycopg import AsyncConnection, AsyncCursor, sql
-from psycopg.abc import Params
-from psycopg.rows import class_row
 from psycopg.types.json import Jsonb
 
 from chatbot.db.catalogue import tables_with_column
+from chatbot.db.rows import fetch_all, fetch_one
 
 Conn = AsyncConnection[Any]
 Cursor = AsyncCursor[Any]
-Row = TypeVar("Row")
-
-
-async def _fetch(conn: Conn, row: type[Row], query: str, params: Params) -> list[Row]:
-    """Return a statement's rows, each built as `row` (a TypedDict of the selected columns)."""
-    async with conn.cursor(row_factory=class_row(row)) as cur:
-        await cur.execute(query, params)
-        return await cur.fetchall()
-
-
-async def _fetch_one(conn: Conn, row: type[Row], query: str, params: Params) -> Row | None:
-    """Return a statement's first row built as `row`, None without one."""
-    async with conn.cursor(row_factory=class_row(row)) as cur:
-        await cur.execute(query, params)
-        return await cur.fetchone()
 
 
 PACKAGE = "langgraph-checkpoint-postgres"
@@ -455,22 +439,22 @@ _ERROR = (
 
 async def turn_versions_before(conn: Conn, thread_id: str, bound: str, limit: int) -> list[VersionRow]:
     """Return up to `limit` versions of the thread's `turn` channel sorting below `bound`, newest first."""
-    return await _fetch(conn, VersionRow, _TURN_VERSIONS_BEFORE, (thread_id, bound, limit))
+    return await fetch_all(conn, VersionRow, _TURN_VERSIONS_BEFORE, (thread_id, bound, limit))
 
 
 async def memory_blobs(conn: Conn, thread_id: str, profile_version: object, facts_version: object) -> list[ChannelRow]:
     """Return the `profile` and `facts` channel rows at the given versions (channel, type, blob)."""
-    return await _fetch(conn, ChannelRow, _MEMORY_BLOBS, (thread_id, profile_version, facts_version))
+    return await fetch_all(conn, ChannelRow, _MEMORY_BLOBS, (thread_id, profile_version, facts_version))
 
 
 async def channel_blob(conn: Conn, thread_id: str, channel: str, version: object) -> BlobRow | None:
     """Return one channel version's row (type, blob), None when absent."""
-    return await _fetch_one(conn, BlobRow, _BLOB, (thread_id, channel, version))
+    return await fetch_one(conn, BlobRow, _BLOB, (thread_id, channel, version))
 
 
 async def error_write(conn: Conn, thread_id: str, checkpoint_id: str) -> BlobRow | None:
     """Return the `__error__` pending write saved with a checkpoint (type, blob), None when the run did not fail."""
-    return await _fetch_one(conn, BlobRow, _ERROR, (thread_id, checkpoint_id))
+    return await fetch_one(conn, BlobRow, _ERROR, (thread_id, checkpoint_id))
 
 
 # --- Runs' checkpoints (run records, rejoins) --------------------------------------------
@@ -521,12 +505,12 @@ _NEWEST_RUN = (
 
 async def run_record_checkpoints(conn: Conn, thread_id: str, run_id: str, tenant_id: str) -> list[RecordCheckpointRow]:
     """Return the run's checkpoints newest first: checkpoint_id, record, summary, versions, ts."""
-    return await _fetch(conn, RecordCheckpointRow, _RUN_RECORD_CHECKPOINTS, (thread_id, run_id, tenant_id))
+    return await fetch_all(conn, RecordCheckpointRow, _RUN_RECORD_CHECKPOINTS, (thread_id, run_id, tenant_id))
 
 
 async def run_checkpoints(conn: Conn, thread_id: str, run_id: str) -> list[RunCheckpointRow]:
     """Return the run's checkpoints oldest first: checkpoint_id, source, versions."""
-    return await _fetch(conn, RunCheckpointRow, _RUN_CHECKPOINTS, (thread_id, run_id))
+    return await fetch_all(conn, RunCheckpointRow, _RUN_CHECKPOINTS, (thread_id, run_id))
 
 
 async def newest_run(conn: Conn, thread_id: str) -> str | None:

@@ -17,7 +17,7 @@ import hashlib
 import hmac
 from collections.abc import AsyncIterator, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import TypedDict
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
@@ -47,7 +47,29 @@ def user_key(key: bytes, tenant_id: str, user_id: str) -> str:
     return hmac.new(key, message, hashlib.sha256).hexdigest()
 
 
-def _turn(messages: Sequence[BaseMessage], run_id: str) -> dict[str, Any]:
+class RatedTurn(TypedDict):
+    """What a rated run left in the transcript (null answer and status when it failed)."""
+
+    user_message: str | None
+    answer: str | None
+    citations: list[str]
+    status: str | None
+
+
+class FeedbackRecord(RatedTurn):
+    """One line of the feedback export (docs/api.md)."""
+
+    thread_id: str
+    run_id: str
+    tenant_id: str
+    locale: str | None
+    user_key: str | None
+    score: str
+    comment: str | None
+    rated_at: str
+
+
+def _turn(messages: Sequence[BaseMessage], run_id: str) -> RatedTurn:
     """Return the question, answer, citations and status a run left in the transcript."""
     question: str | None = None
     answer: str | None = None
@@ -64,18 +86,18 @@ def _turn(messages: Sequence[BaseMessage], run_id: str) -> dict[str, Any]:
             citations = [str(c) for c in meta.get("citations", [])]
             status = meta.get("status")
     # A run that failed leaves its question and no answer: answer and status stay null.
-    return {"user_message": question, "answer": answer, "citations": citations, "status": status}
+    return RatedTurn(user_message=question, answer=answer, citations=citations, status=status)
 
 
 async def rated_runs_of_tenant(
     pool: Pool, tenant_id: str, since: datetime, until: datetime | None, score: str | None
-) -> list[dict[str, Any]]:
+) -> list[queries.TenantRating]:
     """Return the tenant's ratings in [since, until) (of one score when given), oldest first."""
     async with pool.connection() as conn:
         return await queries.rated_of_tenant(conn, tenant_id, since, until, score)
 
 
-async def export_feedback(pool: Pool, since: datetime, *, key: bytes | None = None) -> AsyncIterator[dict[str, Any]]:
+async def export_feedback(pool: Pool, since: datetime, *, key: bytes | None = None) -> AsyncIterator[FeedbackRecord]:
     """Yield one record per run rated (or re-rated) at or after `since`, grouped by thread.
 
     `user_key` is the user's pseudonym under `key`, or None without a key.
@@ -88,14 +110,14 @@ async def export_feedback(pool: Pool, since: datetime, *, key: bytes | None = No
         if row["thread_id"] != thread_id:
             thread_id = row["thread_id"]
             messages = await read_messages(pool, thread_id)
-        yield {
-            "thread_id": row["thread_id"],
-            "run_id": row["run_id"],
-            "tenant_id": row["tenant_id"],
-            "locale": row["locale"],
-            "user_key": None if key is None else user_key(key, row["tenant_id"], row["user_id"]),
-            "score": row["score"],
-            "comment": row["comment"],
-            "rated_at": rfc3339(row["updated_at"]),
+        yield FeedbackRecord(
+            thread_id=row["thread_id"],
+            run_id=row["run_id"],
+            tenant_id=row["tenant_id"],
+            locale=row["locale"],
+            user_key=None if key is None else user_key(key, row["tenant_id"], row["user_id"]),
+            score=row["score"],
+            comment=row["comment"],
+            rated_at=rfc3339(row["updated_at"]),
             **_turn(messages, row["run_id"]),
-        }
+        )

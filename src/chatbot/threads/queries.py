@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, TypedDict
 
 from psycopg import AsyncConnection
+
+from chatbot.db.rows import fetch_all, fetch_one
 
 # --- system_prompts: each prompt's text once, by its sha256 (threads/record.py) ---
 
@@ -70,17 +72,35 @@ async def delete_feedback_of_user(
     return max(cur.rowcount, 0)
 
 
-async def rated_since(conn: AsyncConnection[Any], since: datetime) -> list[dict[str, Any]]:
+class TenantRating(TypedDict):
+    """A run's rating as an evaluation reads it (RATED_OF_TENANT)."""
+
+    thread_id: str
+    run_id: str
+    locale: str | None
+    score: str
+
+
+class Rating(TenantRating):
+    """A run's rating as the feedback export reads it (RATED_SINCE)."""
+
+    tenant_id: str
+    user_id: str
+    comment: str | None
+    updated_at: datetime
+
+
+async def rated_since(conn: AsyncConnection[Any], since: datetime) -> list[Rating]:
     """Return every rating made or replaced at or after `since`, grouped by thread."""
-    return await (await conn.execute(RATED_SINCE, (since,))).fetchall()
+    return await fetch_all(conn, Rating, RATED_SINCE, (since,))
 
 
 async def rated_of_tenant(
     conn: AsyncConnection[Any], tenant_id: str, since: datetime, until: datetime | None, score: str | None
-) -> list[dict[str, Any]]:
+) -> list[TenantRating]:
     """Return the tenant's ratings in [since, until) (of one score when given), oldest first."""
     params = {"tenant": tenant_id, "since": since, "until": until, "score": score}
-    return await (await conn.execute(RATED_OF_TENANT, params)).fetchall()
+    return await fetch_all(conn, TenantRating, RATED_OF_TENANT, params)
 
 
 # --- run_rate_windows: runs per (tenant, user) per minute (threads/ratelimit.py) ---
@@ -112,18 +132,33 @@ RETRY_AFTER = (
 FORGET_USER_COUNTS = "delete from run_rate_windows where tenant_id = %s and user_id = %s"
 
 
-async def peek_window(conn: AsyncConnection[Any], tenant_id: str, user_id: str) -> dict[str, Any] | None:
+class RateWindow(TypedDict):
+    """The user's current minute: runs counted, seconds until it ends (PEEK_WINDOW)."""
+
+    runs: int
+    retry: int
+
+
+class WindowKey(TypedDict):
+    """Whose window a statement counts in (`t`, `u`) and the runs it may hold (`limit`)."""
+
+    t: str
+    u: str
+    limit: int
+
+
+async def peek_window(conn: AsyncConnection[Any], tenant_id: str, user_id: str) -> RateWindow | None:
     """Return the user's current window (`runs`, `retry` seconds), None when it has no run yet."""
-    return await (await conn.execute(PEEK_WINDOW, (tenant_id, user_id))).fetchone()
+    return await fetch_one(conn, RateWindow, PEEK_WINDOW, (tenant_id, user_id))
 
 
-async def consume_run(conn: AsyncConnection[Any], params: dict[str, Any]) -> int | None:
+async def consume_run(conn: AsyncConnection[Any], params: WindowKey) -> int | None:
     """Count one run in the user's window if it has room (`t`, `u`, `limit`); return the count, None when full."""
     row = await (await conn.execute(CONSUME_RUN, params)).fetchone()
     return None if row is None else int(row["runs"])
 
 
-async def forget_old_windows(conn: AsyncConnection[Any], params: dict[str, Any]) -> None:
+async def forget_old_windows(conn: AsyncConnection[Any], params: WindowKey) -> None:
     """Delete the user's windows before this minute's (`t`, `u`)."""
     await conn.execute(FORGET_OLD_WINDOWS, params)
 

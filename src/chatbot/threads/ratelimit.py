@@ -32,7 +32,7 @@ class RateLimiter:
         """Count one started run; return seconds to wait instead when the window is full."""
         if self.per_minute <= 0:
             return None
-        params = {"t": caller.tenant_id, "u": caller.user_id, "limit": self.per_minute}
+        params = queries.WindowKey(t=caller.tenant_id, u=caller.user_id, limit=self.per_minute)
         async with self.pool.connection() as conn:
             runs = await queries.consume_run(conn, params)
             if runs is not None:
