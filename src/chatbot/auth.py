@@ -11,6 +11,7 @@ from typing import Annotated, Any
 
 import jwt
 from fastapi import Depends, Path, Request
+from pydantic import JsonValue
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from chatbot.caller import CallerContext, is_caller_id
@@ -69,7 +70,7 @@ class TokenVerifier:
         return _caller_from_claims(claims)
 
 
-def _caller_from_claims(claims: dict[str, Any]) -> CallerContext:
+def _caller_from_claims(claims: dict[str, JsonValue]) -> CallerContext:
     tenant_id, user_id = claims.get("tenant_id"), claims.get("user_id")
     for value in (tenant_id, user_id):
         if not is_caller_id(value):

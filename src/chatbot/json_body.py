@@ -22,13 +22,14 @@ from typing import Any
 
 from fastapi import Request, Response
 from fastapi.routing import APIRoute
+from pydantic import JsonValue
 
 
 class _Refused(json.JSONDecodeError):
     """A body that decodes but is not one JSON reading: FastAPI answers it like malformed JSON."""
 
 
-def _object_without_repeats(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+def _object_without_repeats(pairs: list[tuple[str, JsonValue]]) -> dict[str, JsonValue]:
     result = dict(pairs)
     if len(result) != len(pairs):
         # The key is the caller's text: named by position in the document only.

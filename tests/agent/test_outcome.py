@@ -5,12 +5,13 @@ from __future__ import annotations
 from langchain_core.messages import AIMessage
 
 from chatbot.agent.outcome import GraphOutcome, StageProgress, Token, custom_stream_sink, outcome_of
+from chatbot.agent.state import ConversationState, Outcome, StoredFailure
 from chatbot.failures import Failure
 
 
 def test_an_answered_outcome_is_read_from_the_generate_update_with_its_answer() -> None:
-    stored = {"status": "answered", "message_id": "m1", "citations": ["c1"], "handoff_context": None}
-    update = {"generate": {"outcome": stored, "messages": [AIMessage(content="the answer", id="m1")]}}
+    stored = Outcome(status="answered", message_id="m1", citations=["c1"], handoff_context=None)
+    update = {"generate": ConversationState(outcome=stored, messages=[AIMessage(content="the answer", id="m1")])}
     outcome = outcome_of(update)
     assert outcome == GraphOutcome("answered", answer="the answer", message_id="m1", citations=["c1"])
     # The channel keeps the shape every checkpoint written so far has.
@@ -18,7 +19,7 @@ def test_an_answered_outcome_is_read_from_the_generate_update_with_its_answer() 
 
 
 def test_a_failed_outcome_carries_its_failure_and_stores_as_before() -> None:
-    stored = {"status": "error", "failure": {"reason": "model_rate_limited", "retry_after": 2.0}}
+    stored = Outcome(status="error", failure=StoredFailure(reason="model_rate_limited", retry_after=2.0))
     outcome = outcome_of({"generate": {"outcome": stored}})
     assert outcome == GraphOutcome("error", failure=Failure("model_rate_limited", 2.0))
     assert outcome.stored() == stored

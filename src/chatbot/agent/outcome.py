@@ -18,10 +18,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
-from langchain_core.messages import BaseMessage
 from pydantic import JsonValue
 
-from chatbot.agent.state import Outcome, StoredFailure
+from chatbot.agent.state import ConversationState, Outcome, StoredFailure
 from chatbot.failures import Failure
 from chatbot.responses import HandoffContext, RunStatus
 
@@ -120,10 +119,11 @@ def _handoff(stored: object) -> HandoffContext | None:
     return HandoffContext.model_validate(stored) if isinstance(stored, Mapping) else None
 
 
-def outcome_of(update: Mapping[str, Any]) -> GraphOutcome | None:
+def outcome_of(update: Mapping[str, ConversationState]) -> GraphOutcome | None:
     """Return the outcome in one `updates` chunk of the graph's stream, if it holds the answer node's."""
     generated = update.get("generate")
-    if not isinstance(generated, Mapping) or not generated.get("outcome"):
+    outcome = generated.get("outcome") if isinstance(generated, dict) else None
+    if generated is None or not outcome:
         return None
-    messages: list[BaseMessage] = generated.get("messages") or []
-    return GraphOutcome.from_stored(generated["outcome"], str(messages[0].text) if messages else "")
+    messages = generated.get("messages") or []
+    return GraphOutcome.from_stored(outcome, str(messages[0].text) if messages else "")

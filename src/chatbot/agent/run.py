@@ -17,6 +17,7 @@ from langgraph.types import Durability
 from chatbot.agent.context import Context
 from chatbot.agent.outcome import outcome_of
 from chatbot.agent.result import RunResult
+from chatbot.agent.state import ConversationState
 
 
 async def run_graph(
@@ -34,7 +35,8 @@ async def run_graph(
     result = context.result
     try:
         events = graph.astream(graph_input, config, context=context, stream_mode="updates", durability=durability)
-        async for update in cast(AsyncIterator[dict[str, Any]], events):
+        # `updates` mode: each chunk maps the node that ran to the state update it returned.
+        async for update in cast(AsyncIterator[dict[str, ConversationState]], events):
             result.outcome = outcome_of(update) or result.outcome
         if result.outcome is None:
             raise RuntimeError("the graph ended without an outcome")

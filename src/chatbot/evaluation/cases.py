@@ -7,7 +7,7 @@ import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NotRequired, TypedDict
 
 from chatbot.recall.service import RecalledTurn
 from chatbot.text import looks_persian
@@ -45,6 +45,14 @@ class RecordedWindow:
     """The earlier turns of the thread recall gave the run's model, in the order given."""
 
 
+class Expectation(TypedDict):
+    """A case's expectation as report.json shows it; `section` only when the case names one."""
+
+    status: str | None
+    citations: list[str]
+    section: NotRequired[str]
+
+
 @dataclass(frozen=True, slots=True)
 class Case:
     """One question to put to every candidate model."""
@@ -63,11 +71,11 @@ class Case:
     """The recorded window of a `--from-feedback` case; None: retrieve and remember as a live run would."""
 
     @property
-    def expect(self) -> dict[str, Any] | None:
+    def expect(self) -> Expectation | None:
         """Return the expectation as the report shows it (None when the case has none)."""
         if self.expect_status is None and not self.expect_citations:
             return None
-        expect: dict[str, Any] = {"status": self.expect_status, "citations": list(self.expect_citations)}
+        expect = Expectation(status=self.expect_status, citations=list(self.expect_citations))
         if self.expect_section is not None:
             expect["section"] = self.expect_section
         return expect

@@ -12,7 +12,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
 from langchain_core.runnables import RunnableConfig
@@ -41,6 +41,16 @@ EVAL_USER = "eval"
 """The user every case runs as: its memory is the in-memory store of that one run."""
 
 
+class ResultReport(TypedDict):
+    """One model's result of one case, as report.json shows it."""
+
+    model: str
+    status: str
+    citations: list[str]
+    answer: str | None
+    error: str | None
+
+
 @dataclass(frozen=True, slots=True)
 class CaseResult:
     """What one candidate made of one case."""
@@ -58,15 +68,11 @@ class CaseResult:
     ttft_ms: float | None
     usage: list[Usage] = field(default_factory=list)
 
-    def as_report(self) -> dict[str, Any]:
+    def as_report(self) -> ResultReport:
         """Return the result as report.json shows it."""
-        return {
-            "model": self.model,
-            "status": self.status,
-            "citations": self.citations,
-            "answer": self.answer,
-            "error": self.error,
-        }
+        return ResultReport(
+            model=self.model, status=self.status, citations=self.citations, answer=self.answer, error=self.error
+        )
 
 
 def _history(case: Case) -> list[AnyMessage]:
@@ -140,7 +146,7 @@ async def run_case(
 async def _run_case(
     case: Case, candidate: Candidate, *, tenant_id: str, settings: Settings, search: Search, budgets: Budgets | None
 ) -> CaseResult:
-    update: dict[str, Any] = {"model": candidate.name}
+    update: dict[str, str | int] = {"model": candidate.name}
     if case.window is not None and case.window.context_tokens:
         update["context_tokens"] = case.window.context_tokens
     deps = AgentDeps(
