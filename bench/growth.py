@@ -32,6 +32,7 @@ from chatbot.caller import CallerContext
 from chatbot.config import Settings
 from chatbot.db.pool import make_pool
 from chatbot.db.saver import PooledPostgresSaver
+from chatbot.ids import RunId, TenantId, ThreadId, UserId
 from chatbot.timestamps import now_rfc3339
 
 CHUNKS = [
@@ -70,7 +71,13 @@ async def run_turn(graph: Any, thread: str, turn: int) -> float:
     )
     started = time.perf_counter()
     await graph.aupdate_state(config, user_turn(question), as_node=START)
-    context = Context(tenant_id="bench", user_id="u", locale="en-US", run_id=run_id, thread_id=thread)
+    context = Context(
+        tenant_id=TenantId("bench"),
+        user_id=UserId("u"),
+        locale="en-US",
+        run_id=RunId(run_id),
+        thread_id=ThreadId(thread),
+    )
     async for _ in graph.astream(None, config, context=context, stream_mode="custom", durability="exit"):
         pass
     return time.perf_counter() - started

@@ -44,6 +44,7 @@ from chatbot.config import Settings
 from chatbot.db.locks import Locks
 from chatbot.db.pool import Pool, connection_kwargs
 from chatbot.db.saver import PooledPostgresSaver
+from chatbot.ids import RunId, TenantId, ThreadId, UserId
 from chatbot.memory.items import utcnow
 from chatbot.memory.jobs import MemoryJob, RunEnded
 from chatbot.memory.queries import insert_job
@@ -69,7 +70,13 @@ async def build_template(pool: Pool) -> None:
         async for _ in graph.astream(
             None,
             config,
-            context=Context(tenant_id="bench", user_id="u1", locale="en", run_id=f"run-{k}", thread_id=TEMPLATE),
+            context=Context(
+                tenant_id=TenantId("bench"),
+                user_id=UserId("u1"),
+                locale="en",
+                run_id=RunId(f"run-{k}"),
+                thread_id=ThreadId(TEMPLATE),
+            ),
         ):
             pass
 

@@ -47,6 +47,7 @@ from chatbot.cli.common import mint_token
 from chatbot.config import Settings
 from chatbot.db.pool import Pool
 from chatbot.db.saver import PooledPostgresSaver
+from chatbot.ids import RunId, TenantId, ThreadId, UserId
 from chatbot.retrieval.ingest import ingest_paths
 from chatbot.retrieval.search import search_knowledge
 from chatbot.threads.deletion import delete_threads
@@ -93,7 +94,13 @@ async def build_thread(graph: Any, thread: str, turns: int, questions: Sequence[
             additional_kwargs={META_KEY: {"created_at": now_rfc3339(), "run_id": run_id}},
         )
         await graph.aupdate_state(config, user_turn(message), as_node=START)
-        context = Context(tenant_id=TENANT, user_id="u1", locale=locale, run_id=run_id, thread_id=thread)
+        context = Context(
+            tenant_id=TenantId(TENANT),
+            user_id=UserId("u1"),
+            locale=locale,
+            run_id=RunId(run_id),
+            thread_id=ThreadId(thread),
+        )
         await graph.ainvoke(None, config, context=context, durability="exit")
     return time.perf_counter() - started
 
@@ -124,7 +131,7 @@ async def measure(
         await app.state.services.graph.aget_state(config)
         raw_elapsed = time.perf_counter() - started
         started = time.perf_counter()
-        await read_messages(app.state.services.pool, thread)
+        await read_messages(app.state.services.pool, ThreadId(thread))
         record_elapsed = time.perf_counter() - started
         if i >= 3:
             endpoint.append(elapsed * 1000)

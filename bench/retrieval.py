@@ -31,6 +31,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from bench._pg import bench_database
 from chatbot.caller import CallerContext
+from chatbot.ids import TenantId, UserId
 from chatbot.retrieval.ingest import ingest_paths
 from chatbot.retrieval.normalize import index_form, search_form
 from chatbot.retrieval.queries import refresh_vocabulary
@@ -54,7 +55,7 @@ async def evaluate(
     hits, reciprocal, latencies = 0, 0.0, []
     misses: Counter[str] = Counter()
     for item in questions:
-        caller = CallerContext(tenant, "bench-user", "fa-IR")
+        caller = CallerContext(TenantId(tenant), UserId("bench-user"), "fa-IR")
         start = time.perf_counter()
         found = await search_knowledge(pool, caller, item["query"], k=5)
         latencies.append((time.perf_counter() - start) * 1000)

@@ -55,6 +55,7 @@ from chatbot.config import Settings
 from chatbot.db.locks import Locks
 from chatbot.db.pool import Pool, connection_kwargs, make_pool
 from chatbot.db.saver import PooledPostgresSaver
+from chatbot.ids import RunId, TenantId, ThreadId, UserId
 from chatbot.memory.writer import MemoryWriter
 from chatbot.retrieval.ingest import ingest_paths
 from chatbot.retrieval.search import search_knowledge
@@ -224,7 +225,13 @@ def inproc_runner(graph: Any, durability: str = "exit") -> RunOnce:
             additional_kwargs={META_KEY: {"created_at": now_rfc3339(), "run_id": run_id}},
         )
         await graph.aupdate_state(config, user_turn(message), as_node=START)
-        context = Context(tenant_id=TENANT, user_id=user, locale=locale, run_id=run_id, thread_id=thread)
+        context = Context(
+            tenant_id=TenantId(TENANT),
+            user_id=UserId(user),
+            locale=locale,
+            run_id=RunId(run_id),
+            thread_id=ThreadId(thread),
+        )
         outcome = None
         async for mode, chunk in graph.astream(
             None, config, context=context, stream_mode=["custom", "updates"], durability=durability

@@ -47,6 +47,7 @@ from chatbot.app import create_app
 from chatbot.cli.common import mint_token
 from chatbot.config import Settings
 from chatbot.db.pool import make_pool
+from chatbot.ids import RunId, TenantId, ThreadId, UserId
 from chatbot.retrieval.ingest import ingest_paths
 from chatbot.tracing.service import NO_TRACING, RunTrace, Tracing, tracing_for
 
@@ -174,9 +175,15 @@ async def graph_only(runs: int, slices: int, provider: TracerProvider) -> None:
 
     async def one(tracing: Tracing, n: int) -> None:
         run_id = f"graph-{n}"
-        trace = tracing.start_run(thread_id=run_id, run_id=run_id, tenant_id=TENANT)
+        trace = tracing.start_run(thread_id=ThreadId(run_id), run_id=RunId(run_id), tenant_id=TenantId(TENANT))
         config = trace.configure({"configurable": {"thread_id": run_id}})
-        context = Context(tenant_id=TENANT, user_id="bench", locale="en-US", run_id=run_id, thread_id=run_id)
+        context = Context(
+            tenant_id=TenantId(TENANT),
+            user_id=UserId("bench"),
+            locale="en-US",
+            run_id=RunId(run_id),
+            thread_id=ThreadId(run_id),
+        )
         question = {"messages": [{"role": "user", "content": QUESTIONS[n % len(QUESTIONS)][0]}]}
         # langgraph types the input as the state (messages: list[AnyMessage]), though the messages
         # reducer (add_messages) takes message dicts like this one and converts them.

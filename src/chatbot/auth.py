@@ -14,6 +14,7 @@ from fastapi import Depends, Path, Request
 from pydantic import JsonValue
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from chatbot import ids
 from chatbot.caller import CallerContext, is_caller_id
 from chatbot.config import Settings
 from chatbot.errors import Problem, problem_response, unauthorized
@@ -80,7 +81,7 @@ def _caller_from_claims(claims: dict[str, JsonValue]) -> CallerContext:
         locale = DEFAULT_LOCALE
     if not isinstance(locale, str) or not _LOCALE.fullmatch(locale):
         raise unauthorized("invalid locale claim")
-    return CallerContext(tenant_id=str(tenant_id), user_id=str(user_id), locale=locale.replace("_", "-"))
+    return CallerContext(ids.TenantId(str(tenant_id)), ids.UserId(str(user_id)), locale=locale.replace("_", "-"))
 
 
 class ServiceAuthMiddleware:
@@ -122,7 +123,9 @@ CallerDep = Annotated[CallerContext, Depends(current_caller)]
 
 # The user routes (`/v1/users/{user_id}...`, memory/ and ops/) act only on the token's own user.
 # Any other user than the token's is a 403, whatever its spelling: no pattern check here.
-UserId = Annotated[str, Path(min_length=1, max_length=512, description="Must be the token's `user_id` (else 403).")]
+UserId = Annotated[
+    ids.UserId, Path(min_length=1, max_length=512, description="Must be the token's `user_id` (else 403).")
+]
 
 
 def require_self(user_id: str, caller: CallerContext) -> None:

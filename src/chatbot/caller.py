@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from chatbot.ids import TenantId, UserId
+
 # Ids become store namespace labels and log fields: no dots (the store's label separator),
 # nothing that needs quoting, bounded length. One rule for the token's claims (auth.py),
 # the command line (cli/) and ingest: an id the CLI accepts is one a token can name.
@@ -28,8 +30,8 @@ def check_caller_id(value: object, what: str = "id") -> str:
 class CallerContext:
     """Tenant, user and locale of one call, taken from a verified service token."""
 
-    tenant_id: str
-    user_id: str
+    tenant_id: TenantId
+    user_id: UserId
     locale: str = "fa-IR"
 
     @property

@@ -14,6 +14,7 @@ from langchain_core.outputs import ChatGenerationChunk
 
 from chatbot.caller import CallerContext
 from chatbot.db.pool import make_pool
+from chatbot.ids import TenantId, ThreadId, UserId
 from chatbot.retrieval.search import search_knowledge
 from tests.fixtures.app import running_app, services_of
 from tests.fixtures.knowledge import load_demo_kb
@@ -22,7 +23,7 @@ from tests.fixtures.postgres import settings_for
 from tests.fixtures.tokens import auth
 
 QUESTION = "What does travel insurance cover for medical costs abroad?"
-CALLER = CallerContext("acme", "u1", "en-US")
+CALLER = CallerContext(TenantId("acme"), UserId("u1"), "en-US")
 
 
 class StallingModel(StreamingChatModel):
@@ -85,7 +86,7 @@ def rows_holding(url: str, needle: str) -> list[str]:
 async def fail_by_raising(url: str, thread: str) -> dict[str, Any]:
     model = ScriptedChatModel(mode="fail")
     async with running_app(url, agent_overrides={"chat_model": model}) as client:
-        run = await services_of(client).runs.start(thread, CALLER, QUESTION)
+        run = await services_of(client).runs.start(ThreadId(thread), CALLER, QUESTION)
         result = await run.terminal()
     assert result.event == "error" and result.data["status"] == 502
     return {"run_id": run.run_id}
@@ -94,7 +95,7 @@ async def fail_by_raising(url: str, thread: str) -> dict[str, Any]:
 async def fail_by_timing_out(url: str, thread: str) -> dict[str, Any]:
     overrides = {"chat_model": ScriptedChatModel(mode="hang"), "model_timeout_seconds": 0.5}
     async with running_app(url, model_timeout_seconds=0.5, agent_overrides=overrides) as client:
-        run = await services_of(client).runs.start(thread, CALLER, QUESTION)
+        run = await services_of(client).runs.start(ThreadId(thread), CALLER, QUESTION)
         result = await run.terminal()
     assert result.event == "error" and result.data["status"] == 504
     return {"run_id": run.run_id}
@@ -103,7 +104,7 @@ async def fail_by_timing_out(url: str, thread: str) -> dict[str, Any]:
 async def fail_by_cancelling_mid_stream(url: str, thread: str) -> dict[str, Any]:
     overrides = {"chat_model": StallingModel(mode="answer")}
     async with running_app(url, shutdown_grace_seconds=0.2, agent_overrides=overrides) as client:
-        run = await services_of(client).runs.start(thread, CALLER, QUESTION)
+        run = await services_of(client).runs.start(ThreadId(thread), CALLER, QUESTION)
         while (await asyncio.wait_for(run.queue.get(), 10)).event != "token":
             pass
         # Leaving the app shuts it down: the grace period passes and the run is cancelled.

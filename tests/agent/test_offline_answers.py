@@ -14,6 +14,7 @@ from chatbot.agent.collaborators import AgentDeps
 from chatbot.agent.context import Context
 from chatbot.agent.graph import build_graph
 from chatbot.caller import CallerContext
+from chatbot.ids import RunId, TenantId, ThreadId, UserId
 from chatbot.memory.items import StoredItem
 from chatbot.memory.read import Remembered
 from chatbot.models.offline import offline_reply, rank_candidates
@@ -122,11 +123,19 @@ def test_what_do_you_know_about_me_is_answered_from_the_profile_and_facts() -> N
 
 async def _graph_turns(messages: Sequence[str], deps: AgentDeps) -> dict[str, Any]:
     graph = build_graph(deps).compile(checkpointer=InMemorySaver())
-    context = Context(tenant_id="acme", user_id="u1", locale="en-US", run_id="r1", thread_id="t1")
+    context = Context(
+        tenant_id=TenantId("acme"), user_id=UserId("u1"), locale="en-US", run_id=RunId("r1"), thread_id=ThreadId("t1")
+    )
     state: dict[str, Any] = {}
     for number, text in enumerate(messages):
         message = HumanMessage(text, id=f"q{number}")
-        context = Context(tenant_id="acme", user_id="u1", locale="en-US", run_id=f"r{number}", thread_id="t1")
+        context = Context(
+            tenant_id=TenantId("acme"),
+            user_id=UserId("u1"),
+            locale="en-US",
+            run_id=RunId(f"r{number}"),
+            thread_id=ThreadId("t1"),
+        )
         state = await graph.ainvoke(
             {"messages": [message], "turn": [message]}, {"configurable": {"thread_id": "t1"}}, context=context
         )

@@ -12,6 +12,7 @@ from chatbot.agent.collaborators import AgentDeps
 from chatbot.agent.context import Context
 from chatbot.agent.graph import build_graph
 from chatbot.caller import CallerContext
+from chatbot.ids import RunId, TenantId, ThreadId, UserId
 from chatbot.memory.jobs import MemoryJob
 from chatbot.memory.pii import PiiCategory
 from chatbot.memory.writer import offline_extractor
@@ -27,7 +28,9 @@ async def _turn(text: str, *, locale: str = "en-US") -> tuple[dict[str, Any], li
     jobs: list[MemoryJob] = []
     deps = AgentDeps(memory_sink=jobs.append, retriever=_one_chunk)
     graph = build_graph(deps).compile(checkpointer=InMemorySaver())
-    context = Context(tenant_id="acme", user_id="u1", locale=locale, run_id="r1", thread_id="t1")
+    context = Context(
+        tenant_id=TenantId("acme"), user_id=UserId("u1"), locale=locale, run_id=RunId("r1"), thread_id=ThreadId("t1")
+    )
     state = await graph.ainvoke(
         {"messages": [HumanMessage(text, id="q1")], "turn": [HumanMessage(text, id="q1")]},
         {"configurable": {"thread_id": "t1"}},

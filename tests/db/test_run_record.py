@@ -14,6 +14,7 @@ import pytest
 from pydantic import JsonValue
 
 from chatbot.db.run_record import RecordedRun, WindowByIds
+from chatbot.ids import RunId
 
 RUN = "6f0b7c1e-2d1a-4c3b-9a55-0d6e1f2a3b4c"
 SETTINGS: dict[str, JsonValue] = {
@@ -66,7 +67,7 @@ FIRST = (
 
 
 def test_the_partial_record_is_written_as_before_and_reads_back() -> None:
-    written = RecordedRun(RUN, model="offline", retrieved=(("car-body#9f2c", 1), ("renewal#77aa", 3)))
+    written = RecordedRun(RunId(RUN), model="offline", retrieved=(("car-body#9f2c", 1), ("renewal#77aa", 3)))
     assert written.dump() == PARTIAL
     read = RecordedRun.parse(PARTIAL)
     assert read == written
@@ -75,7 +76,7 @@ def test_the_partial_record_is_written_as_before_and_reads_back() -> None:
 
 def test_an_answered_record_is_written_as_before_and_reads_back() -> None:
     written = RecordedRun(
-        RUN,
+        RunId(RUN),
         status="answered",
         model="openai:gpt-4o-mini",
         answer_id="a-2",
@@ -93,7 +94,7 @@ def test_an_answered_record_is_written_as_before_and_reads_back() -> None:
 
 def test_a_failed_record_keeps_the_shown_text_and_the_listed_window() -> None:
     written = RecordedRun(
-        RUN,
+        RunId(RUN),
         status="error",
         reason="model_timeout",
         model="openai:gpt-4o-mini",
@@ -114,7 +115,7 @@ def test_a_failed_record_keeps_the_shown_text_and_the_listed_window() -> None:
 
 def test_a_cancelled_record_stores_the_same_keys_and_values() -> None:
     written = RecordedRun(
-        RUN,
+        RunId(RUN),
         status="cancelled",
         reason="cancelled",
         model="offline",
@@ -180,4 +181,4 @@ def test_ill_typed_parts_read_as_absent() -> None:
             "settings": [],
         }
     )
-    assert RecordedRun.parse(raw) == RecordedRun(RUN, usage=(USAGE,), retrieved=(("c#1", 1),))
+    assert RecordedRun.parse(raw) == RecordedRun(RunId(RUN), usage=(USAGE,), retrieved=(("c#1", 1),))

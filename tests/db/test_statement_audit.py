@@ -28,6 +28,7 @@ from chatbot.budgets.admin import BudgetTarget, set_budget
 from chatbot.cli.main import app as cli
 from chatbot.db.migrate import migrate
 from chatbot.db.placement import apply_placement, citus_sql, placement_of
+from chatbot.ids import RunId, ThreadId
 from chatbot.models.usage import Usage
 from tests.db.statement_rules import Finding, StatementAudit
 from tests.db.statement_rules import Path as StatementPath
@@ -170,7 +171,7 @@ async def _runs(url: str, thread: str, other: str) -> dict[str, str]:
         response = await client.post(f"/v1/threads/{thread}/runs/{first}/feedback", json=feedback, headers=auth())
         assert response.status_code == 204
         # A follower on a replica that is not running the run: one replay and one poll.
-        await services_of(client).run_replays.follow(thread, "0" * 8 + "-0000-4000-8000-" + "0" * 12)
+        await services_of(client).run_replays.follow(ThreadId(thread), RunId("0" * 8 + "-0000-4000-8000-" + "0" * 12))
         await services_of(client).memory.drain(10)
         # A model call under budgets: its reservation and settlement (the offline model has none).
         budgets = services_of(client).budgets

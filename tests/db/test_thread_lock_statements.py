@@ -21,6 +21,7 @@ from chatbot.db.langgraph_tables import first_checkpoint_owner
 from chatbot.db.locks import Locks
 from chatbot.db.pool import Pool, connection_kwargs
 from chatbot.db.saver import PooledPostgresSaver
+from chatbot.ids import TenantId, UserId
 from chatbot.threads.ratelimit import RateLimiter
 from tests.fixtures.postgres import settings_for
 
@@ -104,7 +105,7 @@ async def test_a_new_window_deletes_the_users_older_ones(pool: Pool, migrated_da
                 (user, old),
             )
     limiter = RateLimiter(pool, per_minute=2)
-    caller = CallerContext("acme", "u-old")
+    caller = CallerContext(TenantId("acme"), UserId("u-old"))
     assert await limiter.consume(caller) is None
     assert await limiter.consume(caller) is None
     assert await limiter.consume(caller) is not None  # the window is full: seconds to wait

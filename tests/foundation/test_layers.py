@@ -27,6 +27,7 @@ FOUNDATION = frozenset(
         "db",  # infrastructure: pools, embedded Postgres, migrations, locks, the saver
         "config",
         "caller",
+        "ids",  # TenantId, UserId, ThreadId, RunId: a swapped pair of ids is a type error
         "text",
         "timestamps",
         "errors",

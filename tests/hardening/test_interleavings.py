@@ -38,6 +38,7 @@ from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
 from chatbot.caller import CallerContext
+from chatbot.ids import TenantId, ThreadId, UserId
 from chatbot.threads._stream import Listener
 from tests.fixtures.app import running_app, services_of
 from tests.fixtures.tokens import auth
@@ -150,7 +151,7 @@ async def _drain(listener: Listener) -> list[Any]:
 async def _play(pair: Replicas, plan: Plan, user: str) -> tuple[Seen, list[str]]:
     clients = pair.clients
     headers = auth(tenant=TENANT, user=user, locale="en-US")
-    caller = CallerContext(TENANT, user, "en-US")
+    caller = CallerContext(TenantId(TENANT), UserId(user), "en-US")
     threads = [f"il-{user}-{n}" for n in range(THREADS)]
     firsts = await asyncio.gather(
         *(
@@ -167,7 +168,7 @@ async def _play(pair: Replicas, plan: Plan, user: str) -> tuple[Seen, list[str]]
     seen = Seen()
     listeners = await asyncio.gather(
         *(
-            services_of(clients[plan.runs_on[n]]).runs.start(thread, caller, QUESTION)
+            services_of(clients[plan.runs_on[n]]).runs.start(ThreadId(thread), caller, QUESTION)
             for n, thread in enumerate(threads)
         )
     )

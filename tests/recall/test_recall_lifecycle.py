@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 from chatbot.caller import CallerContext
 from chatbot.db.locks import Locks
 from chatbot.db.pool import connection_kwargs
+from chatbot.ids import TenantId, ThreadId, UserId
 from chatbot.ops.retention import purge_stale_threads
 from tests.fixtures.app import running_app, services_of
 from tests.fixtures.catalogue import rows_containing
@@ -97,7 +98,9 @@ async def test_failed_and_cancelled_runs_add_nothing_of_their_own(isolated_datab
         await _only_history(client, url, "FAILQ-1")
     async with running_app(url, context_tokens=SMALL, offline_token_delay_ms=40) as client:
         runs = services_of(client).runs
-        listener = await runs.start("t", CallerContext("acme", "u1", "en-US"), f"{PLATE} CANCELQ-2")
+        listener = await runs.start(
+            ThreadId("t"), CallerContext(TenantId("acme"), UserId("u1"), "en-US"), f"{PLATE} CANCELQ-2"
+        )
         while (await asyncio.wait_for(listener.queue.get(), 10)).event != "token":
             pass
         cancel = await client.post(f"/v1/threads/t/runs/{listener.run_id}/cancel", headers=auth())

@@ -14,6 +14,7 @@ from chatbot.config import Settings
 from chatbot.evaluation.candidates import load_candidate
 from chatbot.evaluation.dry_run import run_case
 from chatbot.evaluation.replayed import rated_cases
+from chatbot.ids import TenantId, ThreadId
 from chatbot.threads.record import read_run_record
 from tests.fixtures.app import running_app, services_of
 from tests.fixtures.provider_double import Behaviour, ProviderDouble
@@ -42,7 +43,9 @@ async def test_replay_and_eval_give_the_recalled_turns_as_the_model_got_them(
         )
         assert rated.status_code == 204
         services = services_of(client)
-        resolved = await read_run_record(services.pool, services.locks, "replayed", record["run_id"], "acme")
+        resolved = await read_run_record(
+            services.pool, services.locks, ThreadId("replayed"), record["run_id"], TenantId("acme")
+        )
         assert resolved is not None
         # `chatbot replay`: the recalled turns have a section, and the system message rebuilt is the one sent.
         sections = dict((title, lines) for title, lines in record_sections(resolved, system_message=True))
@@ -52,7 +55,7 @@ async def test_replay_and_eval_give_the_recalled_turns_as_the_model_got_them(
         cases = await rated_cases(
             services.pool,
             services.locks,
-            tenant_id="acme",
+            tenant_id=TenantId("acme"),
             since=datetime.now(UTC) - timedelta(hours=1),
         )
     # `chatbot eval --from-feedback`: the candidate gets the same system message, recalled turns and all.

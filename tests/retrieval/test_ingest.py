@@ -9,6 +9,7 @@ import pytest
 
 from chatbot.caller import CallerContext
 from chatbot.db.pool import Pool
+from chatbot.ids import TenantId, UserId
 from chatbot.retrieval.ingest import ingest_paths
 from chatbot.retrieval.search import search_knowledge
 from tests.fixtures.retrieval_kb import chunk_ids, write_docs
@@ -76,7 +77,7 @@ async def test_a_changed_document_is_updated_and_keeps_unchanged_chunk_ids(pool:
     after = await chunk_ids(pool, tenant, "car/body.md")
     assert len(after) == len(before)
     assert len(set(before) & set(after)) == len(before) - 1  # only the edited section got a new id
-    ctx = CallerContext(tenant, "user-1", "en-US")
+    ctx = CallerContext(TenantId(tenant), UserId("user-1"), "en-US")
     found = await search_knowledge(pool, ctx, "car body deductible")
     assert "15%" in found[0].text
 
@@ -90,7 +91,7 @@ async def test_a_deleted_file_is_removed_with_its_chunks(pool: Pool, tmp_path: P
     assert (report.added, report.updated, report.unchanged, report.removed) == (0, 0, 3, 1)
     assert "travel.markdown" not in await documents(pool, tenant)
     assert await chunk_ids(pool, tenant, "travel.markdown") == []
-    ctx = CallerContext(tenant, "user-1", "en-US")
+    ctx = CallerContext(TenantId(tenant), UserId("user-1"), "en-US")
     assert await search_knowledge(pool, ctx, "medical costs abroad euros") == []
 
 
@@ -130,7 +131,7 @@ async def test_chunks_keep_the_text_as_written_and_search_reads_it_normalised(po
         rows = [(row["title"], row["text"]) for row in await cur.fetchall()]
     # The heading after a right-to-left mark is still a heading; its joiner is kept.
     assert rows == [("Quorvane rider › Kelp\u200d cover", HIDDEN_BODY)]
-    ctx = CallerContext(tenant, "user-1", "en-US")
+    ctx = CallerContext(TenantId(tenant), UserId("user-1"), "en-US")
     # Searched without the invisible characters, and with separators between the words.
     for query in ("Quorvane kelp damage", "houseboats moored credits", "isolated flipped words"):
         found = await search_knowledge(pool, ctx, query)

@@ -9,6 +9,7 @@ import pytest
 
 from chatbot.caller import CallerContext
 from chatbot.db.pool import Pool
+from chatbot.ids import TenantId, UserId
 from chatbot.retrieval.ingest import ingest_paths
 from chatbot.retrieval.search import RetrievedChunk, search_knowledge
 from tests.fixtures.retrieval_kb import HashingEmbeddings, chunk_ids, write_docs
@@ -28,7 +29,7 @@ TENANT_B_DOCS = {
 
 
 def caller(tenant: str, locale: str = "fa-IR") -> CallerContext:
-    return CallerContext(tenant_id=tenant, user_id="user-1", locale=locale)
+    return CallerContext(tenant_id=TenantId(tenant), user_id=UserId("user-1"), locale=locale)
 
 
 def new_tenant() -> str:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from chatbot.caller import CallerContext
 from chatbot.db.pool import Pool
+from chatbot.ids import TenantId, UserId
 from chatbot.retrieval.ingest import ingest_paths
 from chatbot.retrieval.search import search_knowledge
 from chatbot.retrieval.versions import prune_superseded_chunks, read_chunk_versions
@@ -28,7 +29,7 @@ async def test_a_changed_document_keeps_the_old_version_readable_and_searches_th
     tenant = new_tenant()
     root = write_docs(tmp_path / "kb", {"car.md": OLD, "travel.md": OTHER})
     await ingest_paths(pool, tenant, [root])
-    caller = CallerContext(tenant, "u1", "en-US")
+    caller = CallerContext(TenantId(tenant), UserId("u1"), "en-US")
     old = (await search_knowledge(pool, caller, "car body deductible"))[0]
     assert "10%" in old.text and old.version == 1
     (root / "car.md").write_text(NEW, encoding="utf-8")
@@ -46,7 +47,7 @@ async def test_a_removed_document_leaves_search_but_not_the_records_and_can_come
     pool: Pool, tmp_path: Path
 ) -> None:
     tenant = new_tenant()
-    caller = CallerContext(tenant, "u1", "en-US")
+    caller = CallerContext(TenantId(tenant), UserId("u1"), "en-US")
     root = write_docs(tmp_path / "kb", {"car.md": OLD, "travel.md": OTHER})
     await ingest_paths(pool, tenant, [root])
     travel = (await search_knowledge(pool, caller, "medical costs abroad euros"))[0]
@@ -66,7 +67,7 @@ async def test_a_removed_document_leaves_search_but_not_the_records_and_can_come
 
 async def test_unchanged_passages_keep_their_version_when_their_document_changes(pool: Pool, tmp_path: Path) -> None:
     tenant = new_tenant()
-    caller = CallerContext(tenant, "u1", "en-US")
+    caller = CallerContext(TenantId(tenant), UserId("u1"), "en-US")
     two_sections = OLD + "\n\n## Theft\n\nTheft of the whole car is covered after police reports it."
     root = write_docs(tmp_path / "kb", {"car.md": two_sections})
     await ingest_paths(pool, tenant, [root])
@@ -82,7 +83,7 @@ async def test_pruning_removes_superseded_versions_nobody_cites_after_the_grace_
     pool: Pool, tmp_path: Path
 ) -> None:
     tenant = new_tenant()
-    caller = CallerContext(tenant, "u1", "en-US")
+    caller = CallerContext(TenantId(tenant), UserId("u1"), "en-US")
     root = write_docs(tmp_path / "kb", {"car.md": OLD, "travel.md": OTHER})
     await ingest_paths(pool, tenant, [root])
     old = (await search_knowledge(pool, caller, "car body deductible"))[0]

@@ -15,13 +15,14 @@ import httpx
 import pytest
 
 from chatbot.caller import CallerContext
+from chatbot.ids import TenantId, UserId
 from chatbot.threads._stream import Listener, StreamEvent
 from tests.fixtures.app import running_app, services_of
 from tests.fixtures.provider_double import Behaviour, ProviderDouble
 from tests.fixtures.tokens import auth
 from tests.fixtures.wait import wait_until
 
-CALLER = CallerContext("acme", "u1", "en-US")
+CALLER = CallerContext(TenantId("acme"), UserId("u1"), "en-US")
 EN = {"locale": "en-US"}
 REMEMBER = "Please remember that my car is a 2019 Toyota Corolla and I park it on the street."
 

@@ -14,13 +14,14 @@ import psycopg
 import pytest
 
 from chatbot.caller import CallerContext
+from chatbot.ids import TenantId, ThreadId, UserId
 from chatbot.threads._stream import Listener, StreamEvent
 from tests.fixtures.app import running_app, services_of
 from tests.fixtures.provider_double import Behaviour, ProviderDouble
 from tests.fixtures.tokens import auth
 from tests.threads.test_cancel import cancel_url, rest, until_token
 
-CALLER = CallerContext("acme", "u1", "en-US")
+CALLER = CallerContext(TenantId("acme"), UserId("u1"), "en-US")
 EN = {"locale": "en-US"}
 
 
@@ -46,7 +47,7 @@ async def test_two_cancels_at_once_answer_202_then_409_and_the_record_is_written
         second = a if where == "same" else b
         for turn in range(4):
             thread = f"twice-{where}-{turn}"
-            listener = await services_of(a).runs.start(thread, CALLER, "What does travel insurance cover?")
+            listener = await services_of(a).runs.start(ThreadId(thread), CALLER, "What does travel insurance cover?")
             seen = await until_token(listener)
             answers = await asyncio.gather(
                 a.post(cancel_url(thread, listener.run_id), headers=auth(**EN)),
@@ -76,7 +77,7 @@ async def test_a_cancelled_record_refused_once_is_written_on_a_retry(
             return await real(config, values, as_node=as_node, **kw)
 
         monkeypatch.setattr(graph, "aupdate_state", blinking)
-        listener = await runs.start("twice-retry", CALLER, "What does travel insurance cover?")
+        listener = await runs.start(ThreadId("twice-retry"), CALLER, "What does travel insurance cover?")
         seen = await until_token(listener)
         assert (await client.post(cancel_url("twice-retry", listener.run_id), headers=auth(**EN))).status_code == 202
         await check_cancelled(client, "twice-retry", listener, seen)
@@ -87,14 +88,16 @@ async def test_a_cancelled_runs_model_call_is_in_its_record_and_the_daily_totals
     migrated_database_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("OPENAI_API_KEY", "test-key")
-    tenant = CallerContext("cut-usage", "u1", "en-US")
+    tenant = CallerContext(TenantId("cut-usage"), UserId("u1"), "en-US")
     with ProviderDouble() as double:
         double.default = Behaviour(answer="x" * 2000, piece_delay=0.02)
         async with running_app(
             migrated_database_url, model="openai:gpt-4o-mini", model_base_url=double.openai_base_url
         ) as client:
             headers = auth(tenant="cut-usage", **EN)
-            listener = await services_of(client).runs.start("cut-usage", tenant, "What does travel insurance cover?")
+            listener = await services_of(client).runs.start(
+                ThreadId("cut-usage"), tenant, "What does travel insurance cover?"
+            )
             seen = await until_token(listener)
             while sum(e.event == "token" for e in seen) < 5:
                 seen.append(await asyncio.wait_for(listener.queue.get(), 10))

@@ -13,6 +13,7 @@ from langchain_core.messages import BaseMessage, HumanMessage
 
 from chatbot.caller import CallerContext
 from chatbot.db.pool import make_pool
+from chatbot.ids import TenantId, ThreadId, UserId
 from chatbot.retrieval.ingest import ingest_paths
 from chatbot.retrieval.versions import prune_superseded_chunks, read_chunk_versions
 from chatbot.threads.record import prompt_text, read_run_record
@@ -65,7 +66,10 @@ async def test_the_record_shows_the_window_the_model_was_given_before_and_after_
         state = services_of(client)
         prompt = await prompt_text(state.pool, records[0]["context"]["system_prompt_sha256"])
         # What the command-line replay also shows: the system message rebuilt from the record.
-        rebuilt = [(await read_run_record(state.pool, state.locks, "record-folds", e["run_id"], "acme")) for e in ends]
+        rebuilt = [
+            (await read_run_record(state.pool, state.locks, ThreadId("record-folds"), e["run_id"], TenantId("acme")))
+            for e in ends
+        ]
     assert len(windows) == len(records) == 16
     summaries = [r["context"]["summary"] for r in records]
     assert summaries[0] == "" and summaries[-1] != ""  # runs before and after a fold
@@ -163,7 +167,9 @@ async def test_a_run_in_flight_is_running_and_a_failed_one_is_an_error_with_its_
     overrides = {"chat_model": model, "model_timeout_seconds": 3.0}
     async with running_app(kb_database_url, model_timeout_seconds=3.0, agent_overrides=overrides) as client:
         runs = services_of(client).runs
-        run = await runs.start("record-running", CallerContext("acme", "u1", "en-US"), QUESTIONS[3])
+        run = await runs.start(
+            ThreadId("record-running"), CallerContext(TenantId("acme"), UserId("u1"), "en-US"), QUESTIONS[3]
+        )
         running = await record_of(client, "record-running", run.run_id, **EN)
         assert running["status"] == "running" and running["answer"] is None
         assert running["input"]["content"] == QUESTIONS[3]

@@ -10,6 +10,7 @@ from rich.console import Console
 
 from chatbot.agent._prompts import system_prompt
 from chatbot.cli.replay import record_sections, render
+from chatbot.ids import TenantId, ThreadId
 from chatbot.threads.record import read_run_record
 from tests.fixtures.app import running_app, services_of
 from tests.fixtures.postgres import TEST_SECRET
@@ -76,7 +77,9 @@ async def test_replay_draws_panels_on_a_terminal(kb_database_url: str) -> None:
             )
         ).json()
         state = services_of(client)
-        record = await read_run_record(state.pool, state.locks, "replay-panels", end["run_id"], "acme")
+        record = await read_run_record(
+            state.pool, state.locks, ThreadId("replay-panels"), end["run_id"], TenantId("acme")
+        )
     assert record is not None
     console = Console(force_terminal=True, record=True, width=100)
     render(record_sections(record), console)

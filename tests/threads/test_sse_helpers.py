@@ -14,6 +14,7 @@ import pytest
 
 from chatbot.agent.outcome import GraphOutcome, StageProgress, Token
 from chatbot.failures import Failure
+from chatbot.ids import RunId, ThreadId
 from chatbot.responses import HandoffContext
 from chatbot.threads._sse import SSE_MEDIA_TYPE, _quality, coalesce, encode_events, wants_json
 from chatbot.threads._stream import Listener, RunStream, StreamEvent
@@ -114,7 +115,7 @@ def _queued(listener: Listener) -> list[StreamEvent]:
 
 
 def test_a_listener_gets_only_the_answer_past_what_it_has() -> None:
-    listener = Listener("r", "t", delivered=3, progress=False)
+    listener = Listener(RunId("r"), ThreadId("t"), delivered=3, progress=False)
     listener.offer(_token("abc", 3))  # all of it already delivered
     listener.offer(_token("defg", 7))  # wholly new
     listener.offer(_token("ghij", 10))  # "g" already delivered: only "hij"
@@ -124,14 +125,14 @@ def test_a_listener_gets_only_the_answer_past_what_it_has() -> None:
 
 def test_a_rejoining_listener_starts_mid_token() -> None:
     # Offsets count code points: two of the four Persian letters were delivered.
-    listener = Listener("r", "t", delivered=2, progress=False)
+    listener = Listener(RunId("r"), ThreadId("t"), delivered=2, progress=False)
     listener.offer(_token("سلام", 4))
     assert _queued(listener) == [_token("ام", 4)]
 
 
 def test_progress_reaches_only_the_listener_that_asked_and_other_events_always_do() -> None:
-    quiet = Listener("r", "t", delivered=0, progress=False)
-    starter = Listener("r", "t", delivered=0, progress=True)
+    quiet = Listener(RunId("r"), ThreadId("t"), delivered=0, progress=False)
+    starter = Listener(RunId("r"), ThreadId("t"), delivered=0, progress=True)
     events = [StreamEvent("metadata", {}, 0), StreamEvent("progress", {}, 0), StreamEvent("end", {}, 0)]
     for event in events:
         quiet.offer(event)
@@ -144,7 +145,7 @@ def test_progress_reaches_only_the_listener_that_asked_and_other_events_always_d
 def test_every_event_is_built_in_the_wire_format_of_the_contract() -> None:
     handoff = HandoffContext(reason="x", conversation_summary="s")
     outcome = GraphOutcome("escalate", answer="hi", message_id="m1", citations=["c1"], handoff_context=handoff)
-    run = RunStream("r", "t")
+    run = RunStream(RunId("r"), ThreadId("t"))
     starter = run.listen(from_start=True)
     run.publish(StageProgress("retrieval", status="started"))
     run.publish(StageProgress("retrieval", chunks=2))
@@ -175,17 +176,17 @@ def test_every_event_is_built_in_the_wire_format_of_the_contract() -> None:
             4,
         ),
     ]
-    failed = RunStream("r2", "t")
+    failed = RunStream(RunId("r2"), ThreadId("t"))
     listener = failed.listen()
     failed.fail(Failure("model_timeout"))
     assert _queued(listener)[-1] == StreamEvent("error", Failure("model_timeout").problem(), 0)
     # A replayed run's end (threads/rejoin.py) is the same event, read from the stored outcome.
     replayed = GraphOutcome.from_stored(outcome.stored(), "hi")
-    assert StreamEvent.end("r", "t", replayed, 2).data == _queued(run.listen())[-1].data
+    assert StreamEvent.end(RunId("r"), ThreadId("t"), replayed, 2).data == _queued(run.listen())[-1].data
 
 
 async def test_held_tokens_wait_for_the_flush_and_a_terminal_event_ends_the_hold_at_once() -> None:
-    listener = Listener("r", "t", delivered=0, progress=False)
+    listener = Listener(RunId("r"), ThreadId("t"), delivered=0, progress=False)
     listener.offer(_token("a", 1))
     batch = await listener.next_batch()
 

@@ -9,6 +9,7 @@ import httpx
 import pytest
 
 from chatbot.errors import Problem
+from chatbot.ids import RunId
 from chatbot.threads.rejoin import parse_last_event_id
 from tests.fixtures.app import running_app
 from tests.fixtures.messages import send_message
@@ -153,9 +154,9 @@ def test_only_ascii_digits_are_an_offset(offset: str) -> None:
     # Beyond what a Latin-1 header can carry: "٣" and "३" are digits `int()` reads as 3.
     run_id = str(uuid.uuid4())
     with pytest.raises(Problem) as refused:
-        parse_last_event_id(f"{run_id}:{offset}", run_id)
+        parse_last_event_id(f"{run_id}:{offset}", RunId(run_id))
     assert refused.value.status == 422
-    assert parse_last_event_id(f"{run_id}:{'9' * 18}", run_id) == 10**18 - 1
+    assert parse_last_event_id(f"{run_id}:{'9' * 18}", RunId(run_id)) == 10**18 - 1
 
 
 async def test_tokens_after_the_first_are_flushed_together_without_changing_the_answer(kb_database_url: str) -> None:

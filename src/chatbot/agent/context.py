@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from chatbot.agent.outcome import EventSink
 from chatbot.agent.result import RunResult
 from chatbot.caller import CallerContext
+from chatbot.ids import RunId, TenantId, ThreadId, UserId
 from chatbot.memory.jobs import RunEnded as RunEnded  # the run service makes it (threads/runs.py)
 
 
@@ -19,19 +20,19 @@ from chatbot.memory.jobs import RunEnded as RunEnded  # the run service makes it
 class Context:
     """The caller and run of one graph invocation."""
 
-    tenant_id: str
+    tenant_id: TenantId
     """Tenant from the service token; first label of every store namespace and the retrieval scope."""
 
-    user_id: str
+    user_id: UserId
     """User from the service token; owner of the long-term memory read and written this run."""
 
     locale: str = "fa-IR"
     """BCP 47 locale from the token; `fa*` answers in Persian, anything else in English."""
 
-    run_id: str
+    run_id: RunId
     """The run's UUID, also recorded in checkpoint metadata and on the turn's messages."""
 
-    thread_id: str
+    thread_id: ThreadId
     """The thread (the backend's chat session id) this run belongs to."""
 
     result: RunResult = field(default_factory=RunResult, compare=False, repr=False)

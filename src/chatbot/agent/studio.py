@@ -21,6 +21,7 @@ from chatbot.agent.collaborators import AgentDeps
 from chatbot.agent.context import Context
 from chatbot.agent.graph import build_graph
 from chatbot.caller import CallerContext
+from chatbot.ids import RunId, TenantId, ThreadId, UserId
 from chatbot.retrieval.chunking import document_title, split_document
 from chatbot.retrieval.normalize import detect_language, search_form
 
@@ -31,23 +32,27 @@ MIN_SHARE = 0.3  # of the question's words a chunk must contain to be offered
 TOP = 3
 
 
+_TENANT_ID, _USER_ID = TenantId("acme"), UserId("studio-user")
+_RUN_ID, _THREAD_ID = RunId("studio-run"), ThreadId("studio-thread")
+
+
 @dataclass(frozen=True, kw_only=True)
 class StudioContext(Context):
     """The caller and run of a Studio invocation, prefilled so a bare message runs."""
 
-    tenant_id: str = "acme"
+    tenant_id: TenantId = _TENANT_ID
     """Tenant of the Studio session."""
 
-    user_id: str = "studio-user"
+    user_id: UserId = _USER_ID
     """User whose memory the Studio session reads and writes (in the dev server's store)."""
 
     locale: str = "en-US"
     """`fa-IR` for Persian answers."""
 
-    run_id: str = "studio-run"
+    run_id: RunId = _RUN_ID
     """A fixed run id: Studio runs are not recorded by the service."""
 
-    thread_id: str = "studio-thread"
+    thread_id: ThreadId = _THREAD_ID
     """A fixed thread id (the dev server keeps its own threads)."""
 
 

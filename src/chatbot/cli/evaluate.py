@@ -25,6 +25,7 @@ from chatbot.caller import CallerContext
 from chatbot.cli import common
 from chatbot.config import Settings
 from chatbot.evaluation.scoring import NUMERIC_METRICS
+from chatbot.ids import TenantId
 from chatbot.threads.export import parse_since
 
 if TYPE_CHECKING:
@@ -194,7 +195,7 @@ def evaluate_command(
             if from_feedback:
                 assert first is not None
                 rated: Score | None = "up" if score == "up" else "down" if score == "down" else None
-                found = await rated_cases(pool, locks, tenant_id=tenant, since=first, until=last, score=rated)
+                found = await rated_cases(pool, locks, tenant_id=TenantId(tenant), since=first, until=last, score=rated)
                 if not found:
                     common.fail(f"no rated runs of tenant {tenant} in that period", 2)
             budgets = None

@@ -17,6 +17,7 @@ from rich.panel import Panel
 from rich.text import Text
 
 from chatbot.cli import common
+from chatbot.ids import TenantId, ThreadId
 
 if TYPE_CHECKING:
     from chatbot.threads.record import ResolvedRun
@@ -108,7 +109,7 @@ def replay(
 
     async def _go() -> ResolvedRun | None:
         async with common.open_pool_and_locks(settings) as (pool, locks):
-            return await read_run_record(pool, locks, thread_id, run, tenant)
+            return await read_run_record(pool, locks, ThreadId(thread_id), run, TenantId(tenant))
 
     resolved = common.run(_go())
     if resolved is None:

@@ -23,6 +23,7 @@ from pydantic import JsonValue
 from chatbot.db import langgraph_tables
 from chatbot.db.langgraph_tables import Conn
 from chatbot.db.pool import Pool
+from chatbot.ids import RunId, TenantId, ThreadId
 
 SERDE: SerializerProtocol = maybe_add_typed_methods(AsyncPostgresSaver.serde)
 """The library's default serializer, which every saver of the service writes with."""
@@ -96,12 +97,14 @@ class CheckpointReader:
     def __init__(self, conn: Conn) -> None:
         self.conn = conn
 
-    async def run_checkpoints(self, thread_id: str, run_id: str) -> list[RunCheckpoint]:
+    async def run_checkpoints(self, thread_id: ThreadId, run_id: RunId) -> list[RunCheckpoint]:
         """Return the run's checkpoints, oldest first."""
         rows = await langgraph_tables.run_checkpoints(self.conn, thread_id, run_id)
         return [RunCheckpoint(r["checkpoint_id"], r["source"], _versions(r["versions"])) for r in rows]
 
-    async def record_checkpoints(self, thread_id: str, run_id: str, tenant_id: str) -> list[RecordCheckpoint]:
+    async def record_checkpoints(
+        self, thread_id: ThreadId, run_id: RunId, tenant_id: TenantId
+    ) -> list[RecordCheckpoint]:
         """Return the run's checkpoints on the tenant's thread, newest first, as a run record reads them."""
         rows = await langgraph_tables.run_record_checkpoints(self.conn, thread_id, run_id, tenant_id)
         return [
@@ -109,18 +112,18 @@ class CheckpointReader:
             for r in rows
         ]
 
-    async def newest_run(self, thread_id: str) -> str | None:
+    async def newest_run(self, thread_id: ThreadId) -> str | None:
         """Return the run id of the thread's newest checkpoint, None without one."""
         return await langgraph_tables.newest_run(self.conn, thread_id)
 
-    async def channel_value(self, thread_id: str, channel: str, version: object) -> Any:
+    async def channel_value(self, thread_id: ThreadId, channel: str, version: object) -> Any:
         """Return a channel's value at `version`; None without a version or a stored value."""
         if version is None:
             return None
         row = await langgraph_tables.channel_blob(self.conn, thread_id, channel, version)
         return None if row is None else decode(row["type"], row["blob"])
 
-    async def memory_values(self, thread_id: str, versions: ChannelVersions) -> MemoryValues:
+    async def memory_values(self, thread_id: ThreadId, versions: ChannelVersions) -> MemoryValues:
         """Return the `profile` and `facts` values at a checkpoint's versions (the channels it has)."""
         rows = await langgraph_tables.memory_blobs(self.conn, thread_id, versions.get("profile"), versions.get("facts"))
         found = MemoryValues()
@@ -132,7 +135,7 @@ class CheckpointReader:
                 found["facts"] = value
         return found
 
-    async def error_write(self, thread_id: str, checkpoint_id: str) -> StoredError | None:
+    async def error_write(self, thread_id: ThreadId, checkpoint_id: str) -> StoredError | None:
         """Return the `__error__` write saved with a checkpoint; None when the run did not fail."""
         row = await langgraph_tables.error_write(self.conn, thread_id, checkpoint_id)
         if row is None:
@@ -145,7 +148,7 @@ class CheckpointReader:
         return StoredError(text)
 
     async def turn_versions(
-        self, thread_id: str, before: str, limit: int
+        self, thread_id: ThreadId, before: str, limit: int
     ) -> tuple[list[list[BaseMessage]], str | None]:
         """Return up to `limit` versions of `turn` sorting below `before`, newest first, and the last one read."""
         rows = await langgraph_tables.turn_versions_before(self.conn, thread_id, before, limit)
@@ -165,28 +168,30 @@ class Checkpoints:
         async with self.pool.connection() as conn:
             yield CheckpointReader(conn)
 
-    async def run_checkpoints(self, thread_id: str, run_id: str) -> list[RunCheckpoint]:
+    async def run_checkpoints(self, thread_id: ThreadId, run_id: RunId) -> list[RunCheckpoint]:
         """Return the run's checkpoints, oldest first."""
         async with self.reading() as reader:
             return await reader.run_checkpoints(thread_id, run_id)
 
-    async def record_checkpoints(self, thread_id: str, run_id: str, tenant_id: str) -> list[RecordCheckpoint]:
+    async def record_checkpoints(
+        self, thread_id: ThreadId, run_id: RunId, tenant_id: TenantId
+    ) -> list[RecordCheckpoint]:
         """Return the run's checkpoints on the tenant's thread, newest first."""
         async with self.reading() as reader:
             return await reader.record_checkpoints(thread_id, run_id, tenant_id)
 
-    async def newest_run(self, thread_id: str) -> str | None:
+    async def newest_run(self, thread_id: ThreadId) -> str | None:
         """Return the run id of the thread's newest checkpoint, None without one."""
         async with self.reading() as reader:
             return await reader.newest_run(thread_id)
 
-    async def memory_values(self, thread_id: str, versions: ChannelVersions) -> MemoryValues:
+    async def memory_values(self, thread_id: ThreadId, versions: ChannelVersions) -> MemoryValues:
         """Return the `profile` and `facts` values at a checkpoint's versions."""
         async with self.reading() as reader:
             return await reader.memory_values(thread_id, versions)
 
     async def messages_newest_first(
-        self, thread_id: str, *, through_version: object = None
+        self, thread_id: ThreadId, *, through_version: object = None
     ) -> AsyncIterator[BaseMessage]:
         """Yield the thread's messages newest first, each once.
 

@@ -33,6 +33,8 @@ from dataclasses import dataclass
 
 from pydantic import JsonValue
 
+from chatbot.ids import RunId
+
 RECORD_FORMAT = 1
 
 ChunkVersion = tuple[str, int]
@@ -80,7 +82,7 @@ class RecordedRun:
     partial: the run failed, or has not ended yet.
     """
 
-    run_id: str
+    run_id: RunId
     status: str | None = None
     reason: str | None = None
     """Why the run failed (failures.py), on `error` and `cancelled`."""
@@ -142,7 +144,7 @@ class RecordedRun:
             return None
         usage = value.get("usage")
         return cls(
-            run_id=run_id,
+            run_id=RunId(run_id),
             status=_text(value.get("status")) or None,  # an empty status never ended a run
             reason=_text(value.get("reason")),
             model=_text(value.get("model")),

@@ -31,13 +31,14 @@ from chatbot.caller import CallerContext
 from chatbot.config import Settings
 from chatbot.evaluation.candidates import Candidate
 from chatbot.evaluation.cases import Case, RecordedWindow
+from chatbot.ids import RunId, TenantId, ThreadId, UserId
 from chatbot.memory.jobs import drop_memory_job
 from chatbot.memory.namespaces import PROFILE_KEY, facts_namespace, profile_namespace
 from chatbot.models.usage import Usage
 from chatbot.recall.service import RecordedRecall
 
 Search = Callable[[CallerContext, str], Awaitable[Sequence[Mapping[str, Any]]]]
-EVAL_USER = "eval"
+EVAL_USER = UserId("eval")
 """The user every case runs as: its memory is the in-memory store of that one run."""
 
 
@@ -164,7 +165,7 @@ async def _run_case(
     state: ConversationState = {"messages": [*_history(case), question], "turn": [question], "record": ""}
     if case.window is not None and case.window.summary:
         state["summary"] = case.window.summary
-    thread_id = f"eval-{uuid.uuid4()}"
+    thread_id = ThreadId(f"eval-{uuid.uuid4()}")
     started = time.perf_counter()
     first_token: list[float] = []
 
@@ -173,10 +174,10 @@ async def _run_case(
             first_token.append(time.perf_counter())
 
     context = Context(
-        tenant_id=tenant_id,
+        tenant_id=TenantId(tenant_id),
         user_id=EVAL_USER,
         locale=case.locale,
-        run_id=str(uuid.uuid4()),
+        run_id=RunId(str(uuid.uuid4())),
         thread_id=thread_id,
         events=on_event,
     )

@@ -16,6 +16,7 @@ from typing import Any, Literal
 from chatbot.db.locks import Locks
 from chatbot.db.pool import Pool
 from chatbot.evaluation.cases import Case, RecordedWindow, Turn, default_locale
+from chatbot.ids import TenantId
 from chatbot.retrieval.normalize import detect_language
 from chatbot.retrieval.versions import read_chunk_versions
 from chatbot.threads.export import rated_runs_of_tenant
@@ -28,7 +29,7 @@ async def rated_cases(
     pool: Pool,
     locks: Locks,
     *,
-    tenant_id: str,
+    tenant_id: TenantId,
     since: datetime,
     until: datetime | None = None,
     score: Score | None = None,

@@ -8,11 +8,12 @@ from chatbot.caller import CallerContext
 from chatbot.db import langgraph_tables
 from chatbot.db.locks import share_thread_rows
 from chatbot.db.pool import Pool
+from chatbot.ids import RunId, ThreadId
 from chatbot.threads import queries
 
 
 async def save_feedback(
-    pool: Pool, thread_id: str, run_id: str, caller: CallerContext, score: str, comment: str | None
+    pool: Pool, thread_id: ThreadId, run_id: RunId, caller: CallerContext, score: str, comment: str | None
 ) -> bool:
     """Insert or replace the feedback of one run; False (nothing written) when the run is not recorded.
 

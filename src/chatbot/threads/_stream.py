@@ -21,6 +21,7 @@ from typing import Any
 
 from chatbot.agent.outcome import GraphEvent, GraphOutcome, Token
 from chatbot.failures import Failure
+from chatbot.ids import RunId, ThreadId
 
 TERMINAL = frozenset({"end", "error"})
 
@@ -34,7 +35,7 @@ class StreamEvent:
     offset: int
 
     @classmethod
-    def metadata(cls, run_id: str, thread_id: str, offset: int = 0) -> StreamEvent:
+    def metadata(cls, run_id: RunId, thread_id: ThreadId, offset: int = 0) -> StreamEvent:
         """Return the stream's first event: which run and thread it is."""
         return cls("metadata", {"run_id": run_id, "thread_id": thread_id}, offset)
 
@@ -49,7 +50,7 @@ class StreamEvent:
         return cls(event.name, event.data(), offset)
 
     @classmethod
-    def end(cls, run_id: str, thread_id: str, outcome: GraphOutcome, offset: int) -> StreamEvent:
+    def end(cls, run_id: RunId, thread_id: ThreadId, outcome: GraphOutcome, offset: int) -> StreamEvent:
         """Return the `end` event of a run that answered (its status, answer, citations, hand-off)."""
         return cls("end", end_data(run_id, thread_id, outcome), offset)
 
@@ -59,7 +60,7 @@ class StreamEvent:
         return cls("error", failure.problem(), offset)
 
 
-def end_data(run_id: str, thread_id: str, outcome: GraphOutcome) -> dict[str, Any]:
+def end_data(run_id: RunId, thread_id: ThreadId, outcome: GraphOutcome) -> dict[str, Any]:
     """Return the `end` event's data for a run's outcome."""
     return {
         "run_id": run_id,
@@ -74,7 +75,7 @@ def end_data(run_id: str, thread_id: str, outcome: GraphOutcome) -> dict[str, An
 class Listener:
     """One reader of a run's events, from a given answer offset on."""
 
-    def __init__(self, run_id: str, thread_id: str, delivered: int, *, progress: bool) -> None:
+    def __init__(self, run_id: RunId, thread_id: ThreadId, delivered: int, *, progress: bool) -> None:
         self.run_id = run_id
         self.thread_id = thread_id
         self.queue: asyncio.Queue[StreamEvent] = asyncio.Queue()
@@ -135,7 +136,7 @@ class Listener:
 class RunStream:
     """The events of one run in flight on this replica."""
 
-    def __init__(self, run_id: str, thread_id: str) -> None:
+    def __init__(self, run_id: RunId, thread_id: ThreadId) -> None:
         self.run_id = run_id
         self.thread_id = thread_id
         self._pieces: list[str] = []

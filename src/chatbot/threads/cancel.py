@@ -37,6 +37,7 @@ from chatbot.db.checkpoints import CheckpointReader, RunCheckpoint
 from chatbot.db.connection_options import ConnectionOptions, without_rows
 from chatbot.db.locks import Locks, fence_token, lock_fence, revoke_fence, thread_locked
 from chatbot.db.pool import Pool
+from chatbot.ids import RunId, ThreadId
 from chatbot.tasks import stop_task
 
 log = logging.getLogger(__name__)
@@ -65,15 +66,15 @@ def revoked(token: str) -> bool:
         return False
 
 
-def payload(thread_id: str, run_id: str) -> str:
+def payload(thread_id: ThreadId, run_id: RunId) -> str:
     """Return the notification payload naming a run (thread ids hold no spaces)."""
     return f"{run_id} {thread_id}"
 
 
-def parse_payload(text: str) -> tuple[str, str] | None:
+def parse_payload(text: str) -> tuple[ThreadId, RunId] | None:
     """Return (thread_id, run_id) of a notification payload, None when it is not one."""
     run_id, _, thread_id = text.partition(" ")
-    return (thread_id, run_id) if run_id and thread_id else None
+    return (ThreadId(thread_id), RunId(run_id)) if run_id and thread_id else None
 
 
 def ended(checkpoints: Sequence[RunCheckpoint]) -> bool:
@@ -81,7 +82,7 @@ def ended(checkpoints: Sequence[RunCheckpoint]) -> bool:
     return any(row.source == "loop" for row in checkpoints) or len(checkpoints) > 1
 
 
-async def request_cancel(pool: Pool, locks: Locks, thread_id: str, run_id: str) -> bool:
+async def request_cancel(pool: Pool, locks: Locks, thread_id: ThreadId, run_id: RunId) -> bool:
     """Cancel the run if it is in flight (True), or leave everything as it is (False).
 
     One transaction on the thread's rows (every statement names the thread): lock the
@@ -105,7 +106,7 @@ async def request_cancel(pool: Pool, locks: Locks, thread_id: str, run_id: str) 
     return True
 
 
-async def was_cancelled(pool: Pool, thread_id: str, token: str) -> bool:
+async def was_cancelled(pool: Pool, thread_id: ThreadId, token: str) -> bool:
     """Tell whether the thread's fence holds a cancel token of the lease `token` (`record_token`)."""
     return await record_token(pool, thread_id, token) is not None
 
@@ -115,7 +116,7 @@ async def was_cancelled(pool: Pool, thread_id: str, token: str) -> bool:
 _CANCEL_DEPTH = 4
 
 
-async def record_token(pool: Pool, thread_id: str, token: str) -> str | None:
+async def record_token(pool: Pool, thread_id: ThreadId, token: str) -> str | None:
     """Return the fence token a cancelled run (lease `token`) writes its record under, if any.
 
     The fence's current token when it is a cancel of this run's lease (the first cancel's,
@@ -132,7 +133,7 @@ async def record_token(pool: Pool, thread_id: str, token: str) -> str | None:
     return None
 
 
-async def thread_free(pool: Pool, locks: Locks, thread_id: str) -> bool:
+async def thread_free(pool: Pool, locks: Locks, thread_id: ThreadId) -> bool:
     """Tell whether no session of any replica holds the thread's lock."""
     if locks.holds_thread(thread_id):
         return False
@@ -140,7 +141,7 @@ async def thread_free(pool: Pool, locks: Locks, thread_id: str) -> bool:
         return not await thread_locked(conn, thread_id)
 
 
-OnCancel = Callable[[str, str], None]
+OnCancel = Callable[[ThreadId, RunId], None]
 
 
 class CancelListener:

@@ -23,6 +23,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
 from chatbot.agent.state import message_meta
 from chatbot.db.pool import Pool
+from chatbot.ids import RunId, TenantId, UserId
 from chatbot.threads import queries
 from chatbot.threads.transcript import read_messages
 from chatbot.timestamps import rfc3339
@@ -40,7 +41,7 @@ def parse_since(value: str) -> datetime:
     return moment.astimezone(UTC)
 
 
-def user_key(key: bytes, tenant_id: str, user_id: str) -> str:
+def user_key(key: bytes, tenant_id: TenantId, user_id: UserId) -> str:
     """Return the pseudonym of (tenant, user) under `key`: HMAC-SHA256, hex."""
     # The separator cannot occur in ids (the token's id pattern), so no two pairs collide.
     message = f"{tenant_id}\x00{user_id}".encode()
@@ -69,7 +70,7 @@ class FeedbackRecord(RatedTurn):
     rated_at: str
 
 
-def _turn(messages: Sequence[BaseMessage], run_id: str) -> RatedTurn:
+def _turn(messages: Sequence[BaseMessage], run_id: RunId) -> RatedTurn:
     """Return the question, answer, citations and status a run left in the transcript."""
     question: str | None = None
     answer: str | None = None
@@ -90,7 +91,7 @@ def _turn(messages: Sequence[BaseMessage], run_id: str) -> RatedTurn:
 
 
 async def rated_runs_of_tenant(
-    pool: Pool, tenant_id: str, since: datetime, until: datetime | None, score: str | None
+    pool: Pool, tenant_id: TenantId, since: datetime, until: datetime | None, score: str | None
 ) -> list[queries.TenantRating]:
     """Return the tenant's ratings in [since, until) (of one score when given), oldest first."""
     async with pool.connection() as conn:

@@ -14,6 +14,7 @@ from typing import Any, TypedDict
 from psycopg import AsyncConnection
 
 from chatbot.db.rows import fetch_all, fetch_one
+from chatbot.ids import RunId, TenantId, ThreadId, UserId
 
 # --- system_prompts: each prompt's text once, by its sha256 (threads/record.py) ---
 
@@ -75,8 +76,8 @@ async def delete_feedback_of_user(
 class TenantRating(TypedDict):
     """A run's rating as an evaluation reads it (RATED_OF_TENANT)."""
 
-    thread_id: str
-    run_id: str
+    thread_id: ThreadId
+    run_id: RunId
     locale: str | None
     score: str
 
@@ -84,8 +85,8 @@ class TenantRating(TypedDict):
 class Rating(TenantRating):
     """A run's rating as the feedback export reads it (RATED_SINCE)."""
 
-    tenant_id: str
-    user_id: str
+    tenant_id: TenantId
+    user_id: UserId
     comment: str | None
     updated_at: datetime
 

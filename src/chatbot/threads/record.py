@@ -26,13 +26,14 @@ from chatbot.db.checkpoints import ChannelVersions, Checkpoints, RecordCheckpoin
 from chatbot.db.locks import Locks, thread_locked
 from chatbot.db.pool import Pool
 from chatbot.db.run_record import ChunkVersion, RecordedRun, WindowByIds
+from chatbot.ids import RunId, TenantId, ThreadId
 from chatbot.recall.block import recalled_section
 from chatbot.recall.service import RecalledTurn, ThreadRecall
 from chatbot.retrieval.versions import read_chunk_versions
 from chatbot.threads import queries
 
 
-async def run_in_flight(pool: Pool, locks: Locks, thread_id: str) -> bool:
+async def run_in_flight(pool: Pool, locks: Locks, thread_id: ThreadId) -> bool:
     """Tell whether a run holds the thread now, on this replica or any other.
 
     Reads the lock table rather than trying the lock: a try would make a run starting in
@@ -159,7 +160,7 @@ class _Snapshot:
         return self.row.versions
 
 
-async def _snapshot(pool: Pool, thread_id: str, run_id: str, tenant_id: str) -> _Snapshot | None:
+async def _snapshot(pool: Pool, thread_id: ThreadId, run_id: RunId, tenant_id: TenantId) -> _Snapshot | None:
     rows = await Checkpoints(pool).record_checkpoints(thread_id, run_id, tenant_id)
     if not rows:
         return None
@@ -171,12 +172,12 @@ async def _snapshot(pool: Pool, thread_id: str, run_id: str, tenant_id: str) -> 
     return _Snapshot(None, rows[0])
 
 
-async def _is_newest_run(pool: Pool, thread_id: str, run_id: str) -> bool:
+async def _is_newest_run(pool: Pool, thread_id: ThreadId, run_id: RunId) -> bool:
     return await Checkpoints(pool).newest_run(thread_id) == run_id
 
 
 async def _settled(
-    pool: Pool, locks: Locks, snap: _Snapshot, thread_id: str, run_id: str, tenant_id: str
+    pool: Pool, locks: Locks, snap: _Snapshot, thread_id: ThreadId, run_id: RunId, tenant_id: TenantId
 ) -> tuple[_Snapshot, str]:
     """Return the run's snapshot and status: its record's, `running`, or `error` (ended without one)."""
     if snap.status is not None:
@@ -188,7 +189,7 @@ async def _settled(
     return snap, snap.status or "error"
 
 
-async def _memory(pool: Pool, thread_id: str, versions: ChannelVersions) -> tuple[dict[str, JsonValue], list[str]]:
+async def _memory(pool: Pool, thread_id: ThreadId, versions: ChannelVersions) -> tuple[dict[str, JsonValue], list[str]]:
     """Return the profile and facts the run loaded (the checkpoint's versions of those channels)."""
     found = await Checkpoints(pool).memory_values(thread_id, versions)
     profile, facts = found.get("profile"), found.get("facts")
@@ -205,12 +206,12 @@ def _window_reach(window: WindowByIds | None) -> set[str]:
     return {window.span[0]} if window.span else set(window.ids)
 
 
-def _is_input(message: BaseMessage, run_id: str) -> bool:
+def _is_input(message: BaseMessage, run_id: RunId) -> bool:
     return isinstance(message, HumanMessage) and message_meta(message).get("run_id") == run_id
 
 
 async def _transcript_to(
-    pool: Pool, thread_id: str, turn_version: object, wanted: set[str], run_id: str
+    pool: Pool, thread_id: ThreadId, turn_version: object, wanted: set[str], run_id: RunId
 ) -> list[BaseMessage]:
     """Return the transcript up to the run (oldest first), back as far as its window reaches.
 
@@ -227,7 +228,7 @@ async def _transcript_to(
     return list(seen.values())[::-1]
 
 
-def _run_messages(transcript: list[BaseMessage], run_id: str) -> tuple[BaseMessage | None, BaseMessage | None]:
+def _run_messages(transcript: list[BaseMessage], run_id: RunId) -> tuple[BaseMessage | None, BaseMessage | None]:
     """Return the run's question and its finished answer, when the transcript holds them."""
     ours = [m for m in transcript if message_meta(m).get("run_id") == run_id]
     question = next((m for m in ours if isinstance(m, HumanMessage)), None)
@@ -281,7 +282,7 @@ def _window(record: RecordedRun, transcript: list[BaseMessage]) -> list[ContextM
     return messages
 
 
-async def _retrieved(pool: Pool, tenant_id: str, refs: tuple[ChunkVersion, ...]) -> list[TitledChunk]:
+async def _retrieved(pool: Pool, tenant_id: TenantId, refs: tuple[ChunkVersion, ...]) -> list[TitledChunk]:
     """Return the cited chunk versions in rank order, with their title (for the system message)."""
     rows = await read_chunk_versions(pool, tenant_id, list(refs))
     out = []
@@ -368,7 +369,7 @@ def _context(read: _Read) -> RunContextBody:
     )
 
 
-def _body(read: _Read, thread_id: str) -> RunRecordBody:
+def _body(read: _Read, thread_id: ThreadId) -> RunRecordBody:
     """Return the API body of a resolved record (responses.py `RunRecord`)."""
     record = read.record
     question, answer = _run_messages(read.transcript, record.run_id)
@@ -387,7 +388,9 @@ def _body(read: _Read, thread_id: str) -> RunRecordBody:
     )
 
 
-async def read_run_record(pool: Pool, locks: Locks, thread_id: str, run_id: str, tenant_id: str) -> ResolvedRun | None:
+async def read_run_record(
+    pool: Pool, locks: Locks, thread_id: ThreadId, run_id: RunId, tenant_id: TenantId
+) -> ResolvedRun | None:
     """Return the record of `run_id` on the tenant's thread, or None when there is no such run."""
     snap = await _snapshot(pool, thread_id, run_id, tenant_id)
     if snap is None:

@@ -30,6 +30,7 @@ from chatbot.db.locks import thread_locked
 from chatbot.db.pool import Pool
 from chatbot.errors import Problem
 from chatbot.failures import Failure
+from chatbot.ids import RunId, ThreadId
 from chatbot.threads import cancel
 from chatbot.threads._stream import Listener, StreamEvent
 from chatbot.threads.schemas import canonical_run_id
@@ -50,7 +51,7 @@ class Replayed:
     terminal: StreamEvent
 
 
-def parse_last_event_id(value: str | None, run_id: str) -> int:
+def parse_last_event_id(value: str | None, run_id: RunId) -> int:
     """Return the answer offset a `Last-Event-ID` names (0 without one); 422 if it is not this run's.
 
     `run_id` is canonical (a `RunId` parameter); the header's run id may be in any case.
@@ -72,11 +73,11 @@ class RunReplays:
         self.pool = pool
         self.checkpoints = Checkpoints(pool)
 
-    async def exists(self, thread_id: str, run_id: str) -> bool:
+    async def exists(self, thread_id: ThreadId, run_id: RunId) -> bool:
         """Return True when the thread has a checkpoint of the run."""
         return bool(await self.checkpoints.run_checkpoints(thread_id, run_id))
 
-    async def replay(self, thread_id: str, run_id: str) -> Replayed | None:
+    async def replay(self, thread_id: ThreadId, run_id: RunId) -> Replayed | None:
         """Return the run's answer and terminal event, or None while it has no final checkpoint."""
         async with self.checkpoints.reading() as reader:
             rows = await reader.run_checkpoints(thread_id, run_id)
@@ -102,7 +103,7 @@ class RunReplays:
             failure = _failure(error)
         return Replayed("", StreamEvent.error(failure, 0))
 
-    async def follow(self, thread_id: str, run_id: str) -> Replayed:
+    async def follow(self, thread_id: ThreadId, run_id: RunId) -> Replayed:
         """Wait for a run executing elsewhere to end; return it as replayed from its final checkpoint."""
         while True:
             replayed = await self.replay(thread_id, run_id)
@@ -128,7 +129,7 @@ def _failure(error: StoredError | None) -> Failure:
     return failure_named(error.class_name)
 
 
-def replay_listener(run_id: str, thread_id: str, delivered: int, replayed: Replayed) -> Listener:
+def replay_listener(run_id: RunId, thread_id: ThreadId, delivered: int, replayed: Replayed) -> Listener:
     """Return a listener already holding a finished run's events past `delivered`."""
     listener = _rejoining(run_id, thread_id, delivered)
     _deliver(listener, replayed)
@@ -136,7 +137,7 @@ def replay_listener(run_id: str, thread_id: str, delivered: int, replayed: Repla
 
 
 def follower_listener(
-    replays: RunReplays, run_id: str, thread_id: str, delivered: int
+    replays: RunReplays, run_id: RunId, thread_id: ThreadId, delivered: int
 ) -> tuple[Listener, asyncio.Task[None]]:
     """Return a listener fed by a task that waits for a run executing on another replica."""
     listener = _rejoining(run_id, thread_id, delivered)
@@ -151,7 +152,7 @@ def follower_listener(
     return listener, asyncio.create_task(feed(), name=f"follow-{run_id}")
 
 
-def _rejoining(run_id: str, thread_id: str, delivered: int) -> Listener:
+def _rejoining(run_id: RunId, thread_id: ThreadId, delivered: int) -> Listener:
     listener = Listener(run_id, thread_id, delivered, progress=False)
     listener.queue.put_nowait(StreamEvent.metadata(run_id, thread_id, delivered))
     return listener

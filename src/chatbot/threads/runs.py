@@ -54,6 +54,7 @@ from chatbot.db.run_record import RecordedRun
 from chatbot.db.saver import fenced
 from chatbot.errors import DATABASE_ERRORS, Problem, database_problem
 from chatbot.failures import Failure
+from chatbot.ids import RunId, TenantId, ThreadId
 from chatbot.threads import cancel
 from chatbot.threads._ownership import Owner, check_owner, check_thread_access
 from chatbot.threads._stream import Listener, RunStream
@@ -103,12 +104,12 @@ class RunService:
         """Return the runs this replica is starting or executing."""
         return self._starting + len(self._tasks)
 
-    def local(self, thread_id: str, run_id: str) -> RunStream | None:
+    def local(self, thread_id: ThreadId, run_id: RunId) -> RunStream | None:
         """Return the stream of a run executing on this replica, if it is one."""
         stream = self._runs.get(run_id)
         return stream if stream is not None and stream.thread_id == thread_id else None
 
-    async def cancel(self, thread_id: str, run_id: str, *, wait: float = 1.0) -> bool:
+    async def cancel(self, thread_id: ThreadId, run_id: RunId, *, wait: float = 1.0) -> bool:
         """Cancel a run in flight on any replica; return False when it had already ended.
 
         The decision is Postgres's (threads/cancel.py). A run of this replica is stopped at
@@ -134,7 +135,7 @@ class RunService:
                 await asyncio.sleep(0.02)
         return True
 
-    def cancel_local(self, thread_id: str, run_id: str) -> None:
+    def cancel_local(self, thread_id: ThreadId, run_id: RunId) -> None:
         """Stop the graph of a run executing here (a cancel was decided); ignore other runs."""
         stream = self._runs.get(run_id)
         task = self._graphs.get(run_id)
@@ -146,11 +147,11 @@ class RunService:
         # Cancels the provider's stream too: its HTTP response is closed on the way out.
         task.cancel()
 
-    def _tasks_of(self, run_id: str) -> asyncio.Task[None] | None:
+    def _tasks_of(self, run_id: RunId) -> asyncio.Task[None] | None:
         return next((t for t in self._tasks if t.get_name() == f"run-{run_id}"), None)
 
     async def start(
-        self, thread_id: str, caller: CallerContext, content: str, trace_parent: Mapping[str, str] | None = None
+        self, thread_id: ThreadId, caller: CallerContext, content: str, trace_parent: Mapping[str, str] | None = None
     ) -> Listener:
         """Check capacity, access, limits and the thread lock; persist the message; start the run.
 
@@ -171,7 +172,7 @@ class RunService:
             self._starting -= 1
 
     async def _start(
-        self, thread_id: str, caller: CallerContext, content: str, trace_parent: Mapping[str, str] | None
+        self, thread_id: ThreadId, caller: CallerContext, content: str, trace_parent: Mapping[str, str] | None
     ) -> Listener:
         # The owner is decided before the lock: another caller's request is refused (404)
         # without touching the thread's lock, so requests that are refused anyway cannot
@@ -211,7 +212,7 @@ class RunService:
             retry = await self.limiter.consume(caller)
             if retry is not None:
                 raise _rate_limited(retry)
-            stream = RunStream(str(uuid.uuid4()), thread_id)
+            stream = RunStream(RunId(str(uuid.uuid4())), thread_id)
             assert lease.fence is not None
             config = fenced(self._config(stream, caller), lease.fence)
             message = HumanMessage(
@@ -448,7 +449,7 @@ class RunService:
         self._tasks.discard(task)
         metrics.RUNS_IN_FLIGHT.dec()
 
-    async def _add_usage(self, tenant_id: str, calls: list[Any], settle: Settlement | None = None) -> None:
+    async def _add_usage(self, tenant_id: TenantId, calls: list[Any], settle: Settlement | None = None) -> None:
         """Add the run's model calls to the tenant's daily totals (they outlive the thread).
 
         With `settle`, the answer's budget reservation is settled on the same connection,

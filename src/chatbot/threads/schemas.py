@@ -12,6 +12,7 @@ from typing import Annotated, Literal
 from fastapi import Path
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
+from chatbot import ids
 from chatbot.errors import Problem
 
 MAX_CONTENT_CHARS = 8000
@@ -31,14 +32,14 @@ def refuse_unstorable(value: str) -> str:
 # Every free-text field of a request body: stored as sent, or refused.
 StorableText = Annotated[str, AfterValidator(refuse_unstorable)]
 
-ThreadId = Annotated[str, Path(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")]
+ThreadId = Annotated[ids.ThreadId, Path(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")]
 
 _RUN_ID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
-NOT_A_RUN = ""
+NOT_A_RUN = ids.RunId("")
 """What a `RunId` parameter holds for text that cannot be a run id (handlers answer 404)."""
 
 
-def canonical_run_id(value: str) -> str:
+def canonical_run_id(value: str) -> ids.RunId:
     """Return a run id as the service spells it (lower case), or `NOT_A_RUN` when `value` cannot be one.
 
     Run ids are UUIDs the service generated and gave out in their 36-character form; any
@@ -46,14 +47,14 @@ def canonical_run_id(value: str) -> str:
     run of any thread. It is a 404 like a run of another thread, never a 422: one answer on
     every endpoint that takes a run id.
     """
-    return value.lower() if _RUN_ID.fullmatch(value) else NOT_A_RUN
+    return ids.RunId(value.lower()) if _RUN_ID.fullmatch(value) else NOT_A_RUN
 
 
 # The `run_id` path parameter of every run endpoint (record, stream, feedback, cancel). Its
 # validation never fails, so a malformed run id cannot answer before the thread checks do;
 # the handler refuses `NOT_A_RUN` with `run_not_found()` after them.
 RunId = Annotated[
-    str,
+    ids.RunId,
     Path(description="The run's id as the service gave it (a UUID, any case); any other text names no run (404)."),
     AfterValidator(canonical_run_id),
 ]

@@ -10,6 +10,7 @@ from chatbot.agent.state import message_meta
 from chatbot.db.checkpoints import Checkpoints
 from chatbot.db.pool import Pool
 from chatbot.errors import Problem
+from chatbot.ids import ThreadId
 
 
 class PublicMessage(TypedDict):
@@ -53,7 +54,7 @@ def public_message(message: BaseMessage) -> PublicMessage | None:
     )
 
 
-async def read_page(pool: Pool, thread_id: str, *, limit: int, before: str | None) -> Page:
+async def read_page(pool: Pool, thread_id: ThreadId, *, limit: int, before: str | None) -> Page:
     """Return the newest `limit` user/assistant messages older than `before`, oldest first."""
     page: list[PublicMessage] = []
     reached = before is None
@@ -75,7 +76,7 @@ async def read_page(pool: Pool, thread_id: str, *, limit: int, before: str | Non
     return Page(messages=page, has_more=has_more, next_before=page[0]["id"] if has_more and page else None)
 
 
-async def read_messages(pool: Pool, thread_id: str) -> list[BaseMessage]:
+async def read_messages(pool: Pool, thread_id: ThreadId) -> list[BaseMessage]:
     """Return every message of the thread, oldest first."""
     newest_first = [message async for message in Checkpoints(pool).messages_newest_first(thread_id)]
     return newest_first[::-1]

@@ -30,6 +30,7 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from chatbot.agent.modelcall import http_status
+from chatbot.ids import RunId, TenantId, ThreadId
 from chatbot.tracing.service import NO_TRACE, RunTrace, Tracing
 
 log = logging.getLogger(__name__)
@@ -63,7 +64,7 @@ class OtelTracing(Tracing):
         return cls(provider, owns_provider=True)
 
     def start_run(
-        self, *, thread_id: str, run_id: str, tenant_id: str, parent: Mapping[str, str] | None = None
+        self, *, thread_id: ThreadId, run_id: RunId, tenant_id: TenantId, parent: Mapping[str, str] | None = None
     ) -> RunTrace:
         """Open the span of a run that is starting; on any failure, trace nothing rather than fail the run.
 

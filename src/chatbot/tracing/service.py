@@ -10,6 +10,8 @@ from typing import Any, Literal
 
 from langchain_core.runnables import RunnableConfig
 
+from chatbot.ids import RunId, TenantId, ThreadId
+
 TracingMode = Literal["off", "otlp", "console"]
 
 
@@ -28,7 +30,7 @@ class Tracing:
     """The replica's tracer of runs; this base traces nothing (tracing off)."""
 
     def start_run(
-        self, *, thread_id: str, run_id: str, tenant_id: str, parent: Mapping[str, str] | None = None
+        self, *, thread_id: ThreadId, run_id: RunId, tenant_id: TenantId, parent: Mapping[str, str] | None = None
     ) -> RunTrace:
         """Open the span of a run that is starting.
 
