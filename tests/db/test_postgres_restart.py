@@ -14,6 +14,7 @@ from typing import Any
 
 from chatbot.db.locks import Locks
 from chatbot.db.pool import FRESH_SECONDS, Pool, connection_kwargs, make_pool
+from chatbot.ids import ThreadId
 from tests.fixtures.postgres import settings_for
 from tests.fixtures.stoppable_postgres import StoppablePostgres
 
@@ -75,22 +76,22 @@ async def test_a_lock_session_cut_by_a_restart_reconnects_for_the_next_lock(
     # ping (one a second) has noticed that the restart cut it.
     locks = Locks(url, connection_kwargs(settings_for(url)), sessions=1)
     try:
-        held = await locks.try_thread("t-held")
+        held = await locks.try_thread(ThreadId("t-held"))
         assert held is not None
-        released = await locks.try_thread("t-released")
+        released = await locks.try_thread(ThreadId("t-released"))
         assert released is not None
         await released.release()
 
         stoppable_postgres.stop()
         stoppable_postgres.start()
 
-        took, again = await _timed(locks.try_thread("t-released"))
+        took, again = await _timed(locks.try_thread(ThreadId("t-released")))
         assert again is not None and not isinstance(again, Exception), f"after {took:.1f} s: {again!r}"
         assert not again.lost
         # The lock held across the restart went with its session: reported lost, free again.
         assert held.lost
         await held.release()
-        retaken = await locks.try_thread("t-held")
+        retaken = await locks.try_thread(ThreadId("t-held"))
         assert retaken is not None
         await retaken.release()
         await again.release()

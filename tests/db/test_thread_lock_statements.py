@@ -21,7 +21,7 @@ from chatbot.db.langgraph_tables import first_checkpoint_owner
 from chatbot.db.locks import Locks
 from chatbot.db.pool import Pool, connection_kwargs
 from chatbot.db.saver import PooledPostgresSaver
-from chatbot.ids import TenantId, UserId
+from chatbot.ids import TenantId, ThreadId, UserId
 from chatbot.threads.ratelimit import RateLimiter
 from tests.fixtures.postgres import settings_for
 
@@ -47,13 +47,13 @@ async def test_a_granted_lock_sets_the_fence_and_a_refused_one_leaves_it(
     two_replicas: tuple[Locks, Locks], isolated_database_url: str
 ) -> None:
     first, second = two_replicas
-    lease = await first.try_run("t-lock", "acme", "u1")
+    lease = await first.try_run(ThreadId("t-lock"), TenantId("acme"), UserId("u1"))
     assert lease is not None and lease.fence is not None
     assert _token(isolated_database_url, "t-lock") == lease.fence.token
-    assert await second.try_run("t-lock", "acme", "u1") is None  # busy: 409
+    assert await second.try_run(ThreadId("t-lock"), TenantId("acme"), UserId("u1")) is None  # busy: 409
     assert _token(isolated_database_url, "t-lock") == lease.fence.token  # the holder's token stands
     await lease.release()
-    again = await second.try_thread("t-lock")
+    again = await second.try_thread(ThreadId("t-lock"))
     assert again is not None and again.fence is not None
     assert _token(isolated_database_url, "t-lock") == again.fence.token
     await again.release()
@@ -63,7 +63,7 @@ async def test_the_fence_statement_reads_the_threads_owner(
     two_replicas: tuple[Locks, Locks], isolated_database_url: str
 ) -> None:
     first, _ = two_replicas
-    lease = await first.try_run("t-owner", "acme", "u1")
+    lease = await first.try_run(ThreadId("t-owner"), TenantId("acme"), UserId("u1"))
     assert lease is not None and lease.owner is None  # no checkpoint yet: nobody owns the thread
     await lease.release()
     async with await psycopg.AsyncConnection.connect(
@@ -73,8 +73,8 @@ async def test_the_fence_statement_reads_the_threads_owner(
         config: RunnableConfig = {"configurable": {"thread_id": "t-owner", "checkpoint_ns": ""}}
         for user in ("u1", "u2"):  # the first checkpoint's writer is the owner
             config = await saver.aput(config, empty_checkpoint(), {"tenant_id": "acme", "user_id": user}, {})  # type: ignore[typeddict-unknown-key]
-        assert await first_checkpoint_owner(conn, "t-owner") == ("acme", "u1")
-    lease = await first.try_run("t-owner", "acme", "u2")
+        assert await first_checkpoint_owner(conn, ThreadId("t-owner")) == ("acme", "u1")
+    lease = await first.try_run(ThreadId("t-owner"), TenantId("acme"), UserId("u2"))
     assert lease is not None and lease.owner == ("acme", "u1")
     assert _token(isolated_database_url, "t-owner") == (lease.fence.token if lease.fence else None)
     await lease.release()
@@ -87,13 +87,15 @@ async def test_a_lock_whose_fence_cannot_be_set_is_given_back(
     with psycopg.connect(isolated_database_url, autocommit=True) as conn:
         conn.execute("alter table thread_fences rename to thread_fences_away")
     with pytest.raises(psycopg.errors.UndefinedTable):
-        await first.try_run("t-nofence", "acme", "u1")
+        await first.try_run(ThreadId("t-nofence"), TenantId("acme"), UserId("u1"))
     with psycopg.connect(isolated_database_url, autocommit=True) as conn:
         conn.execute("alter table thread_fences_away rename to thread_fences")
-    lease = await second.try_run("t-nofence", "acme", "u1")  # neither the thread nor the user key was kept
+    lease = await second.try_run(
+        ThreadId("t-nofence"), TenantId("acme"), UserId("u1")
+    )  # neither the thread nor the user key was kept
     assert lease is not None
     await lease.release()
-    assert not first.holds_thread("t-nofence")
+    assert not first.holds_thread(ThreadId("t-nofence"))
 
 
 async def test_a_new_window_deletes_the_users_older_ones(pool: Pool, migrated_database_url: str) -> None:

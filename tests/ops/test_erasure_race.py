@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from chatbot.ids import TenantId, UserId
 from tests.fixtures.app import running_app, services_of
 from tests.fixtures.catalogue import rows_containing, rows_of_threads
 from tests.fixtures.knowledge import load_demo_kb
@@ -31,7 +32,7 @@ async def test_a_run_sent_while_the_user_is_being_erased_is_refused_and_counted_
         locks = services_of(client).locks
         before = await client.get("/metrics")
         # What an erasure holds while it deletes: the user's erasure key, exclusively.
-        erasure = await locks.wait_erasure("acme", USER, 5)
+        erasure = await locks.wait_erasure(TenantId("acme"), UserId(USER), 5)
         assert erasure is not None
         try:
             refused = await client.post(

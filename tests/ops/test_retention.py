@@ -13,6 +13,7 @@ import psycopg
 
 from chatbot.db.locks import Locks
 from chatbot.db.pool import connection_kwargs
+from chatbot.ids import ThreadId
 from chatbot.ops.retention import purge_stale_threads
 from tests.fixtures.app import running_app, services_of
 from tests.fixtures.messages import send_for_events
@@ -34,7 +35,7 @@ async def test_retention_deletes_idle_threads_and_skips_busy_ones(isolated_datab
         await wait_until(lambda: datetime.now(UTC) > cutoff, what="the clock to pass the cut-off")
         await send_for_events(client, "fresh", "hello there")
         locks = Locks(isolated_database_url, connection_kwargs(settings_for(isolated_database_url)))
-        busy = await locks.try_thread("busy")  # a run in flight, from retention's point of view
+        busy = await locks.try_thread(ThreadId("busy"))  # a run in flight, from retention's point of view
         assert busy is not None
         try:
             pool = services_of(client).pool

@@ -16,6 +16,7 @@ import pytest
 
 from chatbot.db.locks import Lease, Locks
 from chatbot.db.pool import connection_kwargs
+from chatbot.ids import ThreadId
 from chatbot.ops.sweeper import RetentionSweeper
 from tests.fixtures.app import Replica, running_app, services_of
 from tests.fixtures.messages import send_for_events
@@ -46,7 +47,7 @@ async def thread_held(url: str, thread: str) -> AsyncIterator[Lease]:
     """Hold a thread's run lock from outside, as a run in flight on some replica would."""
     locks = Locks(url, connection_kwargs(settings_for(url)), sessions=1)
     try:
-        lease = await locks.try_thread(thread)
+        lease = await locks.try_thread(ThreadId(thread))
         assert lease is not None
         try:
             yield lease

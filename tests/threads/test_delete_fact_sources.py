@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from chatbot.db.langgraph_tables import facts_prefix
+from chatbot.ids import TenantId, UserId
 from chatbot.memory.items import prefix_of
 from chatbot.memory.namespaces import facts_namespace
 from tests.fixtures.app import running_app, services_of
@@ -14,7 +15,7 @@ EN = {"locale": "en-US"}
 
 
 def test_the_store_prefix_of_facts_is_the_memory_features_own() -> None:
-    assert facts_prefix("acme", "u-1") == prefix_of(facts_namespace("acme", "u-1"))
+    assert facts_prefix(TenantId("acme"), UserId("u-1")) == prefix_of(facts_namespace("acme", "u-1"))
 
 
 async def test_a_deleted_threads_facts_stay_without_a_source_naming_it(isolated_database_url: str) -> None:

@@ -9,6 +9,7 @@ import httpx
 import psycopg
 
 from chatbot.db.locks import Lease, Locks
+from chatbot.ids import TenantId, ThreadId, UserId
 from tests.fixtures.app import running_app, services_of
 from tests.fixtures.sse import parse_blocks
 from tests.fixtures.tokens import auth
@@ -25,7 +26,7 @@ class _HeldAtTheLock:
     async def try_run(self, thread_id: str, tenant_id: str, user_id: str) -> Lease | None:
         self._reached.set()
         await self._gate.wait()
-        return await self._inner.try_run(thread_id, tenant_id, user_id)
+        return await self._inner.try_run(ThreadId(thread_id), TenantId(tenant_id), UserId(user_id))
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)

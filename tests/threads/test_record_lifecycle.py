@@ -9,6 +9,7 @@ from typing import Any
 import psycopg
 
 from chatbot.db.pool import make_pool
+from chatbot.ids import TenantId, UserId
 from chatbot.ops.erasure import erase_user
 from chatbot.ops.retention import purge_stale_threads
 from chatbot.retrieval.ingest import ingest_paths
@@ -62,7 +63,7 @@ async def test_retention_and_erasure_prune_the_versions_only_their_threads_cited
             # Nothing stale, nobody erased: both cited versions stay, whatever their age.
             await purge_stale_threads(pool, locks, datetime.now(UTC) - timedelta(days=1))
             assert len(await read_chunk_versions(pool, "acme", [travel, home])) == 2
-            await erase_user(pool, locks, "acme", "leaving")
+            await erase_user(pool, locks, TenantId("acme"), UserId("leaving"))
             assert list(await read_chunk_versions(pool, "acme", [travel, home])) == [home]
             report = await purge_stale_threads(pool, locks, datetime.now(UTC) + timedelta(days=1))
             assert report.deleted == 1

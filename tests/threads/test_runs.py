@@ -10,6 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
+from chatbot.ids import ThreadId
 from tests.fixtures.app import running_app, services_of
 from tests.fixtures.catalogue import rows_of_threads
 from tests.fixtures.messages import send_for_events
@@ -130,7 +131,9 @@ async def test_a_second_run_on_a_busy_thread_gets_409_and_the_thread_is_free_aft
         body = {"message": {"content": "What does travel insurance cover for medical costs abroad?"}}
         first = asyncio.create_task(client.post("/v1/threads/busy/runs", json=body, headers=auth(**EN)))
         locks = services_of(client).locks
-        await wait_until(lambda: locks.holds_thread("busy") or first.done(), what="the first run holding the thread")
+        await wait_until(
+            lambda: locks.holds_thread(ThreadId("busy")) or first.done(), what="the first run holding the thread"
+        )
         second = await client.post("/v1/threads/busy/runs", json=body, headers=auth(**EN))
         assert second.status_code == 409
         assert second.headers["content-type"].startswith("application/problem+json")

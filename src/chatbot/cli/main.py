@@ -23,6 +23,7 @@ from chatbot.cli.usage import usage
 from chatbot.db.migrate import migrate as run_migrations
 from chatbot.db.placement import CitusMissing, apply_placement
 from chatbot.db.pool import resolve_database_url
+from chatbot.ids import TenantId, UserId
 from chatbot.limits import HeadDeadlineH11Protocol
 from chatbot.logs import configure_logging
 from chatbot.metrics import worker_metrics
@@ -136,7 +137,7 @@ def erase_user_command(
     async def _go() -> None:
         async with common.open_pool_and_locks(settings) as (pool, locks):
             try:
-                report = await erase_user(pool, locks, tenant, user)
+                report = await erase_user(pool, locks, TenantId(tenant), UserId(user))
             except ErasureBusy as exc:
                 common.fail(f"not erased: {exc}", 3)
                 return

@@ -34,6 +34,7 @@ from psycopg.types.json import Jsonb
 
 from chatbot.db.catalogue import tables_with_column
 from chatbot.db.rows import fetch_all, fetch_one
+from chatbot.ids import RunId, TenantId, ThreadId, UserId
 
 Conn = AsyncConnection[Any]
 Cursor = AsyncCursor[Any]
@@ -153,24 +154,24 @@ _THREADS_OF_USER = (
 )
 
 
-async def first_checkpoint_owner(conn: Conn, thread_id: str) -> tuple[str, str] | None:
+async def first_checkpoint_owner(conn: Conn, thread_id: ThreadId) -> tuple[TenantId, UserId] | None:
     """Return (tenant_id, user_id) of the thread's first checkpoint (ids are time-ordered), None when none."""
     row = await (await conn.execute(OWNER_OF_THREAD, {"thread": thread_id})).fetchone()
-    return None if row is None else (row["tenant_id"], row["user_id"])
+    return None if row is None else (TenantId(row["tenant_id"]), UserId(row["user_id"]))
 
 
-async def run_recorded(conn: Conn, thread_id: str, run_id: str, tenant_id: str) -> bool:
+async def run_recorded(conn: Conn, thread_id: ThreadId, run_id: RunId, tenant_id: TenantId) -> bool:
     """Return True when a checkpoint of the thread names `run_id` and the tenant."""
     return await (await conn.execute(_RUN_OF_TENANT, (thread_id, run_id, tenant_id))).fetchone() is not None
 
 
-async def thread_recorded_for(conn: Conn, thread_id: str, tenant_id: str, user_id: str) -> bool:
+async def thread_recorded_for(conn: Conn, thread_id: ThreadId, tenant_id: TenantId, user_id: UserId) -> bool:
     """Return True when a checkpoint of the thread names this tenant and user."""
     row = await (await conn.execute(_THREAD_OF_USER, (thread_id, tenant_id, user_id))).fetchone()
     return row is not None
 
 
-async def threads_of_user(conn: Conn, tenant_id: str, user_id: str) -> list[str]:
+async def threads_of_user(conn: Conn, tenant_id: TenantId, user_id: UserId) -> list[str]:
     """Return every thread with a checkpoint naming this tenant and user."""
     rows = await (await conn.execute(_THREADS_OF_USER, (tenant_id, user_id))).fetchall()
     return [r["thread_id"] for r in rows]
@@ -256,7 +257,7 @@ _CHECKPOINT_BY_ID = (
 )
 
 
-async def checkpoint_row(cur: Cursor, thread_id: str, checkpoint_ns: str, checkpoint_id: str | None) -> Any:
+async def checkpoint_row(cur: Cursor, thread_id: ThreadId, checkpoint_ns: str, checkpoint_id: str | None) -> Any:
     """Return the saver's row of one checkpoint (the newest without `checkpoint_id`), None when absent.
 
     The row is the library's get-checkpoint row (for `_load_checkpoint_tuple`); `cur` is the
@@ -269,7 +270,7 @@ async def checkpoint_row(cur: Cursor, thread_id: str, checkpoint_ns: str, checkp
 
 async def checkpoint_rows(
     cur: Cursor,
-    thread_id: str | None,
+    thread_id: ThreadId | None,
     *,
     checkpoint_ns: str | None,
     checkpoint_id: str | None,
@@ -332,7 +333,7 @@ def _delta_walk_page(channels: int, *, include_cursor: bool) -> str:
 
 async def delta_walk_page(
     cur: Cursor,
-    thread_id: str,
+    thread_id: ThreadId,
     checkpoint_ns: str,
     channels: Sequence[str],
     *,
@@ -365,7 +366,7 @@ _DELTA_SEED = (
 
 async def delta_writes_and_seeds(
     cur: Cursor,
-    thread_id: str,
+    thread_id: ThreadId,
     checkpoint_ns: str,
     *,
     chains: Sequence[tuple[str, list[str]]],
@@ -437,22 +438,24 @@ _ERROR = (
 )
 
 
-async def turn_versions_before(conn: Conn, thread_id: str, bound: str, limit: int) -> list[VersionRow]:
+async def turn_versions_before(conn: Conn, thread_id: ThreadId, bound: str, limit: int) -> list[VersionRow]:
     """Return up to `limit` versions of the thread's `turn` channel sorting below `bound`, newest first."""
     return await fetch_all(conn, VersionRow, _TURN_VERSIONS_BEFORE, (thread_id, bound, limit))
 
 
-async def memory_blobs(conn: Conn, thread_id: str, profile_version: object, facts_version: object) -> list[ChannelRow]:
+async def memory_blobs(
+    conn: Conn, thread_id: ThreadId, profile_version: object, facts_version: object
+) -> list[ChannelRow]:
     """Return the `profile` and `facts` channel rows at the given versions (channel, type, blob)."""
     return await fetch_all(conn, ChannelRow, _MEMORY_BLOBS, (thread_id, profile_version, facts_version))
 
 
-async def channel_blob(conn: Conn, thread_id: str, channel: str, version: object) -> BlobRow | None:
+async def channel_blob(conn: Conn, thread_id: ThreadId, channel: str, version: object) -> BlobRow | None:
     """Return one channel version's row (type, blob), None when absent."""
     return await fetch_one(conn, BlobRow, _BLOB, (thread_id, channel, version))
 
 
-async def error_write(conn: Conn, thread_id: str, checkpoint_id: str) -> BlobRow | None:
+async def error_write(conn: Conn, thread_id: ThreadId, checkpoint_id: str) -> BlobRow | None:
     """Return the `__error__` pending write saved with a checkpoint (type, blob), None when the run did not fail."""
     return await fetch_one(conn, BlobRow, _ERROR, (thread_id, checkpoint_id))
 
@@ -503,17 +506,19 @@ _NEWEST_RUN = (
 )
 
 
-async def run_record_checkpoints(conn: Conn, thread_id: str, run_id: str, tenant_id: str) -> list[RecordCheckpointRow]:
+async def run_record_checkpoints(
+    conn: Conn, thread_id: ThreadId, run_id: RunId, tenant_id: TenantId
+) -> list[RecordCheckpointRow]:
     """Return the run's checkpoints newest first: checkpoint_id, record, summary, versions, ts."""
     return await fetch_all(conn, RecordCheckpointRow, _RUN_RECORD_CHECKPOINTS, (thread_id, run_id, tenant_id))
 
 
-async def run_checkpoints(conn: Conn, thread_id: str, run_id: str) -> list[RunCheckpointRow]:
+async def run_checkpoints(conn: Conn, thread_id: ThreadId, run_id: RunId) -> list[RunCheckpointRow]:
     """Return the run's checkpoints oldest first: checkpoint_id, source, versions."""
     return await fetch_all(conn, RunCheckpointRow, _RUN_CHECKPOINTS, (thread_id, run_id))
 
 
-async def newest_run(conn: Conn, thread_id: str) -> str | None:
+async def newest_run(conn: Conn, thread_id: ThreadId) -> str | None:
     """Return the run id of the thread's newest checkpoint, None without one."""
     row = await (await conn.execute(_NEWEST_RUN, (thread_id,))).fetchone()
     return None if row is None else row["run_id"]
@@ -579,12 +584,12 @@ _REWRITE_ITEM = "update store set value = %s where prefix = %s and key = %s"
 _USER_AREAS = ("facts", "facts_history", "profile")
 
 
-def facts_prefix(tenant_id: str, user_id: str) -> str:
+def facts_prefix(tenant_id: TenantId, user_id: UserId) -> str:
     """Return the store prefix of a user's facts (memory/namespaces.py `facts_namespace`, joined)."""
     return _prefix((tenant_id, "user", user_id, "facts"))
 
 
-def _without_thread(value: Any, thread_id: str) -> Any:
+def _without_thread(value: Any, thread_id: ThreadId) -> Any:
     """Return `value` with every reference to `thread_id` taken out (see above)."""
     if isinstance(value, dict):
         kept = {}
@@ -603,7 +608,7 @@ def _without_thread(value: Any, thread_id: str) -> Any:
     return value
 
 
-async def drop_thread_sources(conn: Conn, tenant_id: str, user_id: str, thread_id: str) -> int:
+async def drop_thread_sources(conn: Conn, tenant_id: TenantId, user_id: UserId, thread_id: ThreadId) -> int:
     """Take `thread_id` out of every memory item of the user that names it; return how many changed."""
     changed = 0
     for area in _USER_AREAS:

@@ -36,6 +36,7 @@ from psycopg import AsyncConnection
 from psycopg.rows import DictRow
 
 from chatbot.db.connection_options import ConnectionOptions
+from chatbot.ids import TenantId, ThreadId, UserId
 from chatbot.tasks import stop_task
 
 log = logging.getLogger(__name__)
@@ -102,7 +103,7 @@ select exists (
 """
 
 
-async def thread_locked(conn: AsyncConnection[Any], thread_id: str) -> bool:
+async def thread_locked(conn: AsyncConnection[Any], thread_id: ThreadId) -> bool:
     """Return whether any session (of any replica) holds the thread's lock.
 
     A statement of its own, never joined with a table read: on Citus the lock table read is
@@ -122,24 +123,24 @@ _FENCE_TOKEN = "select token from thread_fences where thread_id = %(thread)s"
 _FORGET_FENCE = "delete from thread_fences where thread_id = %s and token = %s"
 
 
-async def lock_fence(conn: AsyncConnection[Any], thread_id: str) -> str | None:
+async def lock_fence(conn: AsyncConnection[Any], thread_id: ThreadId) -> str | None:
     """Lock the thread's fence row until the transaction ends; return its token, None without a row."""
     row = await (await conn.execute(_LOCK_FENCE, {"thread": thread_id})).fetchone()
     return None if row is None else str(row["token"])
 
 
-async def revoke_fence(conn: AsyncConnection[Any], thread_id: str, token: str) -> None:
+async def revoke_fence(conn: AsyncConnection[Any], thread_id: ThreadId, token: str) -> None:
     """Replace the thread's fence token with `token` (a cancel's)."""
     await conn.execute(_REVOKE_FENCE, {"thread": thread_id, "token": token})
 
 
-async def fence_token(conn: AsyncConnection[Any], thread_id: str) -> str | None:
+async def fence_token(conn: AsyncConnection[Any], thread_id: ThreadId) -> str | None:
     """Return the thread's fence token, None without a row."""
     row = await (await conn.execute(_FENCE_TOKEN, {"thread": thread_id})).fetchone()
     return None if row is None else str(row["token"])
 
 
-async def forget_fence(conn: AsyncConnection[Any], thread_id: str, token: str) -> None:
+async def forget_fence(conn: AsyncConnection[Any], thread_id: ThreadId, token: str) -> None:
     """Delete the thread's fence row if it still holds `token`."""
     await conn.execute(_FORGET_FENCE, (thread_id, token))
 
@@ -164,7 +165,7 @@ from (select distinct id from unnest(%s::text[]) as ids(id) order by id) as orde
 """
 
 
-async def hold_memory_reset(conn: AsyncConnection[Any], tenant_id: str, user_id: str, *, shared: bool) -> None:
+async def hold_memory_reset(conn: AsyncConnection[Any], tenant_id: TenantId, user_id: UserId, *, shared: bool) -> None:
     """Take the user's memory-reset lock for this transaction (memory/resets.py says who takes it how).
 
     Shared for a memory write or a job's row insert, exclusive for a reset or a fact's delete.
@@ -172,7 +173,7 @@ async def hold_memory_reset(conn: AsyncConnection[Any], tenant_id: str, user_id:
     await conn.execute(_SHARE_MEMORY_RESET if shared else _HOLD_MEMORY_RESET, (tenant_id, user_id))
 
 
-async def hold_vocabulary(conn: AsyncConnection[Any], tenant_id: str) -> None:
+async def hold_vocabulary(conn: AsyncConnection[Any], tenant_id: TenantId) -> None:
     """Take the tenant's vocabulary lock for this transaction (retrieval/queries.py's rebuild of `kb_terms`).
 
     Two ingests of one tenant rebuilding it at once would otherwise interleave delete and insert.
@@ -180,7 +181,7 @@ async def hold_vocabulary(conn: AsyncConnection[Any], tenant_id: str) -> None:
     await conn.execute(_HOLD_VOCABULARY, (tenant_id,))
 
 
-async def share_thread_rows(conn: AsyncConnection[Any], thread_id: str) -> None:
+async def share_thread_rows(conn: AsyncConnection[Any], thread_id: ThreadId) -> None:
     """Hold the thread's rows key shared for this transaction: no deletion of the thread meanwhile."""
     await conn.execute(_SHARE_THREAD_ROWS, (thread_id,))
 
@@ -297,7 +298,7 @@ class Lease:
     """For thread leases: the token every checkpoint write of the holder must carry."""
     shared: str | None = None
     """The key this lease also holds in shared mode (a run's user erasure key), if any."""
-    owner: tuple[str, str] | None = None
+    owner: tuple[TenantId, UserId] | None = None
     """For thread leases: (tenant_id, user_id) of the thread's first checkpoint, read under
     the lock; None when the thread has no checkpoint yet."""
     _released: bool = field(default=False, init=False)
@@ -345,17 +346,17 @@ class Locks:
         for session in self._sessions:
             await session.close()
 
-    def holds_thread(self, thread_id: str) -> bool:
+    def holds_thread(self, thread_id: ThreadId) -> bool:
         """Return True when a lease of this process holds (or is taking) the thread's lock."""
         return f"thread/{thread_id}" in self._held
 
-    async def try_thread(self, thread_id: str) -> Lease | None:
+    async def try_thread(self, thread_id: ThreadId) -> Lease | None:
         """Take the thread's lock (and a fresh fence token) now, or return None when it is held."""
         token = str(uuid.uuid4())
         params = LockParams(thread=thread_id, token=token)
         return await self._try(f"thread/{thread_id}", _TRY_THREAD, _UNLOCK_THREAD, params, Fence(thread_id, token))
 
-    async def try_run(self, thread_id: str, tenant_id: str, user_id: str) -> Lease | None:
+    async def try_run(self, thread_id: ThreadId, tenant_id: TenantId, user_id: UserId) -> Lease | None:
         """Take a run's thread lock and a shared hold on its user's erasure key, or return None.
 
         None when the thread is held; raise `UserErasing` when the user is being erased.
@@ -368,22 +369,22 @@ class Locks:
         fence = Fence(thread_id, token)
         return await self._try(f"thread/{thread_id}", _TRY_RUN, _UNLOCK_RUN, params, fence, shared=erasure)
 
-    async def wait_erasure(self, tenant_id: str, user_id: str, timeout: float) -> Lease | None:
+    async def wait_erasure(self, tenant_id: TenantId, user_id: UserId, timeout: float) -> Lease | None:
         """Poll for the user's erasure key, exclusive: granted once no run of the user is in flight."""
         params = LockParams(tenant=tenant_id, user=user_id)
         name = f"erase/{tenant_id}/{user_id}"
         return await _poll(lambda: self._try(name, _TRY_ERASE, _UNLOCK_ERASE, params, None), timeout)
 
-    async def try_user(self, tenant_id: str, user_id: str) -> Lease | None:
+    async def try_user(self, tenant_id: TenantId, user_id: UserId) -> Lease | None:
         """Take the (tenant, user) lock now, or return None when someone holds it."""
         params = LockParams(tenant=tenant_id, user=user_id)
         return await self._try(f"user/{tenant_id}/{user_id}", _TRY_USER, _UNLOCK_USER, params, None)
 
-    async def wait_thread(self, thread_id: str, timeout: float) -> Lease | None:
+    async def wait_thread(self, thread_id: ThreadId, timeout: float) -> Lease | None:
         """Poll for the thread's lock up to `timeout` seconds (polling: see migrate.py)."""
         return await _poll(lambda: self.try_thread(thread_id), timeout)
 
-    async def wait_user(self, tenant_id: str, user_id: str, timeout: float) -> Lease | None:
+    async def wait_user(self, tenant_id: TenantId, user_id: UserId, timeout: float) -> Lease | None:
         """Poll for the (tenant, user) lock up to `timeout` seconds."""
         return await _poll(lambda: self.try_user(tenant_id, user_id), timeout)
 
@@ -464,14 +465,14 @@ class Locks:
         unlock_sql: str,
         params: LockParams,
         shared: str | None,
-    ) -> tuple[str, str] | None:
+    ) -> tuple[TenantId, UserId] | None:
         """Give the thread a fresh fence token under the lock just granted; return its owner.
 
         The lock is given back when this fails.
         """
         try:
             row = await (await conn.execute(_SET_FENCE, params)).fetchone()
-            return None if row is None else (row["tenant_id"], row["user_id"])
+            return None if row is None else (TenantId(row["tenant_id"]), UserId(row["user_id"]))
         except BaseException:
             # A lock without its token would let the previous holder keep writing: give it back.
             with contextlib.suppress(Exception):

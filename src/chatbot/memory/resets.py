@@ -27,6 +27,7 @@ from psycopg import AsyncConnection
 from chatbot.db import langgraph_tables
 from chatbot.db.locks import hold_memory_reset
 from chatbot.db.pool import Pool
+from chatbot.ids import TenantId, UserId
 from chatbot.memory import _profile_sources as profile_sources
 from chatbot.memory import items, queries
 from chatbot.memory.namespaces import (
@@ -43,7 +44,7 @@ MAX_HISTORY_READ = 200
 
 
 async def _hold_exclusive(conn: AsyncConnection[Any], tenant_id: str, user_id: str) -> None:
-    await hold_memory_reset(conn, tenant_id, user_id, shared=False)
+    await hold_memory_reset(conn, TenantId(tenant_id), UserId(user_id), shared=False)
 
 
 async def reset_memory(pool: Pool, tenant_id: str, user_id: str) -> int:
@@ -101,7 +102,7 @@ async def _forget_derived(
 
 async def hold_for_write(conn: AsyncConnection[Any], tenant_id: str, user_id: str) -> None:
     """Take the user's reset lock shared for this transaction (a job's row insert, a memory write)."""
-    await hold_memory_reset(conn, tenant_id, user_id, shared=True)
+    await hold_memory_reset(conn, TenantId(tenant_id), UserId(user_id), shared=True)
 
 
 async def erase_memory(conn: AsyncConnection[Any], tenant_id: str, user_id: str) -> int:

@@ -34,6 +34,7 @@ from chatbot import metrics
 from chatbot.budgets.service import BudgetExhausted
 from chatbot.db.locks import Locks
 from chatbot.db.pool import Pool
+from chatbot.ids import TenantId, UserId
 from chatbot.memory import _profile_sources as profile_sources
 from chatbot.memory import items, jobs, queries
 from chatbot.memory._consolidation import StoredFact, consolidate
@@ -247,7 +248,7 @@ class MemoryWriter:
             metrics.MEMORY_WRITES.labels("nothing").inc()
             return
         facts, updates = worth
-        lease = await self.locks.wait_user(job.tenant_id, job.user_id, self.lock_wait)
+        lease = await self.locks.wait_user(TenantId(job.tenant_id), UserId(job.user_id), self.lock_wait)
         if lease is None:
             metrics.MEMORY_WRITES.labels("lock_timeout").inc()  # the row stays for a later claim
             return

@@ -12,6 +12,7 @@ from chatbot.budgets.admin import forget_user as forget_user_budgets
 from chatbot.db import langgraph_tables
 from chatbot.db.locks import Lease, Locks
 from chatbot.db.pool import Pool
+from chatbot.ids import TenantId, ThreadId, UserId
 from chatbot.memory.resets import erase_memory
 from chatbot.responses import ErasureReport
 from chatbot.retrieval.versions import prune_superseded_chunks
@@ -22,7 +23,9 @@ class ErasureBusy(Exception):
     """A run stayed in flight on one of the user's threads past the bounded wait."""
 
 
-async def erase_user(pool: Pool, locks: Locks, tenant_id: str, user_id: str, *, wait: float = 10.0) -> ErasureReport:
+async def erase_user(
+    pool: Pool, locks: Locks, tenant_id: TenantId, user_id: UserId, *, wait: float = 10.0
+) -> ErasureReport:
     """Remove the user's threads, memory, feedback and counters in one tenant.
 
     First takes the user's erasure key exclusively: every run of the user holds it shared
@@ -48,13 +51,13 @@ async def erase_user(pool: Pool, locks: Locks, tenant_id: str, user_id: str, *, 
         await erasure.release()
 
 
-async def _erase_locked(pool: Pool, locks: Locks, tenant_id: str, user_id: str, wait: float) -> ErasureReport:
+async def _erase_locked(pool: Pool, locks: Locks, tenant_id: TenantId, user_id: UserId, wait: float) -> ErasureReport:
     leases: list[Lease] = []
     try:
         async with pool.connection() as conn:
             thread_ids = await langgraph_tables.threads_of_user(conn, tenant_id, user_id)
         for thread_id in thread_ids:
-            lease = await locks.wait_thread(thread_id, wait)
+            lease = await locks.wait_thread(ThreadId(thread_id), wait)
             if lease is None:
                 raise ErasureBusy("a run stayed in flight on one of the user's threads")
             leases.append(lease)

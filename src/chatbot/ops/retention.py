@@ -25,6 +25,7 @@ from datetime import datetime
 from chatbot.db import langgraph_tables
 from chatbot.db.locks import Lease, Locks
 from chatbot.db.pool import Pool
+from chatbot.ids import ThreadId
 from chatbot.memory.jobs import delete_jobs_older_than
 from chatbot.retrieval.versions import prune_superseded_chunks
 from chatbot.threads.deletion import delete_threads
@@ -95,7 +96,7 @@ async def _delete_unless_busy(pool: Pool, locks: Locks, thread_ids: list[str], f
     skipped = 0
     try:
         for thread_id in thread_ids:
-            lease = await locks.try_thread(thread_id)
+            lease = await locks.try_thread(ThreadId(thread_id))
             if lease is None:
                 skipped += 1
                 continue

@@ -28,6 +28,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from chatbot.db import langgraph_tables
 from chatbot.db.checkpoints import decode
 from chatbot.db.pool import Pool
+from chatbot.ids import ThreadId
 from chatbot.recall import queries
 from chatbot.recall.terms import terms, tsquery_literal, tsvector_literal
 
@@ -282,7 +283,7 @@ class ThreadRecall:
         bound = "a"  # sorts after every version (they start with a digit)
         while True:
             async with self.pool.connection() as conn:
-                rows = await langgraph_tables.turn_versions_before(conn, thread_id, bound, _BATCH)
+                rows = await langgraph_tables.turn_versions_before(conn, ThreadId(thread_id), bound, _BATCH)
             for row in rows:
                 for message in reversed(decode(row["type"], row["blob"]) or []):
                     seen.setdefault(str(message.id), message)  # the newest version of a message wins

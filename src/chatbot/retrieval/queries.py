@@ -17,6 +17,7 @@ from psycopg import AsyncConnection, sql
 
 from chatbot.db.langgraph_tables import CITED_CHUNK_VERSIONS
 from chatbot.db.locks import hold_vocabulary
+from chatbot.ids import TenantId
 
 Conn = AsyncConnection[Any]
 
@@ -122,7 +123,7 @@ async def refresh_vocabulary(conn: Conn, tenant_id: str) -> None:
     """Rebuild the tenant's lexeme table (term, chunk frequency) from its chunks."""
     stat_query = sql.SQL(TERM_SOURCE).format(sql.Literal(tenant_id))
     async with conn.transaction():
-        await hold_vocabulary(conn, tenant_id)
+        await hold_vocabulary(conn, TenantId(tenant_id))
         await conn.execute(DELETE_TERMS, (tenant_id,))
         await conn.execute(INSERT_TERMS, (tenant_id, stat_query.as_string(conn)))
 

@@ -26,6 +26,7 @@ from chatbot.db import catalogue, langgraph_tables
 from chatbot.db.locks import Fence, Locks, forget_fence, hold_threads_rows
 from chatbot.db.pool import Pool
 from chatbot.errors import DATABASE_ERRORS, Problem
+from chatbot.ids import TenantId, ThreadId, UserId
 from chatbot.threads import queries
 from chatbot.threads._ownership import belongs_to_another, thread_owner
 
@@ -38,18 +39,20 @@ async def delete_thread_rows(conn: AsyncConnection[Any], thread_ids: Sequence[st
         return
     # First: a rating being written on one of the threads is waited for, then deleted too.
     await hold_threads_rows(conn, list(thread_ids))
-    owners = {thread_id: await langgraph_tables.first_checkpoint_owner(conn, thread_id) for thread_id in thread_ids}
+    owners = {
+        thread_id: await langgraph_tables.first_checkpoint_owner(conn, ThreadId(thread_id)) for thread_id in thread_ids
+    }
     await langgraph_tables.delete_thread_checkpoints(conn, thread_ids)
     await catalogue.delete_keyed(conn, "thread_id", thread_ids, skip=langgraph_tables.CHECKPOINT_TABLES)
     # Last: the thread's memory jobs are gone above, so no job of it writes a source again
     # (a job already writing took its row first, and this waited for it).
     for thread_id, owner in owners.items():
         if owner is not None:
-            await langgraph_tables.drop_thread_sources(conn, *owner, thread_id)
+            await langgraph_tables.drop_thread_sources(conn, *owner, ThreadId(thread_id))
 
 
 async def delete_user_threads(
-    conn: AsyncConnection[Any], tenant_id: str, user_id: str, thread_ids: Sequence[str]
+    conn: AsyncConnection[Any], tenant_id: TenantId, user_id: UserId, thread_ids: Sequence[str]
 ) -> int:
     """Delete the user's threads, their feedback and the user's run counters, on `conn` (an erasure's
     transaction); return how many ratings went (the user's anywhere in the tenant, and any on the threads)."""
@@ -72,7 +75,7 @@ async def delete_threads(pool: Pool, thread_ids: Sequence[str]) -> int:
     return len(ids)
 
 
-async def delete_callers_thread(pool: Pool, locks: Locks, thread_id: str, caller: CallerContext) -> None:
+async def delete_callers_thread(pool: Pool, locks: Locks, thread_id: ThreadId, caller: CallerContext) -> None:
     """Delete the caller's thread under its lock; nothing when it is not the caller's; 409 while a run holds it."""
     owner = await thread_owner(pool, thread_id)
     if owner is None or belongs_to_another(owner, caller):
@@ -105,7 +108,7 @@ async def forget_unwritten_thread(pool: Pool, fence: Fence | None) -> None:
         return
     try:
         async with pool.connection() as conn:
-            await forget_fence(conn, fence.thread_id, fence.token)
+            await forget_fence(conn, ThreadId(fence.thread_id), fence.token)
     except DATABASE_ERRORS as exc:
         extra = {"thread_id": fence.thread_id, "error": type(exc).__name__}
         log.warning("fence row of a refused first run not deleted", extra=extra)

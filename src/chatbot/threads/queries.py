@@ -66,7 +66,7 @@ async def upsert_feedback(conn: AsyncConnection[Any], params: tuple[Any, ...]) -
 
 
 async def delete_feedback_of_user(
-    conn: AsyncConnection[Any], tenant_id: str, user_id: str, thread_ids: Sequence[str]
+    conn: AsyncConnection[Any], tenant_id: TenantId, user_id: UserId, thread_ids: Sequence[str]
 ) -> int:
     """Delete the user's feedback in one tenant, and any feedback on `thread_ids`; return how many went."""
     cur = await conn.execute(DELETE_FEEDBACK_OF_USER, (tenant_id, user_id, list(thread_ids)))
@@ -97,7 +97,7 @@ async def rated_since(conn: AsyncConnection[Any], since: datetime) -> list[Ratin
 
 
 async def rated_of_tenant(
-    conn: AsyncConnection[Any], tenant_id: str, since: datetime, until: datetime | None, score: str | None
+    conn: AsyncConnection[Any], tenant_id: TenantId, since: datetime, until: datetime | None, score: str | None
 ) -> list[TenantRating]:
     """Return the tenant's ratings in [since, until) (of one score when given), oldest first."""
     params = {"tenant": tenant_id, "since": since, "until": until, "score": score}
@@ -148,7 +148,7 @@ class WindowKey(TypedDict):
     limit: int
 
 
-async def peek_window(conn: AsyncConnection[Any], tenant_id: str, user_id: str) -> RateWindow | None:
+async def peek_window(conn: AsyncConnection[Any], tenant_id: TenantId, user_id: UserId) -> RateWindow | None:
     """Return the user's current window (`runs`, `retry` seconds), None when it has no run yet."""
     return await fetch_one(conn, RateWindow, PEEK_WINDOW, (tenant_id, user_id))
 
@@ -170,6 +170,6 @@ async def retry_after(conn: AsyncConnection[Any]) -> int | None:
     return int(row["retry"]) if row else None
 
 
-async def forget_user_counts(conn: AsyncConnection[Any], tenant_id: str, user_id: str) -> None:
+async def forget_user_counts(conn: AsyncConnection[Any], tenant_id: TenantId, user_id: UserId) -> None:
     """Delete the user's run counters (erasure: no row may keep the user's id)."""
     await conn.execute(FORGET_USER_COUNTS, (tenant_id, user_id))

@@ -10,6 +10,7 @@ from fastapi import APIRouter, Body, Depends, Header
 from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.responses import Response
 
+from chatbot import ids
 from chatbot import openapi_examples as examples
 from chatbot.auth import CallerDep
 from chatbot.deps import AUTHENTICATED, LocksDep, PoolDep, SettingsDep
@@ -49,7 +50,7 @@ async def stream_timing(settings: SettingsDep) -> StreamTiming:
 TimingDep = Annotated[StreamTiming, Depends(stream_timing)]
 
 
-def stream_location(thread_id: str, run_id: str) -> str:
+def stream_location(thread_id: ids.ThreadId, run_id: ids.RunId) -> str:
     """Return where a run's stream can be rejoined."""
     return f"/v1/threads/{thread_id}/runs/{run_id}/stream"
 
