@@ -78,22 +78,17 @@ def unauthorized(reason: str) -> Problem:
     return Problem(401, reason, headers={"WWW-Authenticate": "Bearer"})
 
 
-def database_problem(*, retry_after: int | None = None) -> Problem:
-    """Return the 503 of code that maps a database error itself (the run path, the run record).
+def database_problem() -> Problem:
+    """Return the 503 of a Postgres that cannot be reached: the one mapping of a database error.
 
-    Without `retry_after` the handler adds `DATABASE_RETRY_AFTER_SECONDS`.
+    The handler of `DATABASE_ERRORS` below answers with it; code that must catch one itself
+    (the run path, which frees its lock and reservation first) raises it.
     """
-    headers = {} if retry_after is None else {"Retry-After": str(retry_after)}
-    return Problem(503, DATABASE_UNAVAILABLE, headers=headers)
+    return Problem(503, DATABASE_UNAVAILABLE, headers={"Retry-After": str(DATABASE_RETRY_AFTER_SECONDS)})
 
 
-def database_unavailable() -> JSONResponse:
-    """Return the 503 every endpoint answers with while Postgres is unreachable."""
-    return problem_response(
-        503,
-        f"{DATABASE_UNAVAILABLE}; retry shortly",
-        headers={"Retry-After": str(DATABASE_RETRY_AFTER_SECONDS)},
-    )
+def _problem_response(problem: Problem) -> JSONResponse:
+    return JSONResponse(problem.body(), status_code=problem.status, media_type=PROBLEM_JSON, headers=problem.headers)
 
 
 def _describe_validation(exc: RequestValidationError) -> str:
@@ -116,11 +111,7 @@ def install_problem_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(Problem)
     async def _problem(_: Request, exc: Problem) -> JSONResponse:
-        headers = exc.headers
-        if exc.status == 503 and "Retry-After" not in headers:
-            # Code that maps a database error itself (the run path) still tells callers when to retry.
-            headers = {**headers, "Retry-After": str(DATABASE_RETRY_AFTER_SECONDS)}
-        return JSONResponse(exc.body(), status_code=exc.status, media_type=PROBLEM_JSON, headers=headers)
+        return _problem_response(exc)
 
     # One mapping for every endpoint: a lost connection, a refused connect, a pool that
     # could not hand out a connection within its (short) timeout, an admin shutdown. All
@@ -128,7 +119,7 @@ def install_problem_handlers(app: FastAPI) -> None:
     @app.exception_handler(psycopg.OperationalError)
     async def _database(request: Request, exc: psycopg.OperationalError) -> JSONResponse:
         log.warning("database unavailable", extra={"path": request.url.path, "error": type(exc).__name__})
-        return database_unavailable()
+        return _problem_response(database_problem())
 
     @app.exception_handler(RequestValidationError)
     async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:

@@ -14,6 +14,7 @@ from chatbot.db.locks import Lease, Locks
 from chatbot.db.pool import Pool
 from chatbot.ids import TenantId, ThreadId, UserId
 from chatbot.memory.resets import erase_memory
+from chatbot.memory.writer import MemoryWriter
 from chatbot.responses import ErasureReport
 from chatbot.retrieval.versions import prune_superseded_chunks
 from chatbot.threads.deletion import delete_user_threads
@@ -24,7 +25,13 @@ class ErasureBusy(Exception):
 
 
 async def erase_user(
-    pool: Pool, locks: Locks, tenant_id: TenantId, user_id: UserId, *, wait: float = 10.0
+    pool: Pool,
+    locks: Locks,
+    tenant_id: TenantId,
+    user_id: UserId,
+    *,
+    wait: float = 10.0,
+    memory: MemoryWriter | None = None,
 ) -> ErasureReport:
     """Remove the user's threads, memory, feedback and counters in one tenant.
 
@@ -35,7 +42,11 @@ async def erase_user(
     it too, so none lands half-way) and the lock of every thread found. The user's pending
     memory jobs (rows holding their messages) are deleted with their memory: a job claimed
     before the erasure finds its row gone afterwards and drops itself, on any replica.
+    `memory` is this replica's memory writer, when there is one: the user's jobs queued
+    in it are dropped first.
     """
+    if memory is not None:
+        memory.forget(tenant_id, user_id)
     erasure = await locks.wait_erasure(tenant_id, user_id, wait)
     if erasure is None:
         raise ErasureBusy("a run of this user stayed in flight")

@@ -14,7 +14,7 @@ from chatbot import ids
 from chatbot import openapi_examples as examples
 from chatbot.auth import CallerDep
 from chatbot.deps import AUTHENTICATED, LocksDep, PoolDep, SettingsDep
-from chatbot.errors import DATABASE_ERRORS, PROBLEM_JSON, Problem, database_problem
+from chatbot.errors import PROBLEM_JSON, Problem
 from chatbot.failures import Failure
 from chatbot.json_body import StrictJsonRoute
 from chatbot.openapi import SSE_MEDIA, SSE_SCHEMA, STREAM_HEADERS, json_as_returned, no_content, v1_problems
@@ -192,12 +192,9 @@ async def cancel_run(
     thread_id: ThreadId, run_id: RunId, caller: CallerDep, runs: RunsDep, replays: ReplaysDep
 ) -> Response:
     """Stop the run's model call and end the run as `cancelled`, from any replica; 409 when it had already ended."""
-    try:
-        await check_thread_access(replays.pool, thread_id, caller, must_exist=True)
-        if run_id == NOT_A_RUN or not await replays.exists(thread_id, run_id):
-            raise run_not_found()
-    except DATABASE_ERRORS:
-        raise database_problem() from None
+    await check_thread_access(replays.pool, thread_id, caller, must_exist=True)
+    if run_id == NOT_A_RUN or not await replays.exists(thread_id, run_id):
+        raise run_not_found()
     if not await runs.cancel(thread_id, run_id):
         raise Problem(409, "the run has already ended")
     return Response(status_code=202)
@@ -216,13 +213,10 @@ async def get_run_record(
     locks: LocksDep,
 ) -> RunRecordBody:
     """Return what the run's model was given and what it answered."""
-    try:
-        await check_thread_access(pool, thread_id, caller, must_exist=True)
-        if run_id == NOT_A_RUN:
-            raise run_not_found()
-        record = await read_run_record(pool, locks, thread_id, run_id, caller.tenant_id)
-    except DATABASE_ERRORS:
-        raise database_problem(retry_after=1) from None
+    await check_thread_access(pool, thread_id, caller, must_exist=True)
+    if run_id == NOT_A_RUN:
+        raise run_not_found()
+    record = await read_run_record(pool, locks, thread_id, run_id, caller.tenant_id)
     if record is None:
         raise run_not_found()
     return record.body
