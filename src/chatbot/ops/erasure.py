@@ -19,19 +19,16 @@ from chatbot.responses import ErasureReport
 from chatbot.retrieval.versions import prune_superseded_chunks
 from chatbot.threads.deletion import delete_user_threads
 
+ERASURE_WAIT_SECONDS = 10.0
+"""How long an erasure waits for the user's runs and memory writes in flight (then 409)."""
+
 
 class ErasureBusy(Exception):
     """A run stayed in flight on one of the user's threads past the bounded wait."""
 
 
 async def erase_user(
-    pool: Pool,
-    locks: Locks,
-    tenant_id: TenantId,
-    user_id: UserId,
-    *,
-    wait: float = 10.0,
-    memory: MemoryWriter | None = None,
+    pool: Pool, locks: Locks, tenant_id: TenantId, user_id: UserId, *, writer: MemoryWriter | None = None
 ) -> ErasureReport:
     """Remove the user's threads, memory, feedback and counters in one tenant.
 
@@ -42,20 +39,20 @@ async def erase_user(
     it too, so none lands half-way) and the lock of every thread found. The user's pending
     memory jobs (rows holding their messages) are deleted with their memory: a job claimed
     before the erasure finds its row gone afterwards and drops itself, on any replica.
-    `memory` is this replica's memory writer, when there is one: the user's jobs queued
+    `writer` is this replica's memory writer, when there is one: the user's jobs queued
     in it are dropped first.
     """
-    if memory is not None:
-        memory.forget(tenant_id, user_id)
-    erasure = await locks.wait_erasure(tenant_id, user_id, wait)
+    if writer is not None:
+        writer.forget(tenant_id, user_id)
+    erasure = await locks.wait_erasure(tenant_id, user_id, ERASURE_WAIT_SECONDS)
     if erasure is None:
         raise ErasureBusy("a run of this user stayed in flight")
     try:
-        user_lease = await locks.wait_user(tenant_id, user_id, wait)
+        user_lease = await locks.wait_user(tenant_id, user_id, ERASURE_WAIT_SECONDS)
         if user_lease is None:
             raise ErasureBusy("memory work for this user did not finish in time")
         try:
-            return await _erase_locked(pool, locks, tenant_id, user_id, wait)
+            return await _erase_locked(pool, locks, tenant_id, user_id, ERASURE_WAIT_SECONDS)
         finally:
             await user_lease.release()
     finally:
