@@ -20,7 +20,7 @@ from chatbot.ids import TenantId
 from chatbot.retrieval.normalize import detect_language
 from chatbot.retrieval.versions import read_chunk_versions
 from chatbot.threads.export import rated_runs_of_tenant
-from chatbot.threads.record import MessageRefBody, ResolvedRun, read_run_record
+from chatbot.threads.record import ChunkBody, MessageRefBody, ResolvedRun, read_run_record
 
 Score = Literal["up", "down"]
 
@@ -83,7 +83,7 @@ def _locale(record: ResolvedRun, question: str) -> str:
     return "fa-IR" if language == "fa" else "en-US" if language == "en" else default_locale(question)
 
 
-async def _chunks(pool: Pool, tenant_id: str, retrieved: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+async def _chunks(pool: Pool, tenant_id: str, retrieved: Sequence[ChunkBody]) -> list[dict[str, Any]]:
     """Return the retrieved chunks as the graph takes them: with the title and language the record leaves out."""
     rows = await read_chunk_versions(pool, tenant_id, [(str(c["chunk_id"]), int(c["version"])) for c in retrieved])
     chunks = []
