@@ -48,7 +48,7 @@ from chatbot.cli.common import mint_token
 from chatbot.config import Settings
 from chatbot.db.pool import Pool
 from chatbot.recall.related import related_terms
-from chatbot.recall.service import Recaller, ThreadRecall
+from chatbot.recall.service import Recaller, RecallQuery, ThreadRecall
 from chatbot.recall.terms import query_weights
 from chatbot.text import normalize_persian
 from chatbot.threads.deletion import delete_threads
@@ -124,6 +124,10 @@ async def _run_conversation(
                 "tokens_with": with_recall,
                 "step_ms": step,
                 "recalled": len(context["recalled"]),
+                "question": question.text,
+                "needed": [conv.turns[t] for t in question.needed],
+                "found": found,
+                "given": [m["content"] for m in context["recalled"]],
             }
         )
     return results
@@ -154,6 +158,18 @@ def _print_quality(rows: list[dict[str, Any]]) -> None:
     )
     steps = sorted(r["step_ms"] for r in rows)
     print(f"recall step in these runs: p50 {statistics.median(steps):.1f} ms, max {steps[-1]:.1f} ms")
+
+
+def _print_misses(rows: list[dict[str, Any]]) -> None:
+    """Print each question that missed a needed turn: what it asked, needed, and what recall gave."""
+    for r in rows:
+        if r["all"]:
+            continue
+        print(f"MISS {r['kind']} ({r['language']}): {r['question']}")
+        for text, hit in zip(r["needed"], r["found"], strict=True):
+            print(f"   needed {'+' if hit else '-'} {text}")
+        for text in r["given"]:
+            print(f"   given    {text[:100]}")
 
 
 def _messages(conv: Conversation, depth: int) -> list[BaseMessage]:
@@ -193,13 +209,15 @@ async def _step_times(pool: Pool, seed: int) -> list[tuple[int, float, float, fl
                 )
                 started = time.perf_counter()
                 found = await recall.find(
-                    thread,
-                    recent,
-                    whole=False,
-                    window_first=str(recent[-60].id),
-                    query=query,
-                    question=question.text,
-                    hits=HITS,
+                    RecallQuery(
+                        thread,
+                        recent,
+                        whole=False,
+                        window_first=str(recent[-60].id),
+                        terms=query,
+                        question=question.text,
+                        hits=HITS,
+                    )
                 )
                 times.append((time.perf_counter() - started) * 1000)
                 hits.append(len(found))
@@ -209,7 +227,7 @@ async def _step_times(pool: Pool, seed: int) -> list[tuple[int, float, float, fl
     return rows
 
 
-async def main(count: int, min_turns: int, max_turns: int, seed: int) -> None:
+async def main(count: int, min_turns: int, max_turns: int, seed: int, misses: bool = False) -> None:
     """Build the conversations, ask the late questions, and print the figures."""
     rng = random.Random(seed)
     convs = [
@@ -243,6 +261,8 @@ async def main(count: int, min_turns: int, max_turns: int, seed: int) -> None:
     if rows:  # --conversations 0 times the recall step alone
         print(f"{count} conversations ({sum(len(c.turns) for c in convs)} turns), {len(rows)} questions, seed {seed}")
         _print_quality(rows)
+        if misses:
+            _print_misses(rows)
     print("recall step alone (ThreadRecall.find, index up to date):")
     for depth, p50, p95, found in steps:
         print(f"  {depth:>5} turns: p50 {p50:.1f} ms, p95 {p95:.1f} ms ({found:.1f} turns found per search)")
@@ -254,5 +274,6 @@ if __name__ == "__main__":
     parser.add_argument("--min-turns", type=int, default=300)
     parser.add_argument("--max-turns", type=int, default=1000)
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--misses", action="store_true", help="print each missed question and what was recalled")
     args = parser.parse_args()
-    asyncio.run(main(args.conversations, args.min_turns, args.max_turns, args.seed))
+    asyncio.run(main(args.conversations, args.min_turns, args.max_turns, args.seed, args.misses))

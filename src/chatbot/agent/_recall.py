@@ -22,7 +22,7 @@ from chatbot.agent._window import Window
 from chatbot.config import Settings
 from chatbot.recall.block import recalled_heading, recalled_line, recalled_section
 from chatbot.recall.related import related_terms
-from chatbot.recall.service import RecalledTurn, Recaller, RecallHit
+from chatbot.recall.service import RecalledTurn, Recaller, RecallHit, RecallQuery
 from chatbot.recall.terms import query_weights
 
 # The recent turns read with the question (a follow-up names little of what it is about).
@@ -80,13 +80,15 @@ async def recall_into_window(
     )
     first = str(kept[0].id) if kept else None
     hits = await recall.find(
-        thread_id,
-        history,
-        whole=whole,
-        window_first=first,
-        query=query,
-        question=str(question.text),
-        hits=settings.recall_hits,
+        RecallQuery(
+            thread_id,
+            history,
+            whole=whole,
+            window_first=first,
+            terms=query,
+            question=str(question.text),
+            hits=settings.recall_hits,
+        )
     )
     if not hits:
         return Recalled(window)
