@@ -109,20 +109,31 @@ async def recall_into_window(
 
 
 def _within(hits: Sequence[RecallHit], room: int, counter: TokenCounter, language: str) -> list[RecalledTurn]:
-    """Return the hits' turns that fit in `room` tokens: each hit, then its partner, best hit first."""
+    """Return the turns that fit in `room` tokens: the hits best first, then their partners in the same order.
+
+    Hits come first: a hit is what the question matched, its partner the context around it,
+    and a partner that would push out a later hit costs the question more than it gives. A
+    partner saying word for word what a turn given already says (a stock reply) is left out.
+    """
     spent = counter.count_text("\n\n" + recalled_heading(language)) + 1
     chosen: dict[str, RecalledTurn] = {}
-    for hit in hits:
-        for turn in (hit.turn, *hit.neighbours):
-            if turn.message_id in chosen:
-                continue
-            cost = counter.count_text(recalled_line(turn, language)) + 1
-            if spent + cost > room:
-                if turn is hit.turn:
-                    break  # the hit does not fit: its partner alone would be out of context
-                continue
+    said: set[str] = set()
+
+    def take(turn: RecalledTurn) -> None:
+        nonlocal spent
+        text = " ".join(turn.content.casefold().split())
+        cost = counter.count_text(recalled_line(turn, language)) + 1
+        if turn.message_id not in chosen and text not in said and spent + cost <= room:
             chosen[turn.message_id] = turn
+            said.add(text)
             spent += cost
+
+    for hit in hits:
+        take(hit.turn)
+    for hit in hits:
+        if hit.turn.message_id in chosen:
+            for neighbour in hit.neighbours:
+                take(neighbour)
     return sorted(chosen.values(), key=lambda t: t.position)
 
 

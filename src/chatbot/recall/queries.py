@@ -57,7 +57,9 @@ where t.thread_id = %(thread)s and t.position < bound.before and t.position >= 0
 # thread. Term frequency comes from the tsvector's positions, the mean length from the
 # matched turns. A turn that brought new terms into the thread (a name, a number, a place:
 # `novel`) ranks up to `novelty` higher: a late question about a detail is answered by the
-# turn that first stated it, not by one of the many that talked around it.
+# turn that first stated it, not by one of the many that talked around it. Turns of the same
+# terms ("ok, thanks", a question asked again) are one hit, the best-scored: repeats would
+# fill the limit with one thing said many times.
 SEARCH_TURNS = (
     """
 with counts as (
@@ -86,8 +88,8 @@ matched as (
                       where rarity <= 2 or reach <= %(candidates)s)
 ),
 mean as (select greatest(coalesce(avg(length), 1), 1)::float8 as mean from matched),
-ranked as (
-    select m.position,
+scored as (
+    select m.position, m.terms,
            sum(q.idf * tf.n * (%(k1)s + 1) / (tf.n + %(k1)s * (1 - %(b)s + %(b)s * m.length / mean.mean)))
            * (1 + %(novelty)s * least(m.novel, 4) / 4.0) as score
     from matched m
@@ -95,8 +97,13 @@ ranked as (
     cross join lateral unnest(m.terms) as u
     cross join lateral (select coalesce(array_length(u.positions, 1), 1)::float8 as n) as tf
     join query q on q.term = u.lexeme
-    group by m.position, m.novel
-    order by score desc, m.position desc
+    group by m.position, m.novel, m.terms
+),
+ranked as (
+    select position, score from (
+        select distinct on (terms) position, score from scored order by terms, score desc, position desc
+    ) as once
+    order by score desc, position desc
     limit %(limit)s
 )"""
     + _WITH_NEIGHBOURS

@@ -2,7 +2,8 @@
 
 Spelling is retrieval's (retrieval/normalize.py): Arabic and Persian letter forms, Persian
 and Arabic-Indic digits, diacritics and half-spaces fold to one form, compounds written
-with a half-space also index their parts, and plurals their stem. On top of it: stop words
+with a half-space also index their parts, and plurals their stem; a Persian word with a
+possessive or indefinite ending also indexes the word without it. On top of it: stop words
 of both languages go (the `simple` text-search form has none, and "the" or "که" would
 match every turn), and English words lose a plural "s" (a light stemmer: "plates" meets
 "plate"). The terms are built here and handed to Postgres as a tsvector literal, so the
@@ -32,6 +33,11 @@ ENGLISH_STOPWORDS = frozenset(
     """.split()
 )
 STOPWORDS = ENGLISH_STOPWORDS | PERSIAN_STOPWORDS
+# Persian possessive and indefinite endings written on the word ("ماشینم" my car, "قیمتشان"
+# their price, "تعمیرگاهی" a garage): such a word also indexes the word without it, at its
+# side, so a question and a turn meet whichever of them carries the ending. Added, never
+# replacing: a word whose own last letter looks like an ending ("پیام") keeps its form.
+_PERSIAN_ENDING = re.compile(r"^(\w{3,}?)(شان|تان|مان|ام|ات|اش|ی|م|ش)$")
 # Words of one letter carry no topic, except Persian plate letters between digits (kept: "ب").
 _MIN_LETTERS = 2
 
@@ -104,6 +110,8 @@ def terms(text: str) -> list[str]:
                 out.append(part.lstrip("0") or "0")
             elif len(part) >= _MIN_LETTERS or not part.isascii():
                 out.append(_stem(part))
+                if not part.isascii() and (ending := _PERSIAN_ENDING.match(part)) and ending[1] not in STOPWORDS:
+                    out.append(ending[1])
     return out
 
 
