@@ -1,57 +1,37 @@
 """Recall with CHATBOT_EMBEDDINGS set: the nearest turns by embedding join the lexical ones (hybrid).
 
-The embeddings model is a deterministic stand-in for a real one (no model is reached):
-words of one meaning share a dimension ("sofa" and "couch"), so a question finds a turn
-it shares no word with, which lexical search alone cannot. It is installed where the
+The embeddings model is a deterministic stand-in for a real one (no model is reached): the
+retrieval tests' hashing model, with words of one meaning hashed as one ("sofa", "couch"),
+so a question finds a turn it shares no word with, which lexical search alone cannot. It is installed where the
 service loads its model from the setting (`chatbot.services.load_embeddings`), so the
 setting, the index writes, the search and the run record are the service's own.
 """
 
 from __future__ import annotations
 
-import hashlib
-import math
 import re
 
 import psycopg
 import pytest
-from langchain_core.embeddings import Embeddings
 
 import chatbot.services
 from tests.fixtures.app import running_app
+from tests.fixtures.retrieval_kb import HashingEmbeddings
 from tests.recall.conversation import ask, long_thread
 
 SMALL = 1000  # a window of a few turns: 30 turns are a long thread
 SPEC = "stand-in:meanings"
 DETAIL = "The sofa the water ruined was dark green velvet."
 QUESTION = "What colour was the couch?"  # no word of the detail's
-MEANINGS = {"sofa": 0, "couch": 0, "settee": 0, "green": 1, "colour": 1, "color": 1}
+MEANINGS = {"sofa": "seat", "couch": "seat", "settee": "seat", "green": "colour", "color": "colour"}
 _WORD = re.compile(r"\w+")
 
 
-class MeaningEmbeddings(Embeddings):
-    """Words of one meaning on one dimension, other words hashed onto the rest: unit vectors."""
-
-    dim = 64
+class MeaningEmbeddings(HashingEmbeddings):
+    """The retrieval tests' hashing model, with words of one meaning hashed as one word."""
 
     def _embed(self, text: str) -> list[float]:
-        vector = [0.0] * self.dim
-        for word in _WORD.findall(text.casefold()):
-            if word in MEANINGS:
-                vector[MEANINGS[word]] += 1.0
-            else:
-                digest = hashlib.blake2b(word.encode(), digest_size=4).digest()
-                vector[2 + int.from_bytes(digest, "big") % (self.dim - 2)] += 1.0
-        norm = math.sqrt(sum(v * v for v in vector)) or 1.0
-        return [v / norm for v in vector]
-
-    def embed_documents(self, texts: list[str]) -> list[list[float]]:
-        """Return one vector per text."""
-        return [self._embed(t) for t in texts]
-
-    def embed_query(self, text: str) -> list[float]:
-        """Return the vector of a query."""
-        return self._embed(text)
+        return super()._embed(" ".join(MEANINGS.get(w, w) for w in _WORD.findall(text.casefold())))
 
 
 @pytest.fixture

@@ -31,6 +31,12 @@ CONTEXT_WEIGHT = 0.3
 QUERY_TERMS = 32
 
 
+def question_terms(question: str, recent: Sequence[str]) -> dict[str, float]:
+    """Return the search's weighted terms: the question's, related words, and the recent turns' (`query_weights`)."""
+    context = list(recent[-CONTEXT_MESSAGES:])
+    return query_weights(question, context, context_weight=CONTEXT_WEIGHT, limit=QUERY_TERMS, related=related_terms)
+
+
 @dataclass(frozen=True, slots=True)
 class Recalled:
     """The window with recalled turns in it, and those turns in the order given."""
@@ -74,10 +80,7 @@ async def recall_into_window(
     if window.question_shortened or window.chunks_shortened or window.system_shortened:
         return Recalled(window)  # the budget is spent already: nothing may give way to recall
     kept = window.messages[1:-1]
-    context = [str(m.text) for m in kept[-CONTEXT_MESSAGES:]]
-    query = query_weights(
-        str(question.text), context, context_weight=CONTEXT_WEIGHT, limit=QUERY_TERMS, related=related_terms
-    )
+    query = question_terms(str(question.text), [str(m.text) for m in kept])
     first = str(kept[0].id) if kept else None
     hits = await recall.find(
         RecallQuery(
