@@ -22,12 +22,13 @@ _WORD = re.compile(r"[^\W_]+")
 # Split letters from digits: "12ب345" and "ب۳۴۵" index "12", "ب", "345" alike, and "5pm" meets "5 pm".
 _SCRIPT_RUN = re.compile(r"\d+|[^\W\d_]+")
 
+# Not "may": it is also a month, and a turn saying "on the 2nd of May" must be found by it.
 ENGLISH_STOPWORDS = frozenset(
     """
     a an the and or but if of to in on at by for with from as is are was were be been being am do does did
     done have has had having i me my mine we us our you your yours he him his she her hers it its they them
     their what which who whom whose this that these those there here then than so not no yes can could will
-    would shall should may might must about into over under again also just only very too any some all each
+    would shall should might must about into over under again also just only very too any some all each
     both few more most other such own same how when where why up down out off once please thanks thank hi
     hello ok okay sure well get got let tell said say know think want need like now still yet
     """.split()
