@@ -40,14 +40,15 @@ bound as (
 # The hits (`ranked`: position and score) with the turn before and after each, in one
 # statement: the caller picks each hit's partner (the question of an answer, the answer of
 # a question) from them without another round trip.
+# Each wanted turn is read by its key, whatever the planner's statistics.
 _WITH_NEIGHBOURS = """
 select t.position, t.message_id, t.role, t.created_at, t.content, r.score
-from thread_turns t
+from (select distinct h.position + d.step as position
+      from ranked h cross join (values (-1), (0), (1)) as d(step)) as w
 cross join bound
-join (select distinct h.position + d.step as position
-      from ranked h cross join (values (-1), (0), (1)) as d(step)) as w on w.position = t.position
-left join ranked r on r.position = t.position
-where t.thread_id = %(thread)s and t.position < bound.before and t.position >= 0
+join thread_turns t on t.thread_id = %(thread)s and t.position = w.position
+left join ranked r on r.position = w.position
+where w.position < bound.before and w.position >= 0
 """
 # BM25 over the turns before the bound that hold one of the query's telling terms. Each
 # query term's document frequency is read by key from `thread_terms` (`counts`); its idf
@@ -87,7 +88,7 @@ matched as (
       and t.terms @@ (select string_agg(quote_literal(term), ' | ')::tsquery from query
                       where rarity <= 2 or reach <= %(candidates)s)
 ),
-mean as (select greatest(coalesce(avg(length), 1), 1)::float8 as mean from matched),
+mean as materialized (select greatest(coalesce(avg(length), 1), 1)::float8 as mean from matched),
 scored as (
     select m.position, m.terms,
            sum(q.idf * tf.n * (%(k1)s + 1) / (tf.n + %(k1)s * (1 - %(b)s + %(b)s * m.length / mean.mean)))
