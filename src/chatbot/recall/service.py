@@ -2,13 +2,14 @@
 
 `ThreadRecall.find` is called by the graph before the model call (agent/_recall.py) with
 the thread's recent messages (the `messages` channel, already loaded) and the id of the
-oldest message the window kept. It first indexes what the thread said since the last
+oldest message the window kept. One round trip reads the index's state and searches the
+turns before the window (BM25 over normalised terms, and with an embeddings model the
+nearest turns too, fused by rank); a second indexes what the thread said since the last
 indexed turn (the recent messages carry it; a thread older than this feature, or one
-whose index fell behind the recent list, is indexed from its transcript once), then
-searches the turns before the window: BM25 over normalised terms, and with an embeddings
-model the nearest turns too, fused by rank. Only messages the checkpoints already hold
-are indexed, never the running turn's own question: a failed or cancelled run leaves
-nothing in the index that its transcript does not.
+whose index fell behind the recent list, is indexed from its transcript once, and then
+searched again). Only messages the checkpoints already hold are indexed, never the
+running turn's own question: a failed or cancelled run leaves nothing in the index that
+its transcript does not.
 """
 
 from __future__ import annotations
