@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 
 from chatbot.retrieval.normalize import PERSIAN_STOPWORDS, index_form
 
@@ -123,11 +123,6 @@ def tsvector_literal(found: Iterable[str]) -> str:
         # tsvector positions stop at 16383, and 256 positions per term are kept.
         places.setdefault(term, []).append(min(position, 16383))
     return " ".join(f"'{term}':{','.join(str(p) for p in spots[:256])}" for term, spots in places.items())
-
-
-def tsquery_literal(weights: Mapping[str, float]) -> str:
-    """Return an OR query over the terms (any of them matches; BM25 ranks the matches)."""
-    return " | ".join(f"'{term}'" for term in weights)
 
 
 def query_weights(
