@@ -15,8 +15,12 @@ recall step alone (`ThreadRecall.find` on a thread indexed directly) at 100, 1,0
 5,000 turns.
 
     .venv/bin/python -m bench.recall [--conversations 6] [--min-turns 300] [--max-turns 1000] [--seed 7]
+        [--without-related] [--misses]
 
-`--conversations 0` times the recall step alone.
+`--conversations 0` times the recall step alone. `--without-related` runs without the
+related insurance words (recall/related.py): they were written by the same hand as this
+bench's conversations, so that figure is the fairer guess of a held-out set. `--misses`
+prints each question that missed a needed turn, and what recall gave instead.
 
 Uses CHATBOT_DATABASE_URL (migrated here; the bench's threads are deleted afterwards) or
 starts an embedded Postgres in a temp dir.
@@ -39,17 +43,16 @@ import httpx
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from pydantic import SecretStr
 
+import chatbot.agent._recall
 import chatbot.agent.nodes
 from bench._pg import bench_database
 from bench._recall_data import LOCALES, Conversation, conversation
-from chatbot.agent._recall import CONTEXT_WEIGHT, QUERY_TERMS, Recalled, recall_into_window
+from chatbot.agent._recall import Recalled, question_terms, recall_into_window
 from chatbot.app import create_app
 from chatbot.cli.common import mint_token
 from chatbot.config import Settings
 from chatbot.db.pool import Pool
-from chatbot.recall.related import related_terms
-from chatbot.recall.service import Recaller, ThreadRecall
-from chatbot.recall.terms import query_weights
+from chatbot.recall.service import Recaller, RecallQuery, ThreadRecall
 from chatbot.text import normalize_persian
 from chatbot.threads.deletion import delete_threads
 
@@ -124,6 +127,10 @@ async def _run_conversation(
                 "tokens_with": with_recall,
                 "step_ms": step,
                 "recalled": len(context["recalled"]),
+                "question": question.text,
+                "needed": [conv.turns[t] for t in question.needed],
+                "found": found,
+                "given": [m["content"] for m in context["recalled"]],
             }
         )
     return results
@@ -154,6 +161,18 @@ def _print_quality(rows: list[dict[str, Any]]) -> None:
     )
     steps = sorted(r["step_ms"] for r in rows)
     print(f"recall step in these runs: p50 {statistics.median(steps):.1f} ms, max {steps[-1]:.1f} ms")
+
+
+def _print_misses(rows: list[dict[str, Any]]) -> None:
+    """Print each question that missed a needed turn: what it asked, needed, and what recall gave."""
+    for r in rows:
+        if r["all"]:
+            continue
+        print(f"MISS {r['kind']} ({r['language']}): {r['question']}")
+        for text, hit in zip(r["needed"], r["found"], strict=True):
+            print(f"   needed {'+' if hit else '-'} {text}")
+        for text in r["given"]:
+            print(f"   given    {text[:100]}")
 
 
 def _messages(conv: Conversation, depth: int) -> list[BaseMessage]:
@@ -187,19 +206,18 @@ async def _step_times(pool: Pool, seed: int) -> list[tuple[int, float, float, fl
         hits: list[int] = []
         for _ in range(3):
             for question in conv.questions:
-                context = [str(m.text) for m in recent[-4:]]
-                query = query_weights(
-                    question.text, context, context_weight=CONTEXT_WEIGHT, limit=QUERY_TERMS, related=related_terms
-                )
+                query = question_terms(question.text, [str(m.text) for m in recent])
                 started = time.perf_counter()
                 found = await recall.find(
-                    thread,
-                    recent,
-                    whole=False,
-                    window_first=str(recent[-60].id),
-                    query=query,
-                    question=question.text,
-                    hits=HITS,
+                    RecallQuery(
+                        thread,
+                        recent,
+                        whole=False,
+                        window_first=str(recent[-60].id),
+                        terms=query,
+                        question=question.text,
+                        hits=HITS,
+                    )
                 )
                 times.append((time.perf_counter() - started) * 1000)
                 hits.append(len(found))
@@ -209,8 +227,12 @@ async def _step_times(pool: Pool, seed: int) -> list[tuple[int, float, float, fl
     return rows
 
 
-async def main(count: int, min_turns: int, max_turns: int, seed: int) -> None:
+async def main(
+    count: int, min_turns: int, max_turns: int, seed: int, misses: bool = False, related: bool = True
+) -> None:
     """Build the conversations, ask the late questions, and print the figures."""
+    if not related:
+        chatbot.agent._recall.related_terms = lambda found: []
     rng = random.Random(seed)
     convs = [
         conversation(seed + i, "en" if i % 2 == 0 else "fa", rng.randint(min_turns, max_turns)) for i in range(count)
@@ -241,8 +263,13 @@ async def main(count: int, min_turns: int, max_turns: int, seed: int) -> None:
             finally:
                 await delete_threads(services.pool, threads)
     if rows:  # --conversations 0 times the recall step alone
-        print(f"{count} conversations ({sum(len(c.turns) for c in convs)} turns), {len(rows)} questions, seed {seed}")
+        print(
+            f"{count} conversations ({sum(len(c.turns) for c in convs)} turns), {len(rows)} questions, seed {seed},"
+            f" related words {'on' if related else 'off'}"
+        )
         _print_quality(rows)
+        if misses:
+            _print_misses(rows)
     print("recall step alone (ThreadRecall.find, index up to date):")
     for depth, p50, p95, found in steps:
         print(f"  {depth:>5} turns: p50 {p50:.1f} ms, p95 {p95:.1f} ms ({found:.1f} turns found per search)")
@@ -254,5 +281,9 @@ if __name__ == "__main__":
     parser.add_argument("--min-turns", type=int, default=300)
     parser.add_argument("--max-turns", type=int, default=1000)
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--misses", action="store_true", help="print each missed question and what was recalled")
+    parser.add_argument("--without-related", action="store_true", help="no related insurance words in the query")
     args = parser.parse_args()
-    asyncio.run(main(args.conversations, args.min_turns, args.max_turns, args.seed))
+    asyncio.run(
+        main(args.conversations, args.min_turns, args.max_turns, args.seed, args.misses, not args.without_related)
+    )

@@ -29,3 +29,18 @@ def test_a_query_weighs_the_question_over_related_words_and_the_recent_turns() -
     )
     assert query["crash"] == 1.0 and query["accident"] == 0.5 and query[terms("garage")[0]] == 0.3
     assert "crash" not in related_terms(["crash"])
+
+
+def test_a_persian_word_with_an_ending_meets_the_word_without_it() -> None:
+    # "my car", "their price", "a garage" against "car", "price", "garage": the ending is added beside, not cut.
+    assert "ماشین" in terms("ماشینم کجاست؟") and "ماشینم" in terms("ماشینم کجاست؟")
+    assert "قیمت" in terms("قیمتشان چند بود؟")
+    assert "تعمیرگاه" in terms("اسم تعمیرگاهی که گفتم")
+    assert "پیام" in terms("پیام")  # a word whose last letter looks like an ending keeps its form
+
+
+def test_related_words_are_of_the_asking_words_script_and_may_is_a_month() -> None:
+    query = query_weights("تصادف چه تاریخی بود؟", [], context_weight=0.3, limit=32, related=related_terms)
+    assert "فروردین" in query and "اسفند" in query  # not crowded out by the English month names
+    assert all(not term.isascii() for term in query)
+    assert "may" in terms("It was on the 2nd of May.")

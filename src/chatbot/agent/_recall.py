@@ -22,13 +22,19 @@ from chatbot.agent._window import Window
 from chatbot.config import Settings
 from chatbot.recall.block import recalled_heading, recalled_line, recalled_section
 from chatbot.recall.related import related_terms
-from chatbot.recall.service import RecalledTurn, Recaller, RecallHit
+from chatbot.recall.service import RecalledTurn, Recaller, RecallHit, RecallQuery
 from chatbot.recall.terms import query_weights
 
 # The recent turns read with the question (a follow-up names little of what it is about).
 CONTEXT_MESSAGES = 2
 CONTEXT_WEIGHT = 0.3
 QUERY_TERMS = 32
+
+
+def question_terms(question: str, recent: Sequence[str]) -> dict[str, float]:
+    """Return the search's weighted terms: the question's, related words, and the recent turns' (`query_weights`)."""
+    context = list(recent[-CONTEXT_MESSAGES:])
+    return query_weights(question, context, context_weight=CONTEXT_WEIGHT, limit=QUERY_TERMS, related=related_terms)
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,19 +80,18 @@ async def recall_into_window(
     if window.question_shortened or window.chunks_shortened or window.system_shortened:
         return Recalled(window)  # the budget is spent already: nothing may give way to recall
     kept = window.messages[1:-1]
-    context = [str(m.text) for m in kept[-CONTEXT_MESSAGES:]]
-    query = query_weights(
-        str(question.text), context, context_weight=CONTEXT_WEIGHT, limit=QUERY_TERMS, related=related_terms
-    )
+    query = question_terms(str(question.text), [str(m.text) for m in kept])
     first = str(kept[0].id) if kept else None
     hits = await recall.find(
-        thread_id,
-        history,
-        whole=whole,
-        window_first=first,
-        query=query,
-        question=str(question.text),
-        hits=settings.recall_hits,
+        RecallQuery(
+            thread_id,
+            history,
+            whole=whole,
+            window_first=first,
+            terms=query,
+            question=str(question.text),
+            hits=settings.recall_hits,
+        )
     )
     if not hits:
         return Recalled(window)
@@ -107,20 +112,31 @@ async def recall_into_window(
 
 
 def _within(hits: Sequence[RecallHit], room: int, counter: TokenCounter, language: str) -> list[RecalledTurn]:
-    """Return the hits' turns that fit in `room` tokens: each hit, then its partner, best hit first."""
+    """Return the turns that fit in `room` tokens: the hits best first, then their partners in the same order.
+
+    Hits come first: a hit is what the question matched, its partner the context around it,
+    and a partner that would push out a later hit costs the question more than it gives. A
+    partner saying word for word what a turn given already says (a stock reply) is left out.
+    """
     spent = counter.count_text("\n\n" + recalled_heading(language)) + 1
     chosen: dict[str, RecalledTurn] = {}
-    for hit in hits:
-        for turn in (hit.turn, *hit.neighbours):
-            if turn.message_id in chosen:
-                continue
-            cost = counter.count_text(recalled_line(turn, language)) + 1
-            if spent + cost > room:
-                if turn is hit.turn:
-                    break  # the hit does not fit: its partner alone would be out of context
-                continue
+    said: set[str] = set()
+
+    def take(turn: RecalledTurn) -> None:
+        nonlocal spent
+        text = " ".join(turn.content.casefold().split())
+        cost = counter.count_text(recalled_line(turn, language)) + 1
+        if turn.message_id not in chosen and text not in said and spent + cost <= room:
             chosen[turn.message_id] = turn
+            said.add(text)
             spent += cost
+
+    for hit in hits:
+        take(hit.turn)
+    for hit in hits:
+        if hit.turn.message_id in chosen:
+            for neighbour in hit.neighbours:
+                take(neighbour)
     return sorted(chosen.values(), key=lambda t: t.position)
 
 

@@ -27,50 +27,111 @@ insert into thread_turns (thread_id, position, message_id, role, created_at, con
 values (%s, %s, %s, %s, %s::timestamptz, %s, %s::tsvector, %s, %s, %s::vector)
 on conflict do nothing
 """
-# BM25 over the turns before `before` (those that left the window) that hold one of the
-# query's telling terms (`query`): term frequency from the tsvector's positions, each
-# term's weighted inverse document frequency computed by the caller from `thread_terms`
-# (`words`, `idfs`), and the mean length over the same turns. A turn that brought new terms
-# into the thread (a name, a number, a place: `novel`) ranks up to `novelty` higher: a late
-# question about a detail is answered by the turn that first stated it, not by one of the
-# many that talked around it.
-SEARCH_TURNS = """
-with matched as (
-    select position, length, novel, terms from thread_turns
-    where thread_id = %(thread)s and position < %(before)s and terms @@ %(query)s::tsquery
-),
-mean as (select greatest(coalesce(avg(length), 1), 1)::float8 as mean from matched)
-select m.position,
-       sum(q.idf * tf.n * (%(k1)s + 1) / (tf.n + %(k1)s * (1 - %(b)s + %(b)s * m.length / mean.mean)))
-       * (1 + %(novelty)s * least(m.novel, 4) / 4.0) as score
-from matched m
-cross join mean
-cross join lateral unnest(m.terms) as u
-cross join lateral (select coalesce(array_length(u.positions, 1), 1)::float8 as n) as tf
-join unnest(%(words)s::text[], %(idfs)s::float8[]) as q(lexeme, idf) on q.lexeme = u.lexeme
-group by m.position, m.novel
-order by score desc, m.position desc
-limit %(limit)s
+# The bound of the search: the position of the oldest message the window kept (`first`), or
+# `before` when the caller names none. A `first` not indexed yet bounds at -1: nothing is
+# searched, and the caller searches again once it has indexed the thread.
+_BOUND = """
+bound as (
+    select case when %(first)s::text is null then %(before)s::int
+                else coalesce((select position from thread_turns
+                               where thread_id = %(thread)s and message_id = %(first)s), -1)
+           end as before
+)"""
+# The hits (`ranked`: position and score) with the turn before and after each, in one
+# statement: the caller picks each hit's partner (the question of an answer, the answer of
+# a question) from them without another round trip.
+# Each wanted turn is read by its key, whatever the planner's statistics.
+_WITH_NEIGHBOURS = """
+select t.position, t.message_id, t.role, t.created_at, t.content, r.score
+from (select distinct h.position + d.step as position
+      from ranked h cross join (values (-1), (0), (1)) as d(step)) as w
+cross join bound
+join thread_turns t on t.thread_id = %(thread)s and t.position = w.position
+left join ranked r on r.position = w.position
+where w.position < bound.before and w.position >= 0
 """
+# BM25 over the turns before the bound that hold one of the query's telling terms. Each
+# query term's document frequency is read by key from `thread_terms` (`counts`); its idf
+# is weighted by the term's weight in the query (`words`, `weights`); the telling terms are
+# the rarest, taken while the turns they name stay under `candidates` (two at least): a
+# term most turns hold adds little to a score and would make the search read most of the
+# thread. Term frequency comes from the tsvector's positions, the mean length from the
+# matched turns. A turn that brought new terms into the thread (a name, a number, a place:
+# `novel`) ranks up to `novelty` higher: a late question about a detail is answered by the
+# turn that first stated it, not by one of the many that talked around it. Turns of the same
+# terms ("ok, thanks", a question asked again) are one hit, the best-scored: repeats would
+# fill the limit with one thing said many times.
+SEARCH_TURNS = (
+    """
+with counts as (
+    select term, turns from thread_terms
+    where thread_id = %(thread)s and term = any(%(words)s::text[]) and turns > 0
+),
+indexed as (
+    select coalesce(max(position), -1) + 1 as turns from thread_turns where thread_id = %(thread)s
+),
+query as (
+    select c.term,
+           q.weight * ln(1 + (greatest(indexed.turns, c.turns) - c.turns + 0.5) / (c.turns + 0.5)) as idf,
+           row_number() over (order by c.turns, c.term) as rarity,
+           sum(c.turns) over (order by c.turns, c.term) as reach
+    from counts c
+    cross join indexed
+    join unnest(%(words)s::text[], %(weights)s::float8[]) as q(term, weight) on q.term = c.term
+),"""
+    + _BOUND
+    + """,
+matched as (
+    select t.position, t.length, t.novel, t.terms from thread_turns t
+    cross join bound
+    where t.thread_id = %(thread)s and t.position < bound.before
+      and t.terms @@ (select string_agg(quote_literal(term), ' | ')::tsquery from query
+                      where rarity <= 2 or reach <= %(candidates)s)
+),
+mean as materialized (select greatest(coalesce(avg(length), 1), 1)::float8 as mean from matched),
+scored as (
+    select m.position, m.terms,
+           sum(q.idf * tf.n * (%(k1)s + 1) / (tf.n + %(k1)s * (1 - %(b)s + %(b)s * m.length / mean.mean)))
+           * (1 + %(novelty)s * least(m.novel, 4) / 4.0) as score
+    from matched m
+    cross join mean
+    cross join lateral unnest(m.terms) as u
+    cross join lateral (select coalesce(array_length(u.positions, 1), 1)::float8 as n) as tf
+    join query q on q.term = u.lexeme
+    group by m.position, m.novel, m.terms
+),
+ranked as (
+    select position, score from (
+        select distinct on (terms) position, score from scored order by terms, score desc, position desc
+    ) as once
+    order by score desc, position desc
+    limit %(limit)s
+)"""
+    + _WITH_NEIGHBOURS
+)
+# The nearest turns by cosine distance, of the query embedding's dimension (score: the
+# negated distance), with their neighbours as SEARCH_TURNS gives them.
+NEAREST_TURNS = (
+    "with"
+    + _BOUND
+    + """,
+ranked as (
+    select t.position, -(t.embedding <=> %(vector)s::vector) as score
+    from thread_turns t
+    cross join bound
+    where t.thread_id = %(thread)s and t.position < bound.before and t.embedding is not null
+      and vector_dims(t.embedding) = %(dim)s
+    order by t.embedding <=> %(vector)s::vector
+    limit %(limit)s
+)"""
+    + _WITH_NEIGHBOURS
+)
 # How many turns hold each term: one row per (thread, term), added to as turns are indexed.
 ADD_TERM = """
 insert into thread_terms (thread_id, term, turns) values (%s, %s, %s)
 on conflict (thread_id, term) do update set turns = thread_terms.turns + excluded.turns
 """
 TERM_TURNS = "select term, turns from thread_terms where thread_id = %s and term = any(%s::text[])"
-# The nearest turns by cosine distance, of the query embedding's dimension.
-NEAREST_TURNS = """
-select position from thread_turns
-where thread_id = %(thread)s and position < %(before)s and embedding is not null
-  and vector_dims(embedding) = %(dim)s
-order by embedding <=> %(vector)s::vector
-limit %(limit)s
-"""
-TURNS_AT = """
-select position, message_id, role, created_at, content from thread_turns
-where thread_id = %s and position = any(%s::int[])
-order by position
-"""
 TURNS_BY_ID = """
 select position, message_id, role, created_at, content from thread_turns
 where thread_id = %s and message_id = any(%s::text[])
@@ -94,17 +155,58 @@ class TurnRow:
     embedding: str | None
 
 
-async def newest_turn(conn: Conn, thread_id: str) -> tuple[int, str] | None:
-    """Return the (position, message id) of the thread's newest indexed turn, None when none is."""
-    row = await (await conn.execute(NEWEST_TURN, (thread_id,))).fetchone()
-    return None if row is None else (int(row["position"]), str(row["message_id"]))
+@dataclass(frozen=True, slots=True)
+class Searched:
+    """What one search read: the index's state, the fresh turns' term counts, and the turns found."""
+
+    newest: tuple[int, str] | None
+    """The (position, message id) of the thread's newest indexed turn, None when none is."""
+    first: int | None
+    """The position of the window's oldest message, None when it is not indexed (or not named)."""
+    held: dict[str, int]
+    """How many indexed turns hold each of the terms asked about."""
+    lexical: list[dict[str, Any]]
+    """SEARCH_TURNS' rows: the hits (with a score) and their neighbours (score None)."""
+    nearest: list[dict[str, Any]]
+    """NEAREST_TURNS' rows likewise (none without a query vector)."""
 
 
-async def insert_turns(conn: Conn, rows: Sequence[TurnRow]) -> None:
-    """Index the turns (those already indexed are left as they are)."""
+async def search(
+    conn: Conn,
+    params: dict[str, Any],
+    *,
+    held_terms: Sequence[str],
+    vector: dict[str, Any] | None,
+) -> Searched:
+    """Run a search in one round trip (one pipeline): the index's state, term counts, BM25 and nearest turns.
+
+    `params` are SEARCH_TURNS' (thread, first, before, words, weights, candidates, k1, b,
+    novelty, limit); `vector` adds NEAREST_TURNS' own (vector, dim) to them.
+    """
+    thread, first = params["thread"], params["first"]
+    async with conn.pipeline():
+        newest = await conn.execute(NEWEST_TURN, (thread,))
+        position = await conn.execute(POSITION_OF, (thread, first)) if first is not None else None
+        held = await conn.execute(TERM_TURNS, (thread, list(held_terms))) if held_terms else None
+        lexical = await conn.execute(SEARCH_TURNS, params) if params["words"] else None
+        nearest = await conn.execute(NEAREST_TURNS, {**params, **vector}) if vector is not None else None
+    newest_row = await newest.fetchone()
+    position_row = await position.fetchone() if position is not None else None
+    return Searched(
+        newest=None if newest_row is None else (int(newest_row["position"]), str(newest_row["message_id"])),
+        first=None if position_row is None else int(position_row["position"]),
+        held={str(r["term"]): int(r["turns"]) for r in await held.fetchall()} if held is not None else {},
+        lexical=list(await lexical.fetchall()) if lexical is not None else [],
+        nearest=list(await nearest.fetchall()) if nearest is not None else [],
+    )
+
+
+async def write_turns(conn: Conn, rows: Sequence[TurnRow], counts: Mapping[str, int]) -> None:
+    """Index the turns and add to their terms' turn counts, in one pipeline (turns indexed already stay)."""
     if not rows:
         return
-    async with conn.cursor() as cur:
+    thread = rows[0].thread_id
+    async with conn.pipeline(), conn.cursor() as cur:
         await cur.executemany(
             INSERT_TURN,
             [
@@ -123,14 +225,8 @@ async def insert_turns(conn: Conn, rows: Sequence[TurnRow]) -> None:
                 for r in rows
             ],
         )
-
-
-async def add_terms(conn: Conn, thread_id: str, counts: Mapping[str, int]) -> None:
-    """Add to how many turns hold each term (one row per term, in one pipeline)."""
-    if not counts:
-        return
-    async with conn.cursor() as cur:
-        await cur.executemany(ADD_TERM, [(thread_id, term, n) for term, n in counts.items()])
+        if counts:
+            await cur.executemany(ADD_TERM, [(thread, term, n) for term, n in counts.items()])
 
 
 async def term_turns(conn: Conn, thread_id: str, terms: Sequence[str]) -> dict[str, int]:
@@ -139,29 +235,6 @@ async def term_turns(conn: Conn, thread_id: str, terms: Sequence[str]) -> dict[s
     return {str(r["term"]): int(r["turns"]) for r in rows}
 
 
-async def search_turns(conn: Conn, params: dict[str, Any]) -> list[tuple[int, float]]:
-    """Return (position, BM25 score) of the best turns, best first (SEARCH_TURNS' parameters)."""
-    rows = await (await conn.execute(SEARCH_TURNS, params)).fetchall()
-    return [(int(r["position"]), float(r["score"])) for r in rows]
-
-
-async def nearest_turns(conn: Conn, params: dict[str, Any]) -> list[int]:
-    """Return the positions of the nearest turns by embedding, nearest first."""
-    rows = await (await conn.execute(NEAREST_TURNS, params)).fetchall()
-    return [int(r["position"]) for r in rows]
-
-
-async def turns_at(conn: Conn, thread_id: str, positions: Sequence[int]) -> list[dict[str, Any]]:
-    """Return the turns at these positions, oldest first."""
-    return await (await conn.execute(TURNS_AT, (thread_id, list(positions)))).fetchall()
-
-
 async def turns_by_id(conn: Conn, thread_id: str, message_ids: Sequence[str]) -> list[dict[str, Any]]:
     """Return the thread's turns with these message ids (in no order)."""
     return await (await conn.execute(TURNS_BY_ID, (thread_id, list(message_ids)))).fetchall()
-
-
-async def position_of(conn: Conn, thread_id: str, message_id: str) -> int | None:
-    """Return the position of one message of the thread, None when it is not indexed."""
-    row = await (await conn.execute(POSITION_OF, (thread_id, message_id))).fetchone()
-    return None if row is None else int(row["position"])

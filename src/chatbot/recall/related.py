@@ -150,12 +150,17 @@ def _related() -> dict[str, frozenset[str]]:
 
 
 def related_terms(found: list[str]) -> list[str]:
-    """Return the terms related to `found` (by the groups above) that `found` does not hold, in a stable order."""
+    """Return the terms related to `found` (by the groups above) that `found` does not hold, in a stable order.
+
+    Only those written in the script of the term that brought them: a Persian question is
+    answered by Persian turns, and the other language's words would take the query's
+    bounded room (recall/terms.py, `query_weights`) from its own.
+    """
     table = _related()
     present = set(found)
     out: dict[str, None] = {}
     for term in found:
         for other in sorted(table.get(term, ())):
-            if other not in present:
+            if other not in present and other.isascii() == term.isascii():
                 out[other] = None
     return list(out)

@@ -2,19 +2,19 @@
 
 `ThreadRecall.find` is called by the graph before the model call (agent/_recall.py) with
 the thread's recent messages (the `messages` channel, already loaded) and the id of the
-oldest message the window kept. It first indexes what the thread said since the last
+oldest message the window kept. One round trip reads the index's state and searches the
+turns before the window (BM25 over normalised terms, and with an embeddings model the
+nearest turns too, fused by rank); a second indexes what the thread said since the last
 indexed turn (the recent messages carry it; a thread older than this feature, or one
-whose index fell behind the recent list, is indexed from its transcript once), then
-searches the turns before the window: BM25 over normalised terms, and with an embeddings
-model the nearest turns too, fused by rank. Only messages the checkpoints already hold
-are indexed, never the running turn's own question: a failed or cancelled run leaves
-nothing in the index that its transcript does not.
+whose index fell behind the recent list, is indexed from its transcript once, and then
+searched again). Only messages the checkpoints already hold are indexed, never the
+running turn's own question: a failed or cancelled run leaves nothing in the index that
+its transcript does not.
 """
 
 from __future__ import annotations
 
 import asyncio
-import math
 import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -30,7 +30,7 @@ from chatbot.db.checkpoints import decode
 from chatbot.db.pool import Pool
 from chatbot.ids import ThreadId
 from chatbot.recall import queries
-from chatbot.recall.terms import terms, tsquery_literal, tsvector_literal
+from chatbot.recall.terms import terms, tsvector_literal
 
 META_KEY = "chatbot"  # the key of the service's own metadata on a persisted message (agent/state.py)
 # BM25's usual constants; b below the textbook 0.75: turns are short, and a long answer
@@ -44,6 +44,10 @@ NOVELTY = 1.0  # how much higher a turn that brought new terms ranks (queries.SE
 RRF_K = 60  # reciprocal rank fusion of the lexical and the vector lists
 _LEXEME = re.compile(r"'([^']+)':")  # a term of a tsvector literal (recall/terms.py)
 _BATCH = 32  # transcript versions read at a time when a thread is indexed from its transcript
+# The newest recent messages whose terms' counts the search reads beside it: a run usually
+# indexes the previous run's question and answer, and their novelty needs those counts.
+_FRESH = 4
+_NO_BOUND = 2**31 - 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +70,23 @@ class RecallHit:
     neighbours: tuple[RecalledTurn, ...]
 
 
+@dataclass(frozen=True, slots=True)
+class RecallQuery:
+    """What a run asks recall: the thread, its recent messages, and the question with its weighted terms."""
+
+    thread_id: str
+    recent: Sequence[BaseMessage]
+    """The thread's recent messages before the question, oldest first."""
+    whole: bool
+    """Whether `recent` is the whole thread."""
+    window_first: str | None
+    """The oldest message the window kept (None: it kept none, so every earlier one may be recalled)."""
+    terms: Mapping[str, float]
+    """The query's terms and their weights (recall/terms.py, `query_weights`)."""
+    question: str
+    hits: int
+
+
 class Recaller(Protocol):
     """What the graph asks recall for (`ThreadRecall`, or a recorded run's turns in an evaluation)."""
 
@@ -74,17 +95,7 @@ class Recaller(Protocol):
         """True: the turns are a recorded run's, given whatever the window holds (`RecordedRecall`)."""
         ...
 
-    async def find(
-        self,
-        thread_id: str,
-        recent: Sequence[BaseMessage],
-        *,
-        whole: bool,
-        window_first: str | None,
-        query: Mapping[str, float],
-        question: str,
-        hits: int,
-    ) -> list[RecallHit]:
+    async def find(self, query: RecallQuery) -> list[RecallHit]:
         """Return the turns found for the question, best first."""
         ...
 
@@ -96,17 +107,7 @@ class RecordedRecall:
     turns: tuple[RecalledTurn, ...]
     replays: bool = True
 
-    async def find(
-        self,
-        thread_id: str,
-        recent: Sequence[BaseMessage],
-        *,
-        whole: bool,
-        window_first: str | None,
-        query: Mapping[str, float],
-        question: str,
-        hits: int,
-    ) -> list[RecallHit]:
+    async def find(self, query: RecallQuery) -> list[RecallHit]:
         """Return the recorded turns, in the order they were given."""
         return [RecallHit(turn, ()) for turn in self.turns]
 
@@ -140,42 +141,45 @@ class ThreadRecall:
         self.embeddings = embeddings
         self.embeddings_timeout = embeddings_timeout
 
-    async def find(
-        self,
-        thread_id: str,
-        recent: Sequence[BaseMessage],
-        *,
-        whole: bool,
-        window_first: str | None,
-        query: Mapping[str, float],
-        question: str,
-        hits: int,
-    ) -> list[RecallHit]:
-        """Return the best `hits` turns before `window_first` for `query`, best first, each with its neighbours.
+    async def find(self, query: RecallQuery) -> list[RecallHit]:
+        """Return the best `hits` turns before `window_first` for the query, best first, each with its partner.
 
-        `recent` is the thread's recent messages before the question, oldest first; `whole`
-        says whether they are the whole thread. `window_first` is the oldest message the
-        window kept (None: it kept none of them, so every earlier message may be recalled).
+        One round trip reads the index's state and searches it (queries.search); a second
+        indexes what the thread said since the last indexed turn (usually the previous
+        run's question and answer, which the window holds anyway). Only when the window's
+        oldest message was not indexed yet (a thread's first run past the window, a thread
+        older than this feature) is the search run again after indexing.
         """
+        if query.hits <= 0:
+            return []
+        messages = [m for m in query.recent if is_conversation_message(m)]
+        fresh = messages[-_FRESH:]
+        vector = await self._query_vector(query.question)
+        params = self._params(query, first=query.window_first, before=_NO_BOUND)
         async with self.pool.connection() as conn:
-            before, indexed = await self._index(conn, thread_id, recent, whole=whole, window_first=window_first)
-            if before <= 0 or hits <= 0:
-                return []
-            # Twice as many as asked: a turn said again word for word counts once (below).
-            ranked = await self._rank(conn, thread_id, before, indexed, query, question, hits * 2)
-            if not ranked:
-                return []
-            wanted = sorted({p + d for p in ranked for d in (-1, 0, 1) if 0 <= p + d < before})
-            found = {t.position: t for t in map(_turn, await queries.turns_at(conn, thread_id, wanted))}
-        out: list[RecallHit] = []
-        said: set[str] = set()
-        for position in ranked:
-            turn = found.get(position)
-            if turn is None or _said(turn) in said:
-                continue
-            said.add(_said(turn))
-            out.append(_hit(found, position))
-        return out[:hits]
+            held_terms = sorted({t for m in fresh for t in terms(str(m.text))})
+            searched = await queries.search(conn, params, held_terms=held_terms, vector=vector)
+            indexed = await self._index(conn, query, messages, searched)
+            if not _searched_the_window(query, searched, indexed):
+                before = indexed.end if indexed.first is None else indexed.first
+                params = self._params(query, first=None, before=before)
+                searched = await queries.search(conn, params, held_terms=[], vector=vector)
+        return _hits(searched, query.hits)
+
+    def _params(self, query: RecallQuery, *, first: str | None, before: int) -> dict[str, Any]:
+        # Twice as many as asked: a turn said again word for word counts once (`_hits`).
+        return {
+            "thread": query.thread_id,
+            "first": first,
+            "before": before,
+            "words": list(query.terms),
+            "weights": list(query.terms.values()),
+            "candidates": CANDIDATE_TURNS,
+            "k1": K1,
+            "b": B,
+            "novelty": NOVELTY,
+            "limit": query.hits * 2,
+        }
 
     async def read(self, thread_id: str, message_ids: Sequence[str]) -> dict[str, RecalledTurn]:
         """Return the thread's indexed turns with these ids (a run record's recalled turns), by id."""
@@ -185,97 +189,62 @@ class ThreadRecall:
             rows = await queries.turns_by_id(conn, thread_id, message_ids)
         return {str(r["message_id"]): _turn(r) for r in rows}
 
-    async def _rank(
-        self,
-        conn: Any,
-        thread_id: str,
-        before: int,
-        indexed: int,
-        query: Mapping[str, float],
-        question: str,
-        hits: int,
-    ) -> list[int]:
-        lexical = await self._lexical(conn, thread_id, before, indexed, query, hits)
-        vector = await self._nearest(conn, thread_id, before, question, hits)
-        if not vector:
-            return lexical[:hits]
-        fused: dict[int, float] = {}
-        for ranking in (lexical, vector):
-            for rank, position in enumerate(ranking):
-                fused[position] = fused.get(position, 0.0) + 1.0 / (RRF_K + rank + 1)
-        return sorted(fused, key=lambda p: (-fused[p], -p))[:hits]
-
-    async def _lexical(
-        self, conn: Any, thread_id: str, before: int, indexed: int, query: Mapping[str, float], hits: int
-    ) -> list[int]:
-        """Return the positions of the best turns by BM25, best first."""
-        held = await queries.term_turns(conn, thread_id, list(query)) if query else {}
-        if not held:
-            return []
-        idf = {t: query[t] * math.log(1 + (indexed - n + 0.5) / (n + 0.5)) for t, n in held.items() if n > 0}
-        by_rarity = sorted(held, key=lambda t: held[t])
-        telling: list[str] = []
-        reach = 0
-        for term in by_rarity:
-            if len(telling) >= 2 and reach + held[term] > CANDIDATE_TURNS:
-                break
-            telling.append(term)
-            reach += held[term]
-        params = {
-            "thread": thread_id,
-            "before": before,
-            "query": tsquery_literal(dict.fromkeys(telling, 1.0)),
-            "words": list(idf),
-            "idfs": list(idf.values()),
-            "k1": K1,
-            "b": B,
-            "novelty": NOVELTY,
-            "limit": hits,
-        }
-        return [position for position, _ in await queries.search_turns(conn, params)]
-
-    async def _nearest(self, conn: Any, thread_id: str, before: int, question: str, limit: int) -> list[int]:
+    async def _query_vector(self, question: str) -> dict[str, Any] | None:
+        """Return NEAREST_TURNS' own parameters for the question (None without an embeddings model)."""
         if self.embeddings is None or not question.strip():
-            return []
+            return None
         async with asyncio.timeout(self.embeddings_timeout):
             vector = await self.embeddings.aembed_query(question)
-        params = {"thread": thread_id, "before": before, "dim": len(vector), "vector": _vector(vector), "limit": limit}
-        return await queries.nearest_turns(conn, params)
+        return {"vector": _vector(vector), "dim": len(vector)}
 
     async def _index(
-        self, conn: Any, thread_id: str, recent: Sequence[BaseMessage], *, whole: bool, window_first: str | None
-    ) -> tuple[int, int]:
-        """Index what is not indexed yet; return the position of `window_first` and how many turns are indexed."""
-        messages = [m for m in recent if is_conversation_message(m)]
-        newest = await queries.newest_turn(conn, thread_id)
+        self, conn: Any, query: RecallQuery, messages: Sequence[BaseMessage], searched: queries.Searched
+    ) -> _Indexed:
+        """Index what is not indexed yet; return where the window's oldest message is and where the index ends."""
         ids = [str(m.id) for m in messages]
+        newest = searched.newest
+        held: Mapping[str, int] | None = searched.held
         if newest is not None and newest[1] in ids:
             start = ids.index(newest[1]) + 1
             new, first_position = messages[start:], newest[0] + 1
-        elif newest is None and whole:
-            new, first_position = messages, 0
+            if len(new) > _FRESH:
+                held = None  # more than the fresh turns whose counts the search read
+        elif newest is None and query.whole:
+            new, first_position, held = messages, 0, None
         else:
             # Older than the feature, or the index fell behind the recent list: the transcript.
-            transcript = await self._transcript(thread_id, stop_at=set(ids[-1:]))
+            transcript = await self._transcript(query.thread_id, stop_at=set(ids[-1:]))
             skip = 0 if newest is None else newest[0] + 1
-            new, first_position = transcript[skip:], skip
-        await self.add_turns(conn, thread_id, new, first_position)
+            new, first_position, held = transcript[skip:], skip, None
+        await self.add_turns(conn, query.thread_id, new, first_position, held=held)
         # The recent messages are the transcript's tail, now indexed through `end - 1`.
         end = first_position + len(new)
-        if window_first is None:
-            return end, end
-        if window_first in ids:
-            return end - len(messages) + ids.index(window_first), end
-        position = await queries.position_of(conn, thread_id, window_first)
-        return (end if position is None else position), end
+        first = searched.first
+        if first is None and query.window_first in ids:
+            first = end - len(messages) + ids.index(query.window_first)
+        return _Indexed(first=first, start=first_position, end=end)
 
-    async def add_turns(self, conn: Any, thread_id: str, messages: Sequence[BaseMessage], first: int) -> None:
-        """Index `messages` as the thread's turns from position `first`: their rows and their terms' counts."""
+    async def add_turns(
+        self,
+        conn: Any,
+        thread_id: str,
+        messages: Sequence[BaseMessage],
+        first: int,
+        *,
+        held: Mapping[str, int] | None = None,
+    ) -> None:
+        """Index `messages` as the thread's turns from position `first`: their rows and their terms' counts.
+
+        `held` is how many turns held each of their terms before (read with the search);
+        None reads it here.
+        """
         if not messages:
             return
-        rows = await _with_novelty(conn, thread_id, await self._rows(thread_id, messages, first))
-        await queries.insert_turns(conn, rows)
-        await queries.add_terms(conn, thread_id, _term_turns(rows))
+        rows = await self._rows(thread_id, messages, first)
+        if held is None:
+            held = await queries.term_turns(conn, thread_id, sorted(_term_turns(rows)))
+        rows = _with_novelty(rows, held)
+        await queries.write_turns(conn, rows, _term_turns(rows))
 
     async def _transcript(self, thread_id: str, *, stop_at: set[str]) -> list[BaseMessage]:
         """Return the thread's messages oldest first, through the newest of `stop_at` (the run's history)."""
@@ -323,6 +292,53 @@ class ThreadRecall:
         return rows
 
 
+@dataclass(frozen=True, slots=True)
+class _Indexed:
+    first: int | None
+    """The position of the window's oldest message (None: not named, or not in the index)."""
+    start: int
+    """The position of the first turn this call indexed (`end` when it indexed none)."""
+    end: int
+    """One past the newest indexed turn."""
+
+
+def _searched_the_window(query: RecallQuery, searched: queries.Searched, indexed: _Indexed) -> bool:
+    """Whether the first search covered every turn before the window (else it runs again, after indexing)."""
+    if query.window_first is None:
+        return indexed.start == indexed.end  # every indexed turn may be recalled, the new ones too
+    # The new turns are the window's (at or after its oldest message), which the search leaves out anyway.
+    return searched.first is not None and indexed.start >= searched.first
+
+
+def _hits(searched: queries.Searched, hits: int) -> list[RecallHit]:
+    """Return the best `hits` turns, each with its partner: lexical alone, or fused with the nearest by rank."""
+    found = {int(r["position"]): _turn(r) for r in [*searched.lexical, *searched.nearest]}
+    rankings = [_ranking(rows) for rows in (searched.lexical, searched.nearest) if rows]
+    if len(rankings) == 1:
+        ranked = rankings[0]
+    else:
+        fused: dict[int, float] = {}
+        for ranking in rankings:
+            for rank, position in enumerate(ranking):
+                fused[position] = fused.get(position, 0.0) + 1.0 / (RRF_K + rank + 1)
+        ranked = sorted(fused, key=lambda p: (-fused[p], -p))
+    out: list[RecallHit] = []
+    said: set[str] = set()
+    for position in ranked:
+        turn = found[position]
+        if _said(turn) in said:
+            continue
+        said.add(_said(turn))
+        out.append(_hit(found, position))
+    return out[:hits]
+
+
+def _ranking(rows: Sequence[Mapping[str, Any]]) -> list[int]:
+    """Return the positions of the rows that are hits (a score), best first."""
+    scored = [(float(r["score"]), int(r["position"])) for r in rows if r["score"] is not None]
+    return [position for _, position in sorted(scored, key=lambda x: (-x[0], -x[1]))]
+
+
 def _hit(found: Mapping[int, RecalledTurn], position: int) -> RecallHit:
     """Return the turn at `position` with its partner: the answer after a question, the question before an answer."""
     turn = found[position]
@@ -332,9 +348,8 @@ def _hit(found: Mapping[int, RecalledTurn], position: int) -> RecallHit:
     return RecallHit(turn, neighbours)
 
 
-async def _with_novelty(conn: Any, thread_id: str, rows: list[queries.TurnRow]) -> list[queries.TurnRow]:
+def _with_novelty(rows: list[queries.TurnRow], held: Mapping[str, int]) -> list[queries.TurnRow]:
     """Return the rows with how many terms each brought into the thread (none of its turns held them before)."""
-    held = await queries.term_turns(conn, thread_id, sorted({t for r in rows for t in _LEXEME.findall(r.terms)}))
     seen = {t for t, n in held.items() if n > 0}
     out = []
     for row in rows:

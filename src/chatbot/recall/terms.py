@@ -2,7 +2,8 @@
 
 Spelling is retrieval's (retrieval/normalize.py): Arabic and Persian letter forms, Persian
 and Arabic-Indic digits, diacritics and half-spaces fold to one form, compounds written
-with a half-space also index their parts, and plurals their stem. On top of it: stop words
+with a half-space also index their parts, and plurals their stem; a Persian word with a
+possessive or indefinite ending also indexes the word without it. On top of it: stop words
 of both languages go (the `simple` text-search form has none, and "the" or "که" would
 match every turn), and English words lose a plural "s" (a light stemmer: "plates" meets
 "plate"). The terms are built here and handed to Postgres as a tsvector literal, so the
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 
 from chatbot.retrieval.normalize import PERSIAN_STOPWORDS, index_form
 
@@ -21,17 +22,23 @@ _WORD = re.compile(r"[^\W_]+")
 # Split letters from digits: "12ب345" and "ب۳۴۵" index "12", "ب", "345" alike, and "5pm" meets "5 pm".
 _SCRIPT_RUN = re.compile(r"\d+|[^\W\d_]+")
 
+# Not "may": it is also a month, and a turn saying "on the 2nd of May" must be found by it.
 ENGLISH_STOPWORDS = frozenset(
     """
     a an the and or but if of to in on at by for with from as is are was were be been being am do does did
     done have has had having i me my mine we us our you your yours he him his she her hers it its they them
     their what which who whom whose this that these those there here then than so not no yes can could will
-    would shall should may might must about into over under again also just only very too any some all each
+    would shall should might must about into over under again also just only very too any some all each
     both few more most other such own same how when where why up down out off once please thanks thank hi
     hello ok okay sure well get got let tell said say know think want need like now still yet
     """.split()
 )
 STOPWORDS = ENGLISH_STOPWORDS | PERSIAN_STOPWORDS
+# Persian possessive and indefinite endings written on the word ("ماشینم" my car, "قیمتشان"
+# their price, "تعمیرگاهی" a garage): such a word also indexes the word without it, at its
+# side, so a question and a turn meet whichever of them carries the ending. Added, never
+# replacing: a word whose own last letter looks like an ending ("پیام") keeps its form.
+_PERSIAN_ENDING = re.compile(r"^(\w{3,}?)(شان|تان|مان|ام|ات|اش|ی|م|ش)$")
 # Words of one letter carry no topic, except Persian plate letters between digits (kept: "ب").
 _MIN_LETTERS = 2
 
@@ -104,6 +111,8 @@ def terms(text: str) -> list[str]:
                 out.append(part.lstrip("0") or "0")
             elif len(part) >= _MIN_LETTERS or not part.isascii():
                 out.append(_stem(part))
+                if not part.isascii() and (ending := _PERSIAN_ENDING.match(part)) and ending[1] not in STOPWORDS:
+                    out.append(ending[1])
     return out
 
 
@@ -114,11 +123,6 @@ def tsvector_literal(found: Iterable[str]) -> str:
         # tsvector positions stop at 16383, and 256 positions per term are kept.
         places.setdefault(term, []).append(min(position, 16383))
     return " ".join(f"'{term}':{','.join(str(p) for p in spots[:256])}" for term, spots in places.items())
-
-
-def tsquery_literal(weights: Mapping[str, float]) -> str:
-    """Return an OR query over the terms (any of them matches; BM25 ranks the matches)."""
-    return " | ".join(f"'{term}'" for term in weights)
 
 
 def query_weights(
