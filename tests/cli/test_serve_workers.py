@@ -52,7 +52,7 @@ def start_workers(database_url: str, log: Path, **env: str) -> Replica:
             return False
 
     try:
-        wait_until_sync(ready, what="both workers to be ready", timeout=60, interval=0.2)
+        wait_until_sync(ready, what="both workers to be ready", timeout=120, interval=0.2)
     except AssertionError:
         replica.kill()
         raise
