@@ -21,6 +21,7 @@ from tests.fixtures.knowledge import load_demo_kb
 from tests.fixtures.models import ScriptedChatModel, StreamingChatModel
 from tests.fixtures.postgres import settings_for
 from tests.fixtures.tokens import auth
+from tests.fixtures.wait import forever
 
 QUESTION = "What does travel insurance cover for medical costs abroad?"
 CALLER = CallerContext(TenantId("acme"), UserId("u1"), "en-US")
@@ -45,7 +46,7 @@ class StallingModel(StreamingChatModel):
         yield ChatGenerationChunk(message=AIMessageChunk(content="", tool_call_chunks=[first]))
         more: ToolCallChunk = {"name": None, "args": "costs abroad ", "id": None, "index": 0}
         yield ChatGenerationChunk(message=AIMessageChunk(content="", tool_call_chunks=[more]))
-        await asyncio.sleep(3600)
+        await forever()
 
 
 async def retrieved_texts(url: str) -> list[str]:

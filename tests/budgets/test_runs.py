@@ -99,7 +99,7 @@ async def test_concurrent_runs_make_exactly_the_calls_the_tenant_budget_fits(
             while sampling:  # not polling: a sampler of spent plus reserved, every 10 ms
                 for row in await budget_rows(services, clock()):
                     highest = max(highest, row["spent"] + row["reserved"])
-                await asyncio.sleep(0.01)
+                await asyncio.sleep(0.01)  # not polling: the sampler's period
 
         sampler = asyncio.create_task(sample())
         double.hold()

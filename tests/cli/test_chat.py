@@ -11,7 +11,6 @@ import struct
 import subprocess
 import sys
 import termios
-import time
 from pathlib import Path
 
 from chatbot.client import ChatbotClient, TranscriptMessage
@@ -118,17 +117,24 @@ class Terminal:
         self.output = ""
 
     def expect(self, pattern: str, count: int, timeout: float = 60) -> None:
-        """Read until `pattern` has appeared `count` times in the output."""
-        deadline = time.monotonic() + timeout
-        while self.output.count(pattern) < count:
-            assert time.monotonic() < deadline, f"waited for {pattern!r} x{count}; got:\n{self.output[-2000:]}"
-            ready, _, _ = select.select([self.master], [], [], 0.5)
+        """Read until `pattern` has appeared `count` times in the output (or the child closed the terminal)."""
+
+        def seen() -> bool:
+            if self.output.count(pattern) >= count:
+                return True
+            ready, _, _ = select.select([self.master], [], [], 0.5)  # waits for output, up to 0.5 s
             if ready:
                 try:
                     chunk = os.read(self.master, 65536)
-                except OSError:  # the child closed the terminal
-                    break
+                except OSError:  # the child closed the terminal: nothing more will come
+                    return True
                 self.output += ANSI.sub("", chunk.decode("utf-8", "replace"))
+            return self.output.count(pattern) >= count
+
+        try:
+            wait_until_sync(seen, what=f"{pattern!r} x{count} on the terminal", timeout=timeout, interval=0)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; got:\n{self.output[-2000:]}") from None
 
     def send(self, line: str) -> None:
         os.write(self.master, (line + "\n").encode())

@@ -26,6 +26,7 @@ import pytest
 from tests.fixtures.app import Replica, start_replica
 from tests.fixtures.knowledge import load_demo_kb
 from tests.fixtures.postgres import TEST_SECRET
+from tests.fixtures.wait import wait_until_sync
 
 QUESTION = "Which documents do I need to file a car body claim?"
 FIRST_LINE = "According to “How to file a car body claim › Documents you need”:"
@@ -66,18 +67,25 @@ class Screen:
         return [line.rstrip() for line in self.screen.display]
 
     def wait_for(self, text: str, timeout: float = 60) -> None:
-        quiet = 0  # how many 0.2 s waits in a row the terminal said nothing
-        while not any(text in line for line in self.lines()):
-            assert quiet * 0.2 < timeout, f"waited for {text!r}; screen:\n" + "\n".join(self.lines())
-            ready, _, _ = select.select([self.master], [], [], 0.2)
-            quiet = 0 if ready else quiet + 1
+        """Read until `text` is on the screen (or the child closed the terminal)."""
+
+        def shown() -> bool:
+            if any(text in line for line in self.lines()):
+                return True
+            ready, _, _ = select.select([self.master], [], [], 0.2)  # waits for output, up to 0.2 s
             if ready:
                 try:
                     # A terminal does nothing with ETX (a Ctrl-C echoed as itself); pyte
                     # would draw it as a character.
                     self.stream.feed(os.read(self.master, 65536).replace(b"\x03", b""))
-                except OSError:  # the child closed the terminal
-                    return
+                except OSError:  # the child closed the terminal: nothing more will come
+                    return True
+            return any(text in line for line in self.lines())
+
+        try:
+            wait_until_sync(shown, what=f"{text!r} on the screen", timeout=timeout, interval=0)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}; screen:\n" + "\n".join(self.lines())) from None
 
     def send(self, line: str) -> None:
         os.write(self.master, (line + "\n").encode())

@@ -8,7 +8,6 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from tests.fixtures.client import EN_QUESTION
 from tests.fixtures.knowledge import load_demo_kb
 from tests.fixtures.postgres import TEST_SECRET
 from tests.fixtures.tokens import auth
+from tests.fixtures.wait import wait_until_sync
 
 RUNS = 24
 
@@ -40,19 +40,23 @@ def start_workers(database_url: str, log: Path, **env: str) -> Replica:
     with log.open("wb") as sink:
         process = subprocess.Popen([*command, "--workers", "2"], env=environment, stdout=sink, stderr=sink)
     replica = Replica(process, f"http://127.0.0.1:{port}")
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
+
+    def ready() -> bool:
         assert process.poll() is None, log.read_text()
         # Both workers must be serving, or every run could land on the one that started first.
-        if log.read_text().count("Application startup complete") == 2:
-            try:
-                if httpx.get(f"{replica.base_url}/readyz", timeout=1).status_code == 200:
-                    return replica
-            except httpx.HTTPError:
-                pass
-        time.sleep(0.2)
-    replica.kill()
-    raise RuntimeError("the workers did not become ready")
+        if log.read_text().count("Application startup complete") != 2:
+            return False
+        try:
+            return httpx.get(f"{replica.base_url}/readyz", timeout=1).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    try:
+        wait_until_sync(ready, what="both workers to be ready", timeout=120, interval=0.2)
+    except AssertionError:
+        replica.kill()
+        raise
+    return replica
 
 
 @pytest.fixture(scope="module")

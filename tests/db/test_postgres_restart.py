@@ -17,6 +17,7 @@ from chatbot.db.pool import FRESH_SECONDS, Pool, connection_kwargs, make_pool
 from chatbot.ids import ThreadId
 from tests.fixtures.postgres import settings_for
 from tests.fixtures.stoppable_postgres import StoppablePostgres
+from tests.fixtures.wait import wait_until
 
 # Generous: a pool that reaches the live server answers in milliseconds; the bug took 32 s.
 ANSWER_WITHIN_SECONDS = 10.0
@@ -51,8 +52,10 @@ async def test_the_first_checkout_after_a_restart_of_an_idle_pool_gets_a_live_co
         # is checked before it is handed out (db/pool.py: check_unless_fresh).
         for _ in range(2):
             await asyncio.gather(*(_select_one(pool, hold=0.2) for _ in range(CONCURRENT)))
-        assert pool.get_stats()["pool_available"] >= CONCURRENT
-        await asyncio.sleep(FRESH_SECONDS + 0.5)
+        # Given back by the pool's worker after their reset, which notes the moment (db/pool.py).
+        await wait_until(lambda: pool.get_stats()["pool_available"] >= CONCURRENT, what="the connections back")
+        idle_since = time.monotonic()
+        await wait_until(lambda: time.monotonic() - idle_since > FRESH_SECONDS, what="the freshness window to pass")
 
         stoppable_postgres.stop()
         stoppable_postgres.start()

@@ -6,7 +6,6 @@ of the model (`bind_tools`, `with_structured_output`) shares the one script obje
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -16,6 +15,8 @@ from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackMana
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessageChunk, BaseMessage, ToolCallChunk
 from langchain_core.outputs import ChatGenerationChunk, ChatResult
+
+from tests.fixtures.wait import forever
 
 TOOL = "StructuredAnswer"  # the title of the schema `ask_model` asks for
 PIECE = 9  # characters of tool-call arguments per streamed chunk (more for a huge answer)
@@ -85,7 +86,7 @@ class FaultModel(BaseChatModel):
     ) -> AsyncIterator[ChatGenerationChunk]:
         script: FaultScript = self.script
         if script.mode == "hang":
-            await asyncio.sleep(3600)
+            await forever()
         if script.mode == "raise":
             raise ProviderError("provider said: overloaded", 529)
         if script.mode == "content-only":  # prose instead of the tool call it was asked for
@@ -101,5 +102,5 @@ class FaultModel(BaseChatModel):
             yield _chunk(piece, index == 0)
             if index == len(pieces) // 2 and script.mode in ("hang-mid", "raise-mid"):
                 if script.mode == "hang-mid":
-                    await asyncio.sleep(3600)
+                    await forever()
                 raise ProviderError("provider said: connection reset", 502)

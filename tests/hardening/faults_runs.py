@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Callable
 
@@ -12,6 +11,7 @@ import psycopg
 from chatbot.db.locks import THREAD_LOCKED
 from tests.fixtures.sse import events_of
 from tests.fixtures.tokens import auth
+from tests.fixtures.wait import wait_until
 from tests.hardening.faults_ledger import ANSWERED, Attempt, Ledger
 
 # The contract: a killed replica's thread lock is free within a second.
@@ -91,12 +91,11 @@ async def thread_locked(database_url: str, thread: str) -> bool:
 
 
 async def seconds_until_unlocked(database_url: str, threads: list[str], limit: float = 30.0) -> float:
-    """Return how long until no thread of `threads` is locked (polled every 20 ms)."""
+    """Wait until no thread of `threads` is locked; return how long it took."""
     started = time.monotonic()
-    while True:
-        locked = [t for t in threads if await thread_locked(database_url, t)]
-        elapsed = time.monotonic() - started
-        if not locked:
-            return elapsed
-        assert elapsed < limit, f"still locked after {limit} s: {locked}"
-        await asyncio.sleep(0.02)
+
+    async def unlocked() -> bool:
+        return not [t for t in threads if await thread_locked(database_url, t)]
+
+    await wait_until(unlocked, what=f"the locks of {threads} to be free", timeout=limit)
+    return time.monotonic() - started

@@ -28,6 +28,7 @@ from tests.fixtures.app import Replica
 from tests.fixtures.catalogue import rows_containing
 from tests.fixtures.knowledge import load_demo_kb
 from tests.fixtures.tokens import auth
+from tests.fixtures.wait import wait_until
 from tests.hardening.faults_ledger import Attempt, Findings, Ledger
 from tests.hardening.faults_runs import (
     LOCK_FREE_SECONDS,
@@ -70,12 +71,16 @@ async def _facts(client: httpx.AsyncClient, user: str) -> list[str]:
 
 
 async def _wait_for_facts(client: httpx.AsyncClient, user: str, needles: list[str]) -> list[str]:
-    """Poll the user's memory until every needle is in a fact, or PICKUP_WITHIN passes; return the facts."""
-    deadline = time.monotonic() + PICKUP_WITHIN
-    facts = await _facts(client, user)
-    while not all(any(n in f for f in facts) for n in needles) and time.monotonic() < deadline:
-        await asyncio.sleep(0.1)
+    """Wait until every needle is in a fact of the user's memory, or PICKUP_WITHIN passes; return the facts."""
+
+    async def landed() -> tuple[list[str], ...]:
         facts = await _facts(client, user)
+        return (facts,) if all(any(n in f for f in facts) for n in needles) else ()
+
+    try:
+        (facts,) = await wait_until(landed, what=f"{user}'s facts to land", timeout=PICKUP_WITHIN, interval=0.1)
+    except AssertionError:
+        return await _facts(client, user)  # the caller names the facts that never landed
     return facts
 
 
@@ -90,11 +95,11 @@ async def _kill_after(doomed: Replica, kill_at: float, runs: tuple[tuple[Attempt
     async with httpx.AsyncClient(base_url=doomed.base_url, timeout=60) as client:
 
         async def send(attempt: Attempt, after: float) -> None:
-            await asyncio.sleep(after)
+            await asyncio.sleep(after)  # not polling: the run's seeded offset in the round
             await stream_run(client, attempt)
 
         tasks = [asyncio.create_task(send(a, after)) for a, after in runs]
-        await asyncio.sleep(kill_at)
+        await asyncio.sleep(kill_at)  # not polling: the seeded moment of the kill is the fault
         doomed.kill()
         await asyncio.gather(*tasks)
 

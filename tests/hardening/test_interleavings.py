@@ -137,7 +137,7 @@ class Seen:
 
 
 async def _at(ms: int, work: Awaitable[httpx.Response]) -> httpx.Response:
-    await asyncio.sleep(ms / 1000)
+    await asyncio.sleep(ms / 1000)  # not polling: the plan's offset is the interleaving under test
     return await work
 
 

@@ -143,7 +143,7 @@ async def _race_first_runs(world: World, round_no: int) -> list[Thread]:
     async def first_run(i: int, thread: str, k: int, caller: Caller) -> tuple[Caller, httpx.Response]:
         client = world.clients[(i + k) % 2]  # each thread's callers split over both replicas
         if world.rng.random() < 0.5:
-            await asyncio.sleep(world.rng.uniform(0, LATE_SECONDS))
+            await asyncio.sleep(world.rng.uniform(0, LATE_SECONDS))  # not polling: a seeded late start
         body = message(sent[thread, caller])
         response = await client.post(f"/v1/threads/{thread}/runs", json=body, headers=caller.headers(**JSON))
         return caller, ledger.seen(caller, "first run", response)

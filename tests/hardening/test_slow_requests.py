@@ -83,7 +83,7 @@ def test_a_head_trickled_byte_by_byte_is_closed_by_the_deadline_not_kept_alive(r
             except OSError:
                 closed = True
                 break
-            time.sleep(0.25)
+            time.sleep(0.25)  # not polling: a byte per 250 ms is the slow client
             if time.monotonic() - started > WAIT:
                 break
         assert closed or _read_until_closed(sock) == b""

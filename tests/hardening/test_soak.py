@@ -47,6 +47,7 @@ async def test_soak_loses_and_duplicates_nothing(replicas: Callable[..., Replica
         [r.base_url for r in pair],
         {f"replica {i + 1}": r.process.pid for i, r in enumerate(pair)},
         TEST_SECRET,
+        migrated_database_url,
         seconds=SOAK_SECONDS,
         tenants=TENANTS,
         users_per_tenant=int(os.environ.get("CHATBOT_SOAK_USERS", "3")),

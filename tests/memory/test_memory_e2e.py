@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -14,11 +13,12 @@ from langchain_core.messages import BaseMessage
 
 from chatbot.memory.extraction import MemoryCandidates
 from chatbot.memory.jobs import MemoryJob
-from chatbot.memory.writer import offline_extractor
+from chatbot.memory.writer import MemoryWriter, offline_extractor
 from tests.fixtures.app import parse_sse, running_app, services_of
 from tests.fixtures.catalogue import rows_containing
 from tests.fixtures.memory_pii_corpus import BENIGN_MESSAGES, PII_MESSAGES, PII_NEEDLES, contains_needle
 from tests.fixtures.tokens import Caller, auth
+from tests.fixtures.wait import wait_until
 
 
 async def say(client: httpx.AsyncClient, thread: str, content: str, **token: Any) -> list[tuple[str, dict[str, Any]]]:
@@ -36,20 +36,18 @@ async def memory_of(client: httpx.AsyncClient, **token: Any) -> dict[str, Any]:
     return response.json()
 
 
-async def wait_for_fact(client: httpx.AsyncClient, needle: str, *, within: float = 3.0, **token: Any) -> float:
-    started = time.monotonic()
-    while time.monotonic() - started < within:
-        if any(needle in f["text"] for f in (await memory_of(client, **token))["facts"]):
-            return time.monotonic() - started
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"fact {needle!r} not remembered within {within}s")
+async def wait_for_fact(client: httpx.AsyncClient, needle: str, *, within: float = 30.0, **token: Any) -> None:
+    async def remembered() -> bool:
+        return any(needle in f["text"] for f in (await memory_of(client, **token))["facts"])
+
+    await wait_until(remembered, what=f"the fact {needle!r} to be remembered", timeout=within)
 
 
 async def test_a_fact_from_thread_a_is_in_the_model_input_of_thread_b(isolated_database_url: str) -> None:
     windows: list[Sequence[BaseMessage]] = []
     async with running_app(isolated_database_url, agent_overrides={"window_observer": windows.append}) as client:
         await say(client, "thread-a", "remember that my car is a Peugeot 206", locale="en-US")
-        assert await wait_for_fact(client, "Peugeot 206", locale="en-US") < 1.0
+        await wait_for_fact(client, "Peugeot 206", locale="en-US")
         await say(client, "thread-b", "Which insurance should I buy?", locale="en-US")
         system = str(windows[-1][0].content)
         assert "Peugeot 206" in system
@@ -98,24 +96,29 @@ async def test_restating_a_preference_replaces_it(isolated_database_url: str) ->
 
 
 async def test_slow_memory_work_delays_neither_end_nor_the_next_run(isolated_database_url: str) -> None:
+    extracting, finish = asyncio.Event(), asyncio.Event()
+
     async def slow(job: MemoryJob) -> MemoryCandidates:
-        await asyncio.sleep(2.0)
+        extracting.set()
+        await finish.wait()  # as slow as the test likes: until both runs have answered
         return await offline_extractor(job)
 
     async with running_app(isolated_database_url, memory_extractor=slow) as client:
         headers = auth(locale="en-US")
-        started = time.monotonic()
-        first = await client.post(
-            "/v1/threads/slow/runs", headers=headers, json={"message": {"content": "remember that I live in Tabriz"}}
-        )
-        answered_in = time.monotonic() - started
-        follow_up = await client.post(
-            "/v1/threads/slow/runs", headers=headers, json={"message": {"content": "remember that I prefer email"}}
-        )
-        assert first.status_code == 200 and follow_up.status_code == 200
-        assert answered_in < 1.5  # the 2 s extractor is not on the answer's path
+
+        async def post(content: str) -> httpx.Response:
+            # Bounds a hang only: an answer waiting for the extractor would never come.
+            return await asyncio.wait_for(
+                client.post("/v1/threads/slow/runs", headers=headers, json={"message": {"content": content}}), 30
+            )
+
+        first = await post("remember that I live in Tabriz")
+        await asyncio.wait_for(extracting.wait(), 30)  # the first turn's memory work is under way...
+        follow_up = await post("remember that I prefer email")
+        assert first.status_code == 200 and follow_up.status_code == 200  # ...and both answered meanwhile
         assert (await memory_of(client, locale="en-US"))["facts"] == []  # not yet written...
-        await wait_for_fact(client, "Tabriz", within=5.0, locale="en-US")  # ...but it lands
+        finish.set()
+        await wait_for_fact(client, "Tabriz", locale="en-US")  # ...but it lands
 
 
 async def test_delete_memory_resets_it(isolated_database_url: str) -> None:
@@ -132,8 +135,11 @@ async def test_delete_memory_resets_it(isolated_database_url: str) -> None:
 async def test_erasure_leaves_no_row_with_the_user_or_their_words(isolated_database_url: str, via: str) -> None:
     secret_words = "Zanjan-lighthouse-7731"
 
+    erased_already = asyncio.Event()
+
     async def slowish(job: MemoryJob) -> MemoryCandidates:
-        await asyncio.sleep(0.5 if via == "pending-memory" else 0)
+        if via == "pending-memory":
+            await erased_already.wait()  # the erasure comes while this work is pending
         return await offline_extractor(job)
 
     async with running_app(isolated_database_url, memory_extractor=slowish) as client:
@@ -161,8 +167,8 @@ async def test_erasure_leaves_no_row_with_the_user_or_their_words(isolated_datab
         assert erased.status_code == 200
         report = erased.json()
         assert report["threads_deleted"] == 2 and report["feedback_deleted"] == 1
-        await asyncio.sleep(1.0)  # pending memory work would land here
-        await services_of(client).memory.drain(5)
+        erased_already.set()
+        await services_of(client).memory.drain(30)  # pending memory work would land here
         kept = await memory_of(client, tenant="globex", user="erase-me")
         assert any("Shiraz" in f["text"] for f in kept["facts"])  # the other tenant's user is untouched
     # Every table the catalogue lists, not a list of the tables known today (issue 13):
@@ -179,13 +185,21 @@ async def test_another_users_memory_or_erasure_is_forbidden(client: httpx.AsyncC
 
 
 async def test_queued_memory_work_is_finished_on_shutdown(isolated_database_url: str) -> None:
+    writers: list[MemoryWriter] = []
+
     async def slow(job: MemoryJob) -> MemoryCandidates:
-        await asyncio.sleep(0.5)
+        # Held until the shutdown has begun: stopping the writer is its first step (services.py).
+        await wait_until(lambda: writers[0]._poller is None, what="the shutdown to begin")
         return await offline_extractor(job)
 
     async with running_app(isolated_database_url, memory_extractor=slow) as client:
+        writers.append(services_of(client).memory)
         await say(client, "shutdown", "remember that I live in Kerman", locale="en-US")
+        assert not store_values(isolated_database_url)
         # Leaving the block shuts the app down with the memory job still queued.
-    with psycopg.connect(isolated_database_url) as conn:
-        values = [r[0] for r in conn.execute("select value::text from store").fetchall()]
-    assert any("Kerman" in v for v in values)
+    assert any("Kerman" in v for v in store_values(isolated_database_url))
+
+
+def store_values(url: str) -> list[str]:
+    with psycopg.connect(url) as conn:
+        return [r[0] for r in conn.execute("select value::text from store").fetchall()]

@@ -38,11 +38,11 @@ def writes(metrics: httpx.Response, outcome: str) -> float:
 
 
 async def test_memory_work_in_flight_on_another_replica_never_lands_after_a_reset(isolated_database_url: str) -> None:
-    extracting = asyncio.Event()
+    extracting, reset_done = asyncio.Event(), asyncio.Event()
 
     async def slow(job: MemoryJob) -> MemoryCandidates:
         extracting.set()
-        await asyncio.sleep(1.5)
+        await reset_done.wait()  # in flight until the reset on B has answered
         return await offline_extractor(job)
 
     # Two replicas on one database: A extracts slowly, B serves the reset.
@@ -57,6 +57,7 @@ async def test_memory_work_in_flight_on_another_replica_never_lands_after_a_rese
         await asyncio.wait_for(extracting.wait(), 5)
         reset = await replica_b.delete("/v1/users/u1/memory", headers={"Authorization": _bearer()})
         assert reset.status_code == 204
+        reset_done.set()
         await services_of(replica_a).memory.drain(15)
         assert await memory_of(replica_b, **EN) == {"user_id": "u1", "profile": {}, "facts": []}
         assert store_rows(isolated_database_url, "u1") == []
@@ -81,11 +82,10 @@ async def test_writes_and_reads_refresh_the_memory_ttl(isolated_database_url: st
         assert written and all(expires is not None for *_, expires in written)
         with psycopg.connect(url) as conn:  # the whole TTL, in minutes, on every item
             assert {r[0] for r in conn.execute("select ttl_minutes from store").fetchall()} == {24 * 60.0}
-        await asyncio.sleep(0.05)
+        # Each refresh is a later transaction than the write it follows, a request apart at least.
         await say(client, "ttl-2", "How do I renew third-party insurance?", **EN)  # load_memory reads
         after_run = store_rows(url, "u1")
         assert all(new[2] > old[2] for old, new in zip(written, after_run, strict=True))  # type: ignore[operator]
-        await asyncio.sleep(0.05)
         await memory_of(client, **EN)  # the memory endpoint reads too
         after_read = store_rows(url, "u1")
         assert all(new[2] > old[2] for old, new in zip(after_run, after_read, strict=True))  # type: ignore[operator]

@@ -380,10 +380,9 @@ async def test_a_client_that_goes_away_stops_the_pieces(provider_double: Provide
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
+    # Recorded as it returns from writing: whatever it had sent by then is all it sends.
     assert await provider_double.async_wait_for(lambda double: bool(double.disconnected))
-    sent = provider_double.pieces_sent[0]
-    await asyncio.sleep(0.2)
-    assert provider_double.pieces_sent[0] == sent < 100
+    assert provider_double.pieces_sent[0] < 100
     assert provider_double.disconnected[0].index == provider_double.requests[0].index
 
 

@@ -6,7 +6,6 @@ import asyncio
 import os
 import subprocess
 import sys
-import time
 from datetime import UTC, datetime, timedelta
 
 import psycopg
@@ -19,7 +18,7 @@ from tests.fixtures.app import running_app, services_of
 from tests.fixtures.messages import send_for_events
 from tests.fixtures.postgres import settings_for
 from tests.fixtures.tokens import auth
-from tests.fixtures.wait import wait_until
+from tests.fixtures.wait import wait_until, wait_until_sync
 
 
 def _threads(url: str) -> set[str]:
@@ -68,6 +67,11 @@ async def _make_threads(url: str, *threads: str) -> None:
             await send_for_events(client, thread, "hello there")
 
 
+def wait_until_older(written: datetime, age: timedelta) -> None:
+    """Wait until what was written by `written` is older than `age` (a checkpoint's age is its id's time)."""
+    wait_until_sync(lambda: datetime.now(UTC) > written + age, what=f"the threads to be older than {age}")
+
+
 def test_retention_command_dry_run_counts_and_changes_nothing(isolated_database_url: str) -> None:
     url = isolated_database_url
     asyncio.run(_make_threads(url, "dry-1", "dry-2"))
@@ -80,12 +84,13 @@ def test_retention_command_dry_run_counts_and_changes_nothing(isolated_database_
 def test_retention_command_uses_the_setting_when_older_than_is_omitted(isolated_database_url: str) -> None:
     url = isolated_database_url
     asyncio.run(_make_threads(url, "set-1", "set-2"))
+    written = datetime.now(UTC)  # after every checkpoint of both threads
     nothing_set = _retention_command(url)
     assert nothing_set.returncode == 2 and "CHATBOT_RETENTION_DAYS" in nothing_set.stderr
     a_year = _retention_command(url, CHATBOT_RETENTION_DAYS="365")
     assert a_year.returncode == 0 and "older_than_days=365 stale=0 deleted=0" in a_year.stdout
     assert _threads(url) == {"set-1", "set-2"}
-    time.sleep(1.0)  # older than the setting below (0.864 s)
+    wait_until_older(written, timedelta(days=0.00001))  # older than the setting below (0.864 s)
     tiny = _retention_command(url, CHATBOT_RETENTION_DAYS="0.00001")
     assert tiny.returncode == 0, tiny.stderr[-500:]
     assert "stale=2 deleted=2" in tiny.stdout
@@ -115,12 +120,13 @@ def _clone_thread(url: str, template: str, prefix: str, count: int) -> None:
 def test_retention_command_deletes_more_threads_than_postgres_has_connections(isolated_database_url: str) -> None:
     url = isolated_database_url
     asyncio.run(_make_threads(url, "template"))
+    written = datetime.now(UTC)  # the clones copy the template's checkpoint ids, and so its age
     with psycopg.connect(url) as conn:
         row = conn.execute("show max_connections").fetchone()
         assert row is not None
         many = int(row[0]) + 20  # a batch (200 by default) holding a lock connection per thread could not
     _clone_thread(url, "template", "many", min(many, 400))
-    time.sleep(1.0)
+    wait_until_older(written, timedelta(days=0.00001))
     done = _retention_command(url, "--older-than", "0.00001")
     assert done.returncode == 0, done.stderr[-500:]
     assert f"deleted={min(many, 400) + 1}" in done.stdout

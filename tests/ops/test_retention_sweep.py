@@ -7,7 +7,7 @@ import itertools
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
@@ -25,6 +25,7 @@ from tests.fixtures.tokens import auth
 from tests.fixtures.wait import wait_until
 
 SECONDS_PER_DAY = 86400
+RETENTION = 0.5  # seconds, in the sweepers built by the tests
 
 
 def threads(url: str) -> set[str]:
@@ -114,16 +115,22 @@ def _counter(metrics: str, sample: str) -> float:
     return sum(float(line.split()[1]) for line in metrics.splitlines() if line.split()[:1] == [sample])
 
 
+async def older_than(written: datetime, seconds: float) -> None:
+    """Wait until what was written by `written` is older than `seconds` (a checkpoint's age is its id's time)."""
+    moment = written + timedelta(seconds=seconds)
+    await wait_until(lambda: datetime.now(UTC) > moment, what=f"the threads to be older than {seconds} s")
+
+
 async def test_a_held_lease_keeps_every_replica_from_sweeping_until_it_runs_out(isolated_database_url: str) -> None:
     url = isolated_database_url
     async with running_app(url) as client:  # no retention setting: no sweeper of its own
         assert services_of(client).retention is None
         for thread in ("t-1", "t-2", "t-3"):
             await turn(client, thread)
-        await asyncio.sleep(1.0)
+        await older_than(datetime.now(UTC), RETENTION)
         pool, locks = services_of(client).pool, services_of(client).locks
         replicas = [
-            RetentionSweeper(pool=pool, locks=locks, days=0.5 / SECONDS_PER_DAY, interval_minutes=60, holder=name)
+            RetentionSweeper(pool=pool, locks=locks, days=RETENTION / SECONDS_PER_DAY, interval_minutes=60, holder=name)
             for name in ("replica-x", "replica-y")
         ]
         async with pool.connection() as conn:  # a third replica is sweeping
@@ -141,7 +148,7 @@ async def test_a_held_lease_keeps_every_replica_from_sweeping_until_it_runs_out(
         assert threads(url) == set()
         # The sweep is not due again before its interval has passed, on any replica.
         await turn(client, "t-4")
-        await asyncio.sleep(1.0)
+        await older_than(datetime.now(UTC), RETENTION)  # old enough: only the interval keeps it
         assert await asyncio.gather(*(r.sweep_once() for r in replicas)) == [None, None]
         assert threads(url) == {"t-4"}
 

@@ -7,15 +7,24 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 
+import psycopg
+
 from chatbot.client import ChatbotError
+from tests.fixtures.wait import wait_until
 from tests.soak.ledger import Verdict
 from tests.soak.rss import RssSamples
 from tests.soak.tally import Tally
 from tests.soak.traffic import VirtualUser
 
-# Runs a dropped connection left going, and memory writes (within about two seconds of an
-# answer), settle before the final check reads everything.
-SETTLE_SECONDS = 3.0
+# Runs a dropped connection left going, and memory writes, settle before the final check
+# reads everything: a run holds its thread's lock (an advisory lock of its replica's lock
+# session) to its end, and a memory job its `memory_jobs` row until its memory is written.
+_BUSY = (
+    "select (select count(*) from pg_locks where locktype = 'advisory' and granted and mode = 'ExclusiveLock' "
+    "and database = (select oid from pg_database where datname = current_database()))"
+    " + (select count(*) from memory_jobs) as n"
+)
+SETTLE_WITHIN = 60.0
 
 
 @dataclass
@@ -84,6 +93,7 @@ async def run_soak(
     bases: list[str],
     pids: dict[str, int],
     secret: str,
+    database_url: str,
     *,
     seconds: float,
     tenants: tuple[str, ...] = ("acme", "globex"),
@@ -118,13 +128,20 @@ async def run_soak(
         stop.set()
         await sampler
         result = SoakResult(seconds=elapsed, users=len(users), tally=tally, rss=rss)
-        await asyncio.sleep(SETTLE_SECONDS)
+        await wait_until(lambda: settled(database_url), what="runs and memory work to settle", timeout=SETTLE_WITHIN)
         for user in users:
             await final_check(user, result)
     finally:
         stop.set()
         await asyncio.gather(*(user.aclose() for user in users))
     return result
+
+
+async def settled(database_url: str) -> bool:
+    """Tell whether no run holds a thread and no memory work is left, on the soak's database."""
+    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+        row = await (await conn.execute(_BUSY)).fetchone()
+    return row is not None and row[0] == 0
 
 
 async def final_check(user: VirtualUser, result: SoakResult) -> None:

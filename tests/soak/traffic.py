@@ -103,7 +103,7 @@ class VirtualUser:
             except (httpx.HTTPError, StreamInterrupted, OSError) as exc:
                 self.problems.append(f"{self.name} {kind}: {type(exc).__name__}")
             self.ops[kind] += 1
-            await asyncio.sleep(self.rng.uniform(0, think))
+            await asyncio.sleep(self.rng.uniform(0, think))  # not polling: a user's think time
 
     def next_kind(self) -> str:
         """Return the next operation: an erasure when its turn has come, else one drawn by weight."""
@@ -300,7 +300,7 @@ class VirtualUser:
                 waited = "after 409" if refused else "at once"
                 self.outcomes[f"resend after drop: {outcome} {waited}"] += 1
                 return
-            await asyncio.sleep(0.25)  # the dropped send may be running: it holds the thread
+            await asyncio.sleep(0.25)  # not polling: a client's back-off; the dropped send may still hold the thread
         self.problems.append(f"{self.name}: thread {ledger.thread_id} stayed busy for 10 s after a dropped send")
 
     # Reads, feedback, deletion, erasure ---------------------------------------------------

@@ -159,7 +159,7 @@ async def test_a_cancel_racing_the_end_has_exactly_one_outcome(migrated_database
             thread = f"race-{turn}"
             listener = await runs.start(thread, CALLER, "Hi")
             # Even turns cancel at once (the cancel wins); odd ones anywhere up to well past the end.
-            await asyncio.sleep(0 if turn % 2 == 0 else rng.uniform(0, 0.1))
+            await asyncio.sleep(0 if turn % 2 == 0 else rng.uniform(0, 0.1))  # not polling: the race's offset
             cancelled = await runs.cancel(thread, listener.run_id)
             events = await rest(listener)
             terminal = [e for e in events if e.event in ("end", "error")]

@@ -19,6 +19,7 @@ from chatbot.threads import queries
 from tests.fixtures.app import running_app, services_of
 from tests.fixtures.messages import send_for_answer
 from tests.fixtures.tokens import auth
+from tests.fixtures.wait import wait_until
 
 
 async def feedback_rows(pool: Pool, thread: str, user: str) -> int:
@@ -30,6 +31,17 @@ async def feedback_rows(pool: Pool, thread: str, user: str) -> int:
         ).fetchone()
     assert row is not None
     return int(row["n"])
+
+
+async def a_session_waits_for_a_lock(conn: AsyncConnection[Any]) -> bool:
+    """Tell whether another session of this database waits for a lock (the rows the rating holds)."""
+    cur = await conn.execute(
+        "select count(*) as n from pg_locks where not granted "
+        "and database = (select oid from pg_database where datname = current_database())"
+    )
+    row = await cur.fetchone()
+    assert row is not None
+    return bool(row["n"])
 
 
 async def race(
@@ -60,7 +72,9 @@ async def slow_feedback_write(monkeypatch: pytest.MonkeyPatch) -> asyncio.Event:
 
     async def slow(conn: AsyncConnection[Any], params: tuple[Any, ...]) -> None:
         writing.set()
-        await asyncio.sleep(0.3)  # the pause is the behaviour under test: time for a deletion to run
+        # The pause is the behaviour under test: it lasts until the deletion (or the erasure)
+        # has come and waits for the rows this transaction holds.
+        await wait_until(lambda: a_session_waits_for_a_lock(conn), what="the deletion to wait for the rating")
         await real(conn, params)
 
     monkeypatch.setattr(queries, "upsert_feedback", slow)

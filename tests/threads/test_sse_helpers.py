@@ -191,7 +191,7 @@ async def test_held_tokens_wait_for_the_flush_and_a_terminal_event_ends_the_hold
     batch = await listener.next_batch()
 
     async def later() -> None:
-        await asyncio.sleep(0)
+        await asyncio.sleep(0)  # not polling: a yield, so the hold below has begun when these arrive
         listener.offer(_token("b", 2))
         listener.offer(_token("c", 3))
 

@@ -17,6 +17,7 @@ from tests.fixtures.messages import send_for_events
 from tests.fixtures.models import ProviderErrorChatModel, ScriptedChatModel, StreamingChatModel
 from tests.fixtures.sse import parse_sse
 from tests.fixtures.tokens import auth
+from tests.fixtures.wait import wait_until
 from tests.tracing.spans import (
     NODES,
     STEPS,
@@ -207,9 +208,9 @@ async def test_a_model_that_times_out_ends_its_spans_as_failed(kb_database_url: 
     assert call.end_time is not None and call.end_time <= root.end_time  # type: ignore[operator]
 
 
-@pytest.mark.parametrize("delay", [0, 0.2], ids=["run-still-open", "run-ended"])
+@pytest.mark.parametrize("run_ended", [False, True], ids=["run-still-open", "run-ended"])
 async def test_the_memory_writers_model_call_after_the_answer_is_not_in_the_runs_trace(
-    kb_database_url: str, delay: float
+    kb_database_url: str, run_ended: bool
 ) -> None:
     # The memory worker is a task started inside `write_memory`: it inherits the run's
     # callbacks, and its model call comes after that node ended, the run still open or not.
@@ -217,8 +218,15 @@ async def test_the_memory_writers_model_call_after_the_answer_is_not_in_the_runs
     extracted = asyncio.Event()
     side_model = NamedStreamingModel(mode="answer", reply={"status": "answered", "answer": "x", "citations": []})
 
+    def run_span_ended(run_id: str) -> bool:
+        return any(
+            s.name == "chatbot.run" and (s.attributes or {}).get("chatbot.run_id") == run_id
+            for s in exporter.get_finished_spans()
+        )
+
     async def extractor(job: MemoryJob) -> MemoryCandidates:
-        await asyncio.sleep(delay)
+        if run_ended:
+            await wait_until(lambda: run_span_ended(job.run_id), what="the run's span to end")
         await side_model.with_structured_output({"title": "Fact", "type": "object"}).ainvoke("extract")
         extracted.set()
         return await offline_extractor(job)
@@ -227,7 +235,9 @@ async def test_the_memory_writers_model_call_after_the_answer_is_not_in_the_runs
     async with running_app(
         kb_database_url, agent_overrides={"chat_model": model}, memory_extractor=extractor, tracer_provider=provider
     ) as client:
-        events = await send_for_events(client, f"traced-memory-{delay}", "remember that my car is a Peugeot 206", **EN)
+        events = await send_for_events(
+            client, f"traced-memory-{int(run_ended)}", "remember that my car is a Peugeot 206", **EN
+        )
         await asyncio.wait_for(extracted.wait(), 10)
     spans = exporter.get_finished_spans()
     root = run_span(spans, events[-1][1]["run_id"])
