@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 RunStatus = Literal["answered", "clarifying", "escalate"]
 
@@ -53,7 +53,7 @@ class HandoffContext(BaseModel):
 
     reason: str
     conversation_summary: str
-    user_profile: dict[str, Any] = Field(default_factory=dict)
+    user_profile: dict[str, JsonValue] = Field(default_factory=dict)
     recent_messages: list[RoleMessage] = Field(default_factory=list)
 
 
@@ -109,7 +109,7 @@ class RunContext(BaseModel):
 
     system_prompt_sha256: str | None = None
     summary: str | None = None
-    profile: dict[str, Any] = Field(default_factory=dict)
+    profile: dict[str, JsonValue] = Field(default_factory=dict)
     facts: list[Any] = Field(default_factory=list)
     messages: list[ContextMessage] = Field(default_factory=list)
     retrieved: list[RetrievedChunk] = Field(default_factory=list)
@@ -124,7 +124,15 @@ class RecordedAnswer(MessageRef):
 
 
 class ModelCallUsage(BaseModel):
-    """One model call of a run, with the token counts its provider reported."""
+    """One model call of a run, with the token counts its provider reported.
+
+    The service's one type of a call's usage: the agent collects these (counts from a provider
+    through `models/usage.py` `usage_from_metadata`, clamped by `db/usage_totals.token_count`),
+    budgets settle them, the run record stores their `model_dump()` and `GET …/runs/{run_id}`
+    answers them. 0 where the provider reports none (the offline model).
+    """
+
+    model_config = ConfigDict(frozen=True)
 
     kind: str
     model: str
@@ -186,7 +194,7 @@ class UserMemory(BaseModel):
     """`GET /v1/users/{user_id}/memory`: what the store holds about the user."""
 
     user_id: str
-    profile: dict[str, Any] = Field(default_factory=dict)
+    profile: dict[str, JsonValue] = Field(default_factory=dict)
     facts: list[MemoryFact] = Field(default_factory=list)
     history: list[FactVersion] | None = Field(
         default=None,

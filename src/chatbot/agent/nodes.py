@@ -38,8 +38,7 @@ from chatbot.memory.namespaces import PROFILE_KEY, facts_namespace, profile_name
 from chatbot.models.chain import ChainEntry
 from chatbot.models.offline import MemoryRequest, leans_on_thread, offline_reply, rank_candidates, split_tokens
 from chatbot.models.reply import Reply
-from chatbot.models.usage import Usage
-from chatbot.responses import HandoffContext, RoleMessage
+from chatbot.responses import HandoffContext, ModelCallUsage, RoleMessage
 from chatbot.retrieval.search import RetrievedChunk
 from chatbot.timestamps import now_rfc3339
 
@@ -161,7 +160,7 @@ class Nodes:
                 facts=state.get("facts") or [],
             )
             await self._stream_offline(reply.content, _events(ctx))
-            self._usage(ctx).append(Usage("answer", model))
+            self._usage(ctx).append(ModelCallUsage(kind="answer", model=model))
         else:
             try:
                 answered = await self._ask_model(window, chunks, ctx)
@@ -239,7 +238,7 @@ class Nodes:
         }
 
     @staticmethod
-    def _usage(ctx: Context) -> list[Usage]:
+    def _usage(ctx: Context) -> list[ModelCallUsage]:
         """Return this run's model calls so far (the summary fold's, then the answer's)."""
         return ctx.result.usage
 
@@ -249,7 +248,7 @@ class Nodes:
             metrics.count_tokens(
                 ctx.tenant_id, call.model, call.kind, call.input_tokens, call.output_tokens, call.cached_input_tokens
             )
-        return tuple(call.as_dict() for call in calls)
+        return tuple(call.model_dump() for call in calls)
 
     @staticmethod
     def _chunks(state: ConversationState, ctx: Context) -> list[RetrievedChunk]:
@@ -364,7 +363,7 @@ class Nodes:
     async def _fold_call(
         self, summary: str, dropped: list[Any], ctx: Context, model: ChainEntry | None, held: Held | None
     ) -> str:
-        def used(call: Usage) -> None:
+        def used(call: ModelCallUsage) -> None:
             self._usage(ctx).append(call)
             if held is not None:
                 held.used(call)

@@ -33,8 +33,8 @@ from chatbot.evaluation.candidates import Candidate
 from chatbot.evaluation.cases import Case, RecordedWindow
 from chatbot.memory.jobs import drop_memory_job
 from chatbot.memory.namespaces import PROFILE_KEY, facts_namespace, profile_namespace
-from chatbot.models.usage import Usage
 from chatbot.recall.service import RecordedRecall
+from chatbot.responses import ModelCallUsage
 
 Search = Callable[[CallerContext, str], Awaitable[Sequence[Mapping[str, Any]]]]
 EVAL_USER = "eval"
@@ -56,7 +56,7 @@ class CaseResult:
     """The failure's reason (chatbot/failures.py: model_failed, model_incomplete, model_timeout, ...)."""
     latency_ms: float
     ttft_ms: float | None
-    usage: list[Usage] = field(default_factory=list)
+    usage: list[ModelCallUsage] = field(default_factory=list)
 
     def as_report(self) -> dict[str, Any]:
         """Return the result as report.json shows it."""

@@ -23,6 +23,7 @@ from typing import Any, Literal
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import BaseMessage
 from langchain_core.messages.ai import UsageMetadata
+from pydantic import JsonValue
 
 from chatbot.db.usage_totals import token_count
 
@@ -43,7 +44,7 @@ Reader = Callable[[Progress], AsyncGenerator[str, None]]
 """Yields the JSON pieces of the answer ("" for an event without one), filling `Progress`."""
 
 
-def open_stream(model: BaseChatModel, messages: Sequence[BaseMessage], schema: dict[str, Any],
+def open_stream(model: BaseChatModel, messages: Sequence[BaseMessage], schema: dict[str, JsonValue],
                 method: Method) -> Reader | None:  # fmt: skip
     """Return a reader of `model`'s structured answer, or None for a model read through LangChain."""
     kind = type(model).__module__.partition(".")[0]
@@ -151,7 +152,7 @@ def _body_errors(errors: _Errors, request: Any) -> Iterator[None]:
 # -- OpenAI Chat Completions ----------------------------------------------------------------
 
 
-def _openai(model: Any, messages: Sequence[BaseMessage], schema: dict[str, Any], method: Method) -> Reader | None:
+def _openai(model: Any, messages: Sequence[BaseMessage], schema: dict[str, JsonValue], method: Method) -> Reader | None:
     import openai
     from langchain_openai.chat_models import base as lc_openai
 
@@ -226,7 +227,7 @@ def _openai_chunk(chunk: dict[str, Any], tools: bool, progress: Progress) -> str
 # -- Anthropic Messages ----------------------------------------------------------------------
 
 
-def _anthropic(model: Any, messages: Sequence[BaseMessage], schema: dict[str, Any]) -> Reader:
+def _anthropic(model: Any, messages: Sequence[BaseMessage], schema: dict[str, JsonValue]) -> Reader:
     import anthropic
     from langchain_anthropic import chat_models as lc_anthropic
 
