@@ -92,7 +92,7 @@ class Nodes:
         emit = _events(runtime.context)
         emit(StageProgress("retrieval", status="started"))
         question = str(state["messages"][-1].text)
-        chunks = [RetrievedChunk.from_state(c) for c in await self.deps.retriever(runtime.context.caller, question)]
+        chunks = list(await self.deps.retriever(runtime.context.caller, question))
         if not self.deps.answer_chain():
             chunks = await self._offline_chunks(state, runtime.context, question, chunks)
         chunks = chunks[:MODEL_CHUNKS]
@@ -118,7 +118,7 @@ class Nodes:
         if earlier and leans_on_thread(question):
             found = await self.deps.retriever(ctx.caller, f"{earlier[-1]} {question}")
             seen = {c.chunk_id for c in chunks}
-            chunks = chunks + [RetrievedChunk.from_state(c) for c in found if str(c["chunk_id"]) not in seen]
+            chunks = chunks + [c for c in found if c.chunk_id not in seen]
         by_id = {c.chunk_id: c for c in chunks}
         ranked = rank_candidates(question, _as_mappings(chunks), language=ctx.language, thread=earlier)
         return [by_id[str(c["chunk_id"])] for c in ranked]

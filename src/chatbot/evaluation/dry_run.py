@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,8 +35,9 @@ from chatbot.memory.jobs import drop_memory_job
 from chatbot.memory.namespaces import PROFILE_KEY, facts_namespace, profile_namespace
 from chatbot.recall.service import RecordedRecall
 from chatbot.responses import ModelCallUsage
+from chatbot.retrieval.search import RetrievedChunk
 
-Search = Callable[[CallerContext, str], Awaitable[Sequence[Mapping[str, Any]]]]
+Search = Callable[[CallerContext, str], Awaitable[Sequence[RetrievedChunk]]]
 EVAL_USER = "eval"
 """The user every case runs as: its memory is the in-memory store of that one run."""
 
@@ -95,9 +96,9 @@ def _retriever(case: Case, search: Search) -> Search:
     window = case.window
     if window is None:
         return search
-    chunks = [dict(c) for c in window.chunks]
+    chunks = [RetrievedChunk.from_state(c) for c in window.chunks]
 
-    async def recorded(_: CallerContext, __: str) -> Sequence[Mapping[str, Any]]:
+    async def recorded(_: CallerContext, __: str) -> Sequence[RetrievedChunk]:
         return chunks
 
     return recorded
