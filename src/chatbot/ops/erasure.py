@@ -8,6 +8,8 @@ knowledge versions only the erased threads cited. This module only orders them.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from chatbot.budgets.admin import forget_user as forget_user_budgets
 from chatbot.db import langgraph_tables
 from chatbot.db.locks import Lease, Locks
@@ -22,8 +24,19 @@ class ErasureBusy(Exception):
     """A run stayed in flight on one of the user's threads past the bounded wait."""
 
 
-async def erase_user(pool: Pool, locks: Locks, tenant_id: str, user_id: str, *, wait: float = 10.0) -> ErasureReport:
+async def erase_user(
+    pool: Pool,
+    locks: Locks,
+    tenant_id: str,
+    user_id: str,
+    *,
+    wait: float = 10.0,
+    drop_queued: Callable[[str, str], None] | None = None,
+) -> ErasureReport:
     """Remove the user's threads, memory, feedback and counters in one tenant.
+
+    `drop_queued` (the replica's `MemoryWriter.forget`) drops this replica's queued memory jobs
+    of the user first, at once; other replicas' jobs find their rows gone.
 
     First takes the user's erasure key exclusively: every run of the user holds it shared
     for as long as it runs (db/locks.py), so this waits for the user's runs in flight on any
@@ -33,6 +46,8 @@ async def erase_user(pool: Pool, locks: Locks, tenant_id: str, user_id: str, *, 
     memory jobs (rows holding their messages) are deleted with their memory: a job claimed
     before the erasure finds its row gone afterwards and drops itself, on any replica.
     """
+    if drop_queued is not None:
+        drop_queued(tenant_id, user_id)
     erasure = await locks.wait_erasure(tenant_id, user_id, wait)
     if erasure is None:
         raise ErasureBusy("a run of this user stayed in flight")

@@ -25,9 +25,7 @@ router = APIRouter(prefix="/v1/users", tags=["users"], dependencies=AUTHENTICATE
 async def erase(user_id: UserId, caller: CallerDep, pool: PoolDep, locks: LocksDep, memory: MemoryDep) -> ErasureReport:
     """Erase the user's threads, memory and feedback in the token's tenant."""
     require_self(user_id, caller)
-    memory.forget(caller.tenant_id, user_id)
     try:
-        report = await erase_user(pool, locks, caller.tenant_id, user_id)
+        return await erase_user(pool, locks, caller.tenant_id, user_id, drop_queued=memory.forget)
     except ErasureBusy:
         raise Problem(409, "a run or memory write of this user is still in flight; retry shortly") from None
-    return report
