@@ -45,7 +45,7 @@ async def _reserve(b: Budgets, user: str = "u1", tenant: str = "acme") -> object
     return await b.reserve(tenant, user, kind="answer", models=[MODEL], input_tokens=INPUT)
 
 
-async def _left(pool: Pool, now: datetime, tenant: str = "acme") -> list[tuple[str, str | None, int, int]]:
+async def _left(pool: Pool, now: datetime, tenant: str = "acme") -> list[tuple[str, str | None, float, float]]:
     return [(r["scope"], r["user_id"], r["spent"], r["reserved"]) for r in await report(pool, tenant, now)]
 
 
@@ -114,7 +114,7 @@ async def test_each_user_is_a_default_a_personal_budget_overrides(budgets: tuple
     for _ in range(5):
         assert await _reserve(b, user="vip") is not None
     rows = await report(b.pool, "acme", clock())
-    defaults = sorted(r["user_id"] for r in rows if r["default"])
+    defaults = sorted(r["user_id"] or "" for r in rows if r["default"])
     assert defaults == ["a", "b"]
     assert await clear_budgets(b.pool, BudgetTarget("acme", "each_user"), None) == 1
     assert await _reserve(b, user="a") is None  # no budget applies to "a" any more

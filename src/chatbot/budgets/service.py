@@ -151,6 +151,7 @@ class Budgets:
             return None
         if row["outcome"] == "refused":
             scope, period = row["refused_scope"], row["refused_period"]
+            assert scope is not None and period is not None  # a refusal names the budget that refused
             metrics.BUDGET_REFUSALS.labels(scope, period, kind).inc()
             raise BudgetExhausted(scope, period, seconds_until_reset(period, now))
         if row["tenant_share_left"] is not None:
