@@ -22,7 +22,7 @@ from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal
+from typing import Literal, TypedDict
 
 from chatbot import metrics
 from chatbot.budgets import queries
@@ -214,6 +214,13 @@ class Budgets:
             await asyncio.shield(self.settle(reservation, held.calls))
 
 
-def budget_member(exc: BudgetExhausted) -> dict[str, Any]:
+class BudgetMember(TypedDict):
+    """The `budget` member of a budget's 429 problem."""
+
+    scope: Scope
+    period: Period
+
+
+def budget_member(exc: BudgetExhausted) -> BudgetMember:
     """Return the problem's `budget` member: which budget refused the call."""
     return {"scope": exc.scope, "period": exc.period}
