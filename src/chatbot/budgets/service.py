@@ -20,7 +20,7 @@ import logging
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Literal, TypedDict
 
@@ -76,25 +76,18 @@ class Held:
         self.calls.append(call)
 
 
+@dataclass(eq=False)
 class Budgets:
     """Reserve, settle and release model calls' spending against the budgets in Postgres."""
 
-    def __init__(
-        self,
-        pool: Pool,
-        *,
-        prices: dict[str, Price],
-        output_cap: int,
-        reservation_seconds: float,
-        clock: Clock = utc_now,
-    ) -> None:
-        self.pool = pool
-        self.prices = prices
-        self.output_cap = output_cap
-        """Every call's output cap (`CHATBOT_MODEL_MAX_OUTPUT_TOKENS`): the output of its worst case."""
-        self.reservation_seconds = reservation_seconds
-        self.clock = clock
-        """Where "now" comes from: day and month roll over at UTC midnight by this clock."""
+    pool: Pool
+    _: KW_ONLY
+    prices: dict[str, Price]
+    output_cap: int
+    """Every call's output cap (`CHATBOT_MODEL_MAX_OUTPUT_TOKENS`): the output of its worst case."""
+    reservation_seconds: float
+    clock: Clock = utc_now
+    """Where "now" comes from: day and month roll over at UTC midnight by this clock."""
 
     def worst_usd(self, models: Iterable[str], input_tokens: int, output_tokens: int) -> float:
         """Return the dearest cost of the call among the models that may answer it (unpriced: 0)."""
