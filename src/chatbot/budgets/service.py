@@ -22,7 +22,7 @@ from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import KW_ONLY, dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Literal, TypedDict
+from typing import Literal, NotRequired, TypedDict, Unpack
 
 from chatbot import metrics
 from chatbot.budgets import queries
@@ -74,6 +74,15 @@ class Held:
     def used(self, call: Call) -> None:
         """Count a reported call against the reservation (settled when the call ends)."""
         self.calls.append(call)
+
+
+class CallAsk(TypedDict):
+    """What `Budgets.held` passes on to `Budgets.reserve`: the call it holds the worst case of."""
+
+    kind: CallKind
+    models: Sequence[str]
+    input_tokens: int
+    calls: NotRequired[int]
 
 
 @dataclass(eq=False)
@@ -181,24 +190,13 @@ class Budgets:
         await self.settle(reservation, ())
 
     @asynccontextmanager
-    async def held(
-        self,
-        tenant_id: str,
-        user_id: str,
-        *,
-        kind: CallKind,
-        models: Sequence[str],
-        input_tokens: int,
-        calls: int = 1,
-    ) -> AsyncIterator[Held]:
+    async def held(self, tenant_id: str, user_id: str, **call: Unpack[CallAsk]) -> AsyncIterator[Held]:
         """Hold a call's worst case while it runs; settle to what `Held.used` was told when it ends.
 
-        Raises BudgetExhausted on entry when the worst case does not fit. A call that fails
-        or is cancelled settles to what it reported (nothing: released).
+        `call` as `reserve` takes it. Raises BudgetExhausted on entry when the worst case does
+        not fit. A call that fails or is cancelled settles to what it reported (nothing: released).
         """
-        reservation = await self.reserve(
-            tenant_id, user_id, kind=kind, models=models, input_tokens=input_tokens, calls=calls
-        )
+        reservation = await self.reserve(tenant_id, user_id, **call)
         held = Held()
         try:
             yield held
