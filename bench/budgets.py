@@ -40,7 +40,7 @@ from chatbot.budgets.admin import BudgetTarget, set_budget
 from chatbot.budgets.service import Budgets
 from chatbot.config import Settings
 from chatbot.db.pool import open_pool
-from chatbot.models.usage import Usage
+from chatbot.responses import ModelCallUsage
 
 SECRET = "bench-secret-" + "b5" * 24
 MODEL = "openai:gpt-4o-mini"
@@ -79,7 +79,9 @@ async def statements(url: str, calls: int) -> dict[str, Any]:
             held = await budgets.reserve("capped", f"u{i % 20}", kind="answer", models=[MODEL], input_tokens=6600)
             times["reserve, 2 budgets"].append((time.perf_counter() - started) * 1000)
             started = time.perf_counter()
-            await budgets.settle(held, [Usage("answer", MODEL, 1000, 200)])
+            await budgets.settle(
+                held, [ModelCallUsage(kind="answer", model=MODEL, input_tokens=1000, output_tokens=200)]
+            )
             times["settle, 2 budgets"].append((time.perf_counter() - started) * 1000)
     return {"calls": calls, **{name: summary(values) for name, values in times.items()}}
 

@@ -49,7 +49,7 @@ from chatbot.db.pool import Pool
 from chatbot.db.saver import PooledPostgresSaver
 from chatbot.ids import RunId, TenantId, ThreadId, UserId
 from chatbot.retrieval.ingest import ingest_paths
-from chatbot.retrieval.search import search_knowledge
+from chatbot.retrieval.search import RetrievedChunk, search_knowledge
 from chatbot.threads.deletion import delete_threads
 from chatbot.threads.transcript import read_messages
 from chatbot.timestamps import now_rfc3339
@@ -67,13 +67,13 @@ def load_questions() -> list[tuple[str, str]]:
     return [(i["query"], "fa-IR" if i["document_id"].startswith("fa/") else "en-US") for i in items]
 
 
-def cached_retriever(pool: Pool) -> Callable[[CallerContext, str], Awaitable[list[dict[str, Any]]]]:
+def cached_retriever(pool: Pool) -> Callable[[CallerContext, str], Awaitable[list[RetrievedChunk]]]:
     """Return the service's retrieval, memoised per question (the thread repeats its questions)."""
-    cache: dict[str, list[dict[str, Any]]] = {}
+    cache: dict[str, list[RetrievedChunk]] = {}
 
-    async def retrieve(caller: CallerContext, query: str) -> list[dict[str, Any]]:
+    async def retrieve(caller: CallerContext, query: str) -> list[RetrievedChunk]:
         if query not in cache:
-            cache[query] = [c.to_state() for c in await search_knowledge(pool, caller, query, embeddings=None)]
+            cache[query] = await search_knowledge(pool, caller, query, embeddings=None)
         return cache[query]
 
     return retrieve

@@ -10,11 +10,12 @@ gain its documentation too.
 from __future__ import annotations
 
 from http import HTTPStatus
-from typing import Any
+from typing import Any, TypedDict
 
-from pydantic import BaseModel
+from pydantic import BaseModel, JsonValue
 
 from chatbot.errors import DATABASE_UNAVAILABLE, PROBLEM_JSON
+from chatbot.openapi_examples import Example
 from chatbot.responses import ProblemDetails
 
 DESCRIPTION = """\
@@ -80,7 +81,7 @@ them); the service always sends every key the schemas list, `null` included
 (`"handoff_context": null`, `"next_before": null`). The event-stream examples show them.
 """
 
-TAGS: list[dict[str, Any]] = [
+TAGS: list[dict[str, str]] = [
     {"name": "threads", "description": "Runs, their streams and records, transcripts, feedback, deletion."},
     {"name": "memory", "description": "What the service remembers about the calling user."},
     {"name": "users", "description": "Erasure of a user in the caller's tenant."},
@@ -89,12 +90,12 @@ TAGS: list[dict[str, Any]] = [
 
 # Inlined rather than referenced: error bodies are `application/problem+json`, and FastAPI
 # puts a response `model` under the route's own media type (`application/json`).
-PROBLEM_SCHEMA: dict[str, Any] = ProblemDetails.model_json_schema()
+PROBLEM_SCHEMA: dict[str, JsonValue] = ProblemDetails.model_json_schema()
 
-_RETRY_AFTER = {"description": "Whole seconds to wait before retrying.", "schema": {"type": "integer"}}
+_RETRY_AFTER: JsonValue = {"description": "Whole seconds to wait before retrying.", "schema": {"type": "integer"}}
 
 # status -> (description, example detail, headers): the reasons this service gives.
-_PROBLEMS: dict[int, tuple[str, str, dict[str, Any]]] = {
+_PROBLEMS: dict[int, tuple[str, str, dict[str, JsonValue]]] = {
     401: (
         "Missing, malformed, expired or otherwise invalid service token.",
         "invalid token",
@@ -142,17 +143,30 @@ _PROBLEMS: dict[int, tuple[str, str, dict[str, Any]]] = {
 V1_STATUSES = (401, 408, 413, 422, 431, 503)
 
 
-def problem_example(status: int, detail: str) -> dict[str, Any]:
+# A `responses=` entry of a route: OpenAPI's response object (JSON), and FastAPI's `model`
+# key beside it where the answer has a schema (json_answer).
+Responses = dict[int | str, dict[str, Any]]
+
+
+class RouteDocs(TypedDict, total=False):
+    """A route decorator's keywords documenting its answers (spread with `**`)."""
+
+    status_code: int
+    response_model: None
+    responses: Responses
+
+
+def problem_example(status: int, detail: str) -> JsonValue:
     """Return a problem document as the service would send it."""
-    return {"type": "about:blank", "title": HTTPStatus(status).phrase, "status": status, "detail": detail}
+    return ProblemDetails(title=HTTPStatus(status).phrase, status=status, detail=detail).model_dump()
 
 
-def problems(*statuses: int) -> dict[int | str, dict[str, Any]]:
+def problems(*statuses: int) -> Responses:
     """Return the `responses=` entries documenting these problem statuses."""
-    documented: dict[int | str, dict[str, Any]] = {}
+    documented: Responses = {}
     for status in sorted(set(statuses)):
         description, detail, headers = _PROBLEMS[status]
-        entry: dict[str, Any] = {
+        entry: dict[str, JsonValue] = {
             "description": description,
             "content": {
                 PROBLEM_JSON: {
@@ -167,20 +181,18 @@ def problems(*statuses: int) -> dict[int | str, dict[str, Any]]:
     return documented
 
 
-def v1_problems(*statuses: int) -> dict[int | str, dict[str, Any]]:
+def v1_problems(*statuses: int) -> Responses:
     """Return the problem responses of a `/v1/` operation: the common ones and `statuses`."""
     return problems(*V1_STATUSES, *statuses)
 
 
-def json_answer(
-    examples: dict[str, Any], *statuses: int, model: type[BaseModel] | None = None
-) -> dict[int | str, dict[str, Any]]:
+def json_answer(examples: dict[str, Example], *statuses: int, model: type[BaseModel] | None = None) -> Responses:
     """Return the responses of a `/v1/` operation answering 200 with JSON, then its problems."""
     answer: dict[str, Any] = {"content": {"application/json": {"examples": examples}}}
     return {200: ({"model": model} | answer) if model is not None else answer, **v1_problems(*statuses)}
 
 
-def json_as_returned(model: type[BaseModel], examples: dict[str, Any], *statuses: int) -> dict[str, Any]:
+def json_as_returned(model: type[BaseModel], examples: dict[str, Example], *statuses: int) -> RouteDocs:
     """Return a route's keywords for a JSON answer `model` documents but the handler's dict is sent as is.
 
     `response_model=None`: the dict goes out unchanged, byte for byte (a response model would
@@ -190,7 +202,7 @@ def json_as_returned(model: type[BaseModel], examples: dict[str, Any], *statuses
     return {"response_model": None, "responses": json_answer(examples, *statuses, model=model)}
 
 
-def no_content(description: str, *statuses: int) -> dict[str, Any]:
+def no_content(description: str, *statuses: int) -> RouteDocs:
     """Return a route's keywords for an operation answering 204 (`description`), with its problems."""
     return {"status_code": 204, "responses": {204: {"description": description}, **v1_problems(*statuses)}}
 
@@ -199,13 +211,13 @@ SSE_MEDIA = "text/event-stream"
 
 # The event stream is text: one `id:`, `event:` and `data:` line per event, a blank line
 # after each, and `: keep-alive` comment lines while no event is due.
-SSE_SCHEMA: dict[str, Any] = {
+SSE_SCHEMA: dict[str, JsonValue] = {
     "type": "string",
     "description": "Server-sent events: `metadata`, `progress`*, `token`*, then `end` or `error`; "
     "each with `id: <run_id>:<offset>`; `: keep-alive` comments in between.",
 }
 
-STREAM_HEADERS: dict[str, Any] = {
+STREAM_HEADERS: dict[str, JsonValue] = {
     "Location": {
         "description": "Where the run's stream can be rejoined: `/v1/threads/{thread_id}/runs/{run_id}/stream`.",
         "schema": {"type": "string"},

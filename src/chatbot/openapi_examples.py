@@ -8,7 +8,11 @@ two can never disagree.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TypedDict
+
+from pydantic import JsonValue
+
+from chatbot.responses import HandoffContext, MessageRef, RoleMessage, RunEnd
 
 RUN_ID_EN = "6f1c2a9e-3b4d-4f5a-9c8e-1d2b3a4c5e6f"
 RUN_ID_FA = "0b7e5d4c-9a8f-4e3d-8c2b-7a6f5e4d3c2b"
@@ -21,7 +25,16 @@ _ANSWER_EN = "Yes. Glass breakage is covered by the comprehensive car policy, wi
 _ANSWER_FA = "بله. شکستگی شیشه در بیمه بدنه خودرو پوشش داده می‌شود و برای اولین خسارت فرانشیز ندارد."
 
 
-def _named(english: Any, persian: Any, *, en: str = "English", fa: str = "Persian (fa-IR)") -> dict[str, Any]:
+class Example(TypedDict):
+    """One named example of an OpenAPI media type."""
+
+    summary: str
+    value: JsonValue
+
+
+def _named(
+    english: JsonValue, persian: JsonValue, *, en: str = "English", fa: str = "Persian (fa-IR)"
+) -> dict[str, Example]:
     return {"english": {"summary": en, "value": english}, "persian": {"summary": fa, "value": persian}}
 
 
@@ -32,62 +45,54 @@ FEEDBACK_REQUEST = _named(
     {"score": "up", "comment": "پاسخ دقیق و سریع بود."},
 )
 
-END_EN: dict[str, Any] = {
-    "run_id": RUN_ID_EN,
-    "thread_id": THREAD_EN,
-    "status": "answered",
-    "message": {"id": "a1e3c5d7-0000-4000-8000-000000000002", "content": _ANSWER_EN},
-    "citations": ["car-policy-en:3"],
-    "handoff_context": None,
-}
-END_FA: dict[str, Any] = {
-    "run_id": RUN_ID_FA,
-    "thread_id": THREAD_FA,
-    "status": "answered",
-    "message": {"id": "b2f4d6e8-0000-4000-8000-000000000002", "content": _ANSWER_FA},
-    "citations": ["car-policy-fa:3"],
-    "handoff_context": None,
-}
-END_ESCALATE_FA: dict[str, Any] = {
-    "run_id": "4d3c2b1a-0f9e-4d8c-b7a6-5f4e3d2c1b0a",
-    "thread_id": THREAD_FA,
-    "status": "escalate",
-    "message": {
-        "id": "c3a5b7d9-0000-4000-8000-000000000004",
-        "content": "درخواست شما را به یکی از همکاران پشتیبانی منتقل می‌کنم.",
-    },
-    "citations": [],
-    "handoff_context": {
-        "reason": "user_requested_human",
-        "conversation_summary": "کاربر درباره پوشش شکستگی شیشه در بیمه بدنه پرسید و سپس خواست با کارشناس صحبت کند.",
-        "user_profile": {"language": "fa", "products": ["car"]},
-        "recent_messages": [
-            {"role": "user", "content": _QUESTION_FA},
-            {"role": "assistant", "content": _ANSWER_FA},
-            {"role": "user", "content": "می‌خواهم با یک کارشناس صحبت کنم."},
+
+def _answered(run_id: str, thread_id: str, message_id: str, answer: str, citation: str) -> RunEnd:
+    message = MessageRef(id=message_id, content=answer)
+    return RunEnd(run_id=run_id, thread_id=thread_id, status="answered", message=message, citations=[citation])
+
+
+END_EN = _answered(RUN_ID_EN, THREAD_EN, "a1e3c5d7-0000-4000-8000-000000000002", _ANSWER_EN, "car-policy-en:3")
+END_FA = _answered(RUN_ID_FA, THREAD_FA, "b2f4d6e8-0000-4000-8000-000000000002", _ANSWER_FA, "car-policy-fa:3")
+END_ESCALATE_FA = RunEnd(
+    run_id="4d3c2b1a-0f9e-4d8c-b7a6-5f4e3d2c1b0a",
+    thread_id=THREAD_FA,
+    status="escalate",
+    message=MessageRef(
+        id="c3a5b7d9-0000-4000-8000-000000000004",
+        content="درخواست شما را به یکی از همکاران پشتیبانی منتقل می‌کنم.",
+    ),
+    citations=[],
+    handoff_context=HandoffContext(
+        reason="user_requested_human",
+        conversation_summary="کاربر درباره پوشش شکستگی شیشه در بیمه بدنه پرسید و سپس خواست با کارشناس صحبت کند.",
+        user_profile={"language": "fa", "products": ["car"]},
+        recent_messages=[
+            RoleMessage(role="user", content=_QUESTION_FA),
+            RoleMessage(role="assistant", content=_ANSWER_FA),
+            RoleMessage(role="user", content="می‌خواهم با یک کارشناس صحبت کنم."),
         ],
-    },
-}
+    ),
+)
 
 RUN_END = {
-    **_named(END_EN, END_FA),
-    "escalate": {"summary": "Persian, handed over to a person", "value": END_ESCALATE_FA},
+    **_named(END_EN.model_dump(), END_FA.model_dump()),
+    "escalate": Example(summary="Persian, handed over to a person", value=END_ESCALATE_FA.model_dump()),
 }
 
 
-def _frame(run_id: str, offset: int, event: str, data: dict[str, Any]) -> str:
+def _frame(run_id: str, offset: int, event: str, data: JsonValue) -> str:
     payload = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
     return f"id: {run_id}:{offset}\nevent: {event}\ndata: {payload}\n\n"
 
 
-def sse_example(end: dict[str, Any], *, delivered: int = 0, progress: bool = True) -> str:
+def sse_example(end: RunEnd, *, delivered: int = 0, progress: bool = True) -> str:
     """Return the event stream of a run ending in `end`, from answer offset `delivered` on.
 
     A fresh stream (`delivered` 0, `progress`) is what `POST …/runs` sends: tokens word by
     word. A rejoin gets the rest of the answer past `delivered` as one token, as a replay does.
     """
-    run_id, answer = end["run_id"], end["message"]["content"]
-    parts = [_frame(run_id, delivered, "metadata", {"run_id": run_id, "thread_id": end["thread_id"]})]
+    run_id, answer = end.run_id, end.message.content
+    parts = [_frame(run_id, delivered, "metadata", {"run_id": run_id, "thread_id": end.thread_id})]
     if progress:
         parts.append(_frame(run_id, 0, "progress", {"stage": "retrieval", "status": "started"}))
         parts.append(_frame(run_id, 0, "progress", {"stage": "retrieval", "chunks": 3}))
@@ -100,7 +105,7 @@ def sse_example(end: dict[str, Any], *, delivered: int = 0, progress: bool = Tru
             piece = word if offset + len(word) == len(answer) else word + " "
             offset += len(piece)
             parts.append(_frame(run_id, offset, "token", {"content": piece}))
-    parts.append(_frame(run_id, len(answer), "end", end))
+    parts.append(_frame(run_id, len(answer), "end", end.model_dump()))
     return "".join(parts)
 
 
@@ -114,23 +119,23 @@ REJOIN_STREAM = _named(
 )
 
 
-def _message(id_: str, role: str, content: str, at: str, run_id: str, citations: list[str]) -> dict[str, Any]:
-    return {"id": id_, "role": role, "content": content, "created_at": at, "run_id": run_id, "citations": citations}
+def _message(id_: str, role: str, content: str, at: str, run_id: str, citations: list[str]) -> JsonValue:
+    return {"id": id_, "role": role, "content": content, "created_at": at, "run_id": run_id, "citations": [*citations]}
 
 
-def _page(end: dict[str, Any], question: str, prefix: str) -> dict[str, Any]:
+def _page(end: RunEnd, question: str, prefix: str) -> JsonValue:
     return {
         "messages": [
             _message(
-                f"{prefix}-0000-4000-8000-000000000001", "user", question, "2026-03-02T09:15:04.118Z", end["run_id"], []
+                f"{prefix}-0000-4000-8000-000000000001", "user", question, "2026-03-02T09:15:04.118Z", end.run_id, []
             ),
             _message(
-                end["message"]["id"],
+                end.message.id,
                 "assistant",
-                end["message"]["content"],
+                end.message.content,
                 "2026-03-02T09:15:05.362Z",
-                end["run_id"],
-                end["citations"],
+                end.run_id,
+                list(end.citations),
             ),
         ],
         "has_more": True,
@@ -141,16 +146,16 @@ def _page(end: dict[str, Any], question: str, prefix: str) -> dict[str, Any]:
 MESSAGES_PAGE = _named(_page(END_EN, _QUESTION_EN, "a1e3c5d7"), _page(END_FA, _QUESTION_FA, "b2f4d6e8"))
 
 
-def _record(end: dict[str, Any], question: str, prefix: str, chunk_text: str, language: str) -> dict[str, Any]:
+def _record(end: RunEnd, question: str, prefix: str, chunk_text: str, language: str) -> JsonValue:
     return {
-        "run_id": end["run_id"],
-        "thread_id": end["thread_id"],
-        "status": end["status"],
+        "run_id": end.run_id,
+        "thread_id": end.thread_id,
+        "status": end.status,
         "created_at": "2026-03-02T09:15:04.118Z",
         "model": "offline",
         "input": {"id": f"{prefix}-0000-4000-8000-000000000001", "content": question},
-        "answer": end["message"],
-        "citations": end["citations"],
+        "answer": end.message.model_dump(),
+        "citations": list(end.citations),
         "context": {
             "system_prompt_sha256": "9f2c4e0a7b1d3f5e6a8c0b2d4f6e8a1c3e5b7d9f0a2c4e6b8d0f1a3c5e7b9d1f",
             "summary": "",
@@ -159,8 +164,8 @@ def _record(end: dict[str, Any], question: str, prefix: str, chunk_text: str, la
             "messages": [{"id": f"{prefix}-0000-4000-8000-000000000001", "role": "user", "content": question}],
             "retrieved": [
                 {
-                    "chunk_id": end["citations"][0],
-                    "document_id": end["citations"][0].split(":")[0],
+                    "chunk_id": end.citations[0],
+                    "document_id": end.citations[0].split(":")[0],
                     "version": 2,
                     "text": chunk_text,
                 },
@@ -215,15 +220,17 @@ USER_MEMORY = _named(
     },
 )
 
-ERASURE_REPORT = {
+ERASURE_REPORT: dict[str, Example] = {
     "erased": {
         "summary": "A user with two threads",
         "value": {"threads_deleted": 2, "memory_items_deleted": 4, "feedback_deleted": 1},
     },
 }
 
-HEALTHZ = {"alive": {"summary": "The process is alive", "value": {"status": "ok"}}}
-READYZ = {"ready": {"summary": "Postgres answers and the schema is migrated", "value": {"status": "ready"}}}
+HEALTHZ: dict[str, Example] = {"alive": {"summary": "The process is alive", "value": {"status": "ok"}}}
+READYZ: dict[str, Example] = {
+    "ready": {"summary": "Postgres answers and the schema is migrated", "value": {"status": "ready"}}
+}
 NOT_READY = {
     "type": "about:blank",
     "title": "Not Ready",

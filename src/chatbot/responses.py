@@ -8,9 +8,18 @@ working against a newer service that adds a field.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field, GetPydanticSchema, JsonValue, field_serializer
+from pydantic_core import core_schema
+
+from chatbot.timestamps import rfc3339
+
+JsonObject = Annotated[
+    dict[str, JsonValue], GetPydanticSchema(lambda _, __: core_schema.dict_schema(core_schema.str_schema()))
+]
+"""A JSON object of no fixed shape (a profile). Read and documented as any object, as it always
+was; the type says what the service puts in it."""
 
 RunStatus = Literal["answered", "clarifying", "escalate"]
 
@@ -53,7 +62,7 @@ class HandoffContext(BaseModel):
 
     reason: str
     conversation_summary: str
-    user_profile: dict[str, Any] = Field(default_factory=dict)
+    user_profile: JsonObject = Field(default_factory=dict)
     recent_messages: list[RoleMessage] = Field(default_factory=list)
 
 
@@ -109,7 +118,7 @@ class RunContext(BaseModel):
 
     system_prompt_sha256: str | None = None
     summary: str | None = None
-    profile: dict[str, Any] = Field(default_factory=dict)
+    profile: JsonObject = Field(default_factory=dict)
     facts: list[Any] = Field(default_factory=list)
     messages: list[ContextMessage] = Field(default_factory=list)
     retrieved: list[RetrievedChunk] = Field(default_factory=list)
@@ -125,6 +134,13 @@ class RecordedAnswer(MessageRef):
 
 class ModelCallUsage(BaseModel):
     """One model call of a run, with the token counts its provider reported."""
+
+    # The service's one type of a call's usage: the agent collects these (counts from a
+    # provider through models/usage.py `usage_from_metadata`, clamped by
+    # db/usage_totals.token_count), budgets settle them, the run record stores their
+    # `model_dump()` and `GET …/runs/{run_id}` answers them. 0 where the provider reports none.
+
+    model_config = ConfigDict(frozen=True)
 
     kind: str
     model: str
@@ -181,12 +197,17 @@ class FactVersion(BaseModel):
         default=None, description="The run whose turn replaced this version; null while it is current."
     )
 
+    @field_serializer("valid_from", "valid_until", when_used="json-unless-none")
+    def _stored_form(self, moment: datetime):  # type: ignore[no-untyped-def]  # unannotated: the schema stays date-time
+        """Write the moments as the memory store keeps them: UTC, always with microseconds."""
+        return rfc3339(moment, timespec="microseconds")
+
 
 class UserMemory(BaseModel):
     """`GET /v1/users/{user_id}/memory`: what the store holds about the user."""
 
     user_id: str
-    profile: dict[str, Any] = Field(default_factory=dict)
+    profile: JsonObject = Field(default_factory=dict)
     facts: list[MemoryFact] = Field(default_factory=list)
     history: list[FactVersion] | None = Field(
         default=None,

@@ -19,6 +19,7 @@ from chatbot.memory.items import StoredItem
 from chatbot.memory.read import Remembered
 from chatbot.models.offline import offline_reply, rank_candidates
 from chatbot.models.reply import Reply
+from chatbot.retrieval.search import RetrievedChunk
 
 
 def chunk(chunk_id: str, title: str, text: str, language: str = "en") -> dict[str, Any]:
@@ -145,10 +146,11 @@ async def _graph_turns(messages: Sequence[str], deps: AgentDeps) -> dict[str, An
 async def test_the_graph_gives_the_offline_responder_the_thread_and_the_users_memory() -> None:
     searched: list[str] = []
 
-    async def retrieve(_: CallerContext, query: str) -> list[dict[str, Any]]:
+    async def retrieve(_: CallerContext, query: str) -> list[RetrievedChunk]:
         searched.append(query)
         # The follow-up alone finds health insurance; with the question before it, travel too.
-        return [HEALTH_FA, TRAVEL_FA] if "مسافرتی" in query else [HEALTH_FA]
+        found = [HEALTH_FA, TRAVEL_FA] if "مسافرتی" in query else [HEALTH_FA]
+        return [RetrievedChunk.from_state(c) for c in found]
 
     now = datetime.now(UTC)
 

@@ -23,7 +23,7 @@ MODEL = "openai:gpt-4o-mini"
 QUESTIONS = ["What does travel insurance cover?", "Is hail damage covered?", "How do I file a claim?"]
 
 
-async def _budget(url: str, tokens: int | None = None) -> dict[str, int]:
+async def _budget(url: str, tokens: int | None = None) -> dict[str, float]:
     async with open_pool(settings_for(url), max_size=1) as pool:
         if tokens is not None:
             await set_budget(pool, BudgetTarget("acme", "tenant"), "day", "tokens", Decimal(tokens))

@@ -13,7 +13,7 @@ from chatbot.budgets.admin import BudgetTarget, clear_budgets, forget_user, repo
 from chatbot.budgets.service import BudgetExhausted, Budgets
 from chatbot.db.pool import Pool
 from chatbot.models.prices import Price
-from chatbot.models.usage import Usage
+from chatbot.responses import ModelCallUsage
 
 MODEL = "openai:gpt-4o-mini"
 # Worst case of every call below: 900 input + 100 output = 1000 tokens.
@@ -45,7 +45,7 @@ async def _reserve(b: Budgets, user: str = "u1", tenant: str = "acme") -> object
     return await b.reserve(tenant, user, kind="answer", models=[MODEL], input_tokens=INPUT)
 
 
-async def _left(pool: Pool, now: datetime, tenant: str = "acme") -> list[tuple[str, str | None, int, int]]:
+async def _left(pool: Pool, now: datetime, tenant: str = "acme") -> list[tuple[str, str | None, float, float]]:
     return [(r["scope"], r["user_id"], r["spent"], r["reserved"]) for r in await report(pool, tenant, now)]
 
 
@@ -68,7 +68,7 @@ async def test_a_tenant_budget_takes_exactly_the_worst_cases_that_fit(budgets: t
     assert refused.value.retry_after == 12 * 3600  # noon to UTC midnight
     assert await _left(b.pool, clock()) == [("tenant", None, 0, 3000)]
     # Settled to what the call used (200 + 50): the rest of its worst case is free again.
-    await b.settle(held[0], [Usage("answer", MODEL, 200, 50)])  # type: ignore[arg-type]
+    await b.settle(held[0], [ModelCallUsage(kind="answer", model=MODEL, input_tokens=200, output_tokens=50)])  # type: ignore[arg-type]
     assert await _left(b.pool, clock()) == [("tenant", None, 250, 2000)]
     assert await _reserve(b) is not None  # 250 + 2000 + 1000 <= 3500
     with pytest.raises(BudgetExhausted):
@@ -114,7 +114,7 @@ async def test_each_user_is_a_default_a_personal_budget_overrides(budgets: tuple
     for _ in range(5):
         assert await _reserve(b, user="vip") is not None
     rows = await report(b.pool, "acme", clock())
-    defaults = sorted(r["user_id"] for r in rows if r["default"])
+    defaults = sorted(r["user_id"] or "" for r in rows if r["default"])
     assert defaults == ["a", "b"]
     assert await clear_budgets(b.pool, BudgetTarget("acme", "each_user"), None) == 1
     assert await _reserve(b, user="a") is None  # no budget applies to "a" any more
@@ -128,7 +128,7 @@ async def test_a_usd_budget_prices_the_worst_case_at_the_model_price(budgets: tu
     assert await _reserve(b) is not None
     with pytest.raises(BudgetExhausted):
         await _reserve(b)
-    await b.settle(first, [Usage("answer", MODEL, 100, 10)])  # type: ignore[arg-type]
+    await b.settle(first, [ModelCallUsage(kind="answer", model=MODEL, input_tokens=100, output_tokens=10)])  # type: ignore[arg-type]
     [row] = await report(b.pool, "acme", clock())
     assert row["spent"] == pytest.approx((100 * 1 + 10 * 10) / 1e6)
     assert row["reserved"] == pytest.approx(0.0019)
@@ -153,16 +153,16 @@ async def test_day_and_month_roll_over_at_utc_midnight(budgets: tuple[Budgets, C
     await set_budget(b.pool, BudgetTarget("acme", "tenant"), "day", "tokens", Decimal(1000))
     await set_budget(b.pool, BudgetTarget("acme", "user", "u1"), "month", "tokens", Decimal(2000))
     held = await _reserve(b)
-    await b.settle(held, [Usage("answer", MODEL, 900, 100)])  # type: ignore[arg-type]
+    await b.settle(held, [ModelCallUsage(kind="answer", model=MODEL, input_tokens=900, output_tokens=100)])  # type: ignore[arg-type]
     with pytest.raises(BudgetExhausted) as refused:
         await _reserve(b)
     assert (refused.value.period, refused.value.retry_after) == ("day", 1)
     clock.now = datetime(2027, 1, 1, 0, 0, tzinfo=UTC)  # a new day and a new month
     held = await _reserve(b)
-    await b.settle(held, [Usage("answer", MODEL, 900, 100)])  # type: ignore[arg-type]
+    await b.settle(held, [ModelCallUsage(kind="answer", model=MODEL, input_tokens=900, output_tokens=100)])  # type: ignore[arg-type]
     clock.now = datetime(2027, 1, 2, 0, 0, tzinfo=UTC)  # a new day, the same month
     held = await _reserve(b)
-    await b.settle(held, [Usage("answer", MODEL, 900, 100)])  # type: ignore[arg-type]
+    await b.settle(held, [ModelCallUsage(kind="answer", model=MODEL, input_tokens=900, output_tokens=100)])  # type: ignore[arg-type]
     clock.now = datetime(2027, 1, 3, 0, 0, tzinfo=UTC)
     with pytest.raises(BudgetExhausted) as refused:
         await _reserve(b)
@@ -213,5 +213,11 @@ async def test_an_answer_chain_reserves_one_worst_case_per_entry(budgets: tuple[
     with pytest.raises(BudgetExhausted):
         await b.reserve("acme", "u1", kind="answer", models=chain, input_tokens=INPUT, calls=2)
     # Both entries were asked: the first failed after 900 input tokens, the second answered.
-    await b.settle(held, [Usage("answer", MODEL, 900, 0), Usage("answer", chain[1], 900, 100)])
+    await b.settle(
+        held,
+        [
+            ModelCallUsage(kind="answer", model=MODEL, input_tokens=900, output_tokens=0),
+            ModelCallUsage(kind="answer", model=chain[1], input_tokens=900, output_tokens=100),
+        ],
+    )
     assert await _left(b.pool, clock()) == [("tenant", None, 1900, 0)]

@@ -23,7 +23,7 @@ from typing import Any
 import httpx
 import pytest
 
-from chatbot.budgets.admin import BudgetTarget, report, set_budget
+from chatbot.budgets.admin import BudgetReport, BudgetTarget, report, set_budget
 from chatbot.services import Services
 from tests.fixtures.app import running_app, services_of, start_replica
 from tests.fixtures.messages import runs_path, send_message
@@ -73,7 +73,7 @@ def worst_case(services: Services) -> int:
     return services.runs.answer_input_tokens + services.budgets.output_cap
 
 
-async def budget_rows(services: Services, now: datetime) -> list[dict[str, Any]]:
+async def budget_rows(services: Services, now: datetime) -> list[BudgetReport]:
     return await report(services.pool, "acme", now)
 
 
@@ -91,7 +91,7 @@ async def test_concurrent_runs_make_exactly_the_calls_the_tenant_budget_fits(
         worst = worst_case(services)
         limit = FITS * worst + worst // 2  # room for FITS worst cases, not one more
         await set_budget(services.pool, BudgetTarget("acme", "tenant"), "day", "tokens", Decimal(limit))
-        highest = 0
+        highest = 0.0
         sampling = True
 
         async def sample() -> None:

@@ -12,7 +12,7 @@ import json
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import psycopg
 import pytest
@@ -307,7 +307,7 @@ async def test_a_recorded_window_reaches_the_model_whole(double: ProviderDouble)
     case = Case("r", "How much for lost baggage?", "en-US", history=history, reference="old", window=window)
     settings = Settings(environment="dev", model=MODEL, model_base_url=double.openai_base_url)
 
-    async def no_search(*_: Any) -> list[dict[str, Any]]:
+    async def no_search(*_: Any) -> NoReturn:
         raise AssertionError("a recorded window is not searched again")
 
     double.default = Behaviour(answer="Up to €1,000.", citations=[chunk["chunk_id"]])

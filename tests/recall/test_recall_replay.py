@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
 from langchain_core.messages import BaseMessage
@@ -68,7 +68,7 @@ async def test_replay_and_eval_give_the_recalled_turns_as_the_model_got_them(
         double.default = Behaviour(answer="It was 52K913.", status="answered")
         settings = Settings(environment="dev", model=MODEL, model_base_url=double.openai_base_url)
 
-        async def no_search(*_: Any) -> list[dict[str, Any]]:
+        async def no_search(*_: Any) -> NoReturn:
             raise AssertionError("a recorded window is not searched again")
 
         result = await run_case(

@@ -25,7 +25,8 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 from chatbot import metrics
 from chatbot.agent._prompts import SUMMARY_LABELS, SUMMARY_PROMPTS, language_key
 from chatbot.models.chain import ChainEntry
-from chatbot.models.usage import Usage
+from chatbot.models.usage import usage_from_metadata
+from chatbot.responses import ModelCallUsage
 from chatbot.text import cut_at_word
 
 __all__ = [
@@ -265,7 +266,7 @@ async def fold_summary(
     model: ChainEntry | BaseChatModel | None,
     *,
     timeout: float = 5.0,
-    on_usage: Callable[[Usage], None] | None = None,
+    on_usage: Callable[[ModelCallUsage], None] | None = None,
 ) -> str:
     """Return `previous` extended with the `dropped` messages, by `model` or offline.
 
@@ -301,12 +302,12 @@ async def fold_summary(
         outcome = "timeout" if isinstance(exc, TimeoutError) else "failed"
         metrics.MODEL_CALLS.labels(model=model.spec, kind="summary", outcome=outcome).inc()
         if on_usage is not None:
-            on_usage(Usage("summary", model.spec))
+            on_usage(ModelCallUsage(kind="summary", model=model.spec))
         log.warning("summary fold failed; keeping the previous summary", extra={"error": type(exc).__name__})
         return previous
     metrics.MODEL_CALLS.labels(model=model.spec, kind="summary", outcome="ok").inc()
     if on_usage is not None:
-        on_usage(Usage.from_metadata("summary", model.spec, getattr(reply, "usage_metadata", None)))
+        on_usage(usage_from_metadata("summary", model.spec, getattr(reply, "usage_metadata", None)))
     if not _lines(text):
         return previous
     if len(text) > SUMMARY_REPLY_MAX_CHARS or _LOOKS_LIKE_AN_ERROR.match(text):

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import BaseMessage
@@ -16,13 +15,14 @@ from chatbot.memory.jobs import MemorySink, drop_memory_job
 from chatbot.memory.read import MemoryReader
 from chatbot.models.chain import ChainEntry
 from chatbot.recall.service import Recaller
+from chatbot.retrieval.search import RetrievedChunk
 
-Retriever = Callable[[CallerContext, str], Awaitable[Sequence[Mapping[str, Any]]]]
+Retriever = Callable[[CallerContext, str], Awaitable[Sequence[RetrievedChunk]]]
 PromptRegistry = Callable[[str, str], Awaitable[None]]
 """Called as `registry(sha256, text)` before a system prompt is used: stores its text once."""
 
 
-async def no_retrieval(_: CallerContext, __: str) -> Sequence[Mapping[str, Any]]:
+async def no_retrieval(_: CallerContext, __: str) -> Sequence[RetrievedChunk]:
     """Return no chunks (a graph built without a knowledge base)."""
     return []
 

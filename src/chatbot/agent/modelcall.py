@@ -26,8 +26,8 @@ from chatbot.models.answer_field import valid_unicode
 from chatbot.models.chain import ChainEntry
 from chatbot.models.reply import Reply
 from chatbot.models.structured import Limits, Streamed, StreamTimeout, stream_structured
-from chatbot.models.usage import Usage
-from chatbot.responses import RunStatus
+from chatbot.models.usage import usage_from_metadata
+from chatbot.responses import ModelCallUsage, RunStatus
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +56,7 @@ class ModelFailure(Exception):
         retry_after: float | None = None,
         shown: str = "",
         model: str | None = None,
-        usage: Sequence[Usage] = (),
+        usage: Sequence[ModelCallUsage] = (),
     ) -> None:
         # The message repeats only these two fields: never the provider's own message.
         super().__init__(error_class if status is None else f"{error_class} (HTTP {status})")
@@ -133,7 +133,7 @@ class ModelAnswer:
 
     reply: Reply
     model: str
-    usage: list[Usage] = field(default_factory=list)
+    usage: list[ModelCallUsage] = field(default_factory=list)
 
 
 async def ask_model(
@@ -144,7 +144,7 @@ async def ask_model(
     language: str,
     limits: TimeLimits,
     on_delta: Callable[[str], None],
-    on_cancelled: Callable[[Usage], None] | None = None,
+    on_cancelled: Callable[[ModelCallUsage], None] | None = None,
 ) -> ModelAnswer:
     """Ask the chain for a structured answer, streaming its `answer` field as it arrives.
 
@@ -155,7 +155,7 @@ async def ask_model(
     """
     loop = asyncio.get_running_loop()
     deadline = loop.time() + limits.total
-    usage: list[Usage] = []
+    usage: list[ModelCallUsage] = []
     for index, entry in enumerate(chain):
         state = Streamed()
         can_fall_back = index + 1 < len(chain)
@@ -171,7 +171,7 @@ async def ask_model(
                     on_cancelled(call)
             raise
         except StreamTimeout as exc:
-            usage.append(Usage.from_metadata("answer", entry.spec, state.usage))
+            usage.append(usage_from_metadata("answer", entry.spec, state.usage))
             _count(entry.spec, "timeout", started)
             metrics.MODEL_ERRORS.labels(error_class="TimeoutError", status="none").inc()
             if can_fall_back and not state.answer and exc.phase == "first_token":
@@ -181,7 +181,7 @@ async def ask_model(
                 "TimeoutError", reason="model_timeout", shown=state.answer, model=entry.spec, usage=usage
             ) from exc
         except Exception as exc:  # the provider's error; CancelledError is not one and propagates
-            usage.append(Usage.from_metadata("answer", entry.spec, state.usage))
+            usage.append(usage_from_metadata("answer", entry.spec, state.usage))
             status = provider_status(exc)
             reason: FailureReason = (
                 "model_rate_limited" if status == 429 else "model_incomplete" if state.answer else "model_failed"
@@ -200,7 +200,7 @@ async def ask_model(
                 model=entry.spec,
                 usage=usage,
             ) from exc
-        usage.append(Usage.from_metadata("answer", entry.spec, state.usage))
+        usage.append(usage_from_metadata("answer", entry.spec, state.usage))
         stop = state.stop(reports_finish=entry.reports_finish)
         if stop == "incomplete":
             _count(entry.spec, "incomplete", started)
@@ -220,7 +220,7 @@ async def ask_model(
     raise ModelFailure("EmptyChain", reason="model_failed", usage=usage)
 
 
-def _cut_usage(spec: str, window: Sequence[BaseMessage], state: Streamed) -> Usage:
+def _cut_usage(spec: str, window: Sequence[BaseMessage], state: Streamed) -> ModelCallUsage:
     """Return the usage of a call stopped mid-stream: the provider's counts when it sent them.
 
     A provider reports a streamed call's counts only at its end, which a cut call never
@@ -228,9 +228,14 @@ def _cut_usage(spec: str, window: Sequence[BaseMessage], state: Streamed) -> Usa
     its window (agent/_tokens.py), an estimate rather than nothing.
     """
     if state.usage is not None:
-        return Usage.from_metadata("answer", spec, state.usage)
+        return usage_from_metadata("answer", spec, state.usage)
     counter = token_counter_for(spec)
-    return Usage("answer", spec, counter.count_messages(window), counter.count_text(state.answer))
+    return ModelCallUsage(
+        kind="answer",
+        model=spec,
+        input_tokens=counter.count_messages(window),
+        output_tokens=counter.count_text(state.answer),
+    )
 
 
 def _reply(

@@ -40,8 +40,7 @@ from chatbot.memory.namespaces import PROFILE_KEY, facts_namespace, profile_name
 from chatbot.models.chain import ChainEntry
 from chatbot.models.offline import MemoryRequest, leans_on_thread, offline_reply, rank_candidates, split_tokens
 from chatbot.models.reply import Reply
-from chatbot.models.usage import Usage
-from chatbot.responses import HandoffContext, RoleMessage
+from chatbot.responses import HandoffContext, ModelCallUsage, RoleMessage
 from chatbot.retrieval.search import RetrievedChunk
 from chatbot.timestamps import now_rfc3339
 
@@ -95,7 +94,7 @@ class Nodes:
         emit = _events(runtime.context)
         emit(StageProgress("retrieval", status="started"))
         question = str(state["messages"][-1].text)
-        chunks = [RetrievedChunk.from_state(c) for c in await self.deps.retriever(runtime.context.caller, question)]
+        chunks = list(await self.deps.retriever(runtime.context.caller, question))
         if not self.deps.answer_chain():
             chunks = await self._offline_chunks(state, runtime.context, question, chunks)
         chunks = chunks[:MODEL_CHUNKS]
@@ -121,7 +120,7 @@ class Nodes:
         if earlier and leans_on_thread(question):
             found = await self.deps.retriever(ctx.caller, f"{earlier[-1]} {question}")
             seen = {c.chunk_id for c in chunks}
-            chunks = chunks + [RetrievedChunk.from_state(c) for c in found if str(c["chunk_id"]) not in seen]
+            chunks = chunks + [c for c in found if c.chunk_id not in seen]
         by_id = {c.chunk_id: c for c in chunks}
         ranked = rank_candidates(question, _as_mappings(chunks), language=ctx.language, thread=earlier)
         return [by_id[str(c["chunk_id"])] for c in ranked]
@@ -163,7 +162,7 @@ class Nodes:
                 facts=state.get("facts") or [],
             )
             await self._stream_offline(reply.content, _events(ctx))
-            self._usage(ctx).append(Usage("answer", model))
+            self._usage(ctx).append(ModelCallUsage(kind="answer", model=model))
         else:
             try:
                 answered = await self._ask_model(window, chunks, ctx)
@@ -241,7 +240,7 @@ class Nodes:
         )
 
     @staticmethod
-    def _usage(ctx: Context) -> list[Usage]:
+    def _usage(ctx: Context) -> list[ModelCallUsage]:
         """Return this run's model calls so far (the summary fold's, then the answer's)."""
         return ctx.result.usage
 
@@ -251,7 +250,7 @@ class Nodes:
             metrics.count_tokens(
                 ctx.tenant_id, call.model, call.kind, call.input_tokens, call.output_tokens, call.cached_input_tokens
             )
-        return tuple(call.as_dict() for call in calls)
+        return tuple(call.model_dump() for call in calls)
 
     @staticmethod
     def _chunks(state: ConversationState, ctx: Context) -> list[RetrievedChunk]:
@@ -366,7 +365,7 @@ class Nodes:
     async def _fold_call(
         self, summary: str, dropped: list[Any], ctx: Context, model: ChainEntry | None, held: Held | None
     ) -> str:
-        def used(call: Usage) -> None:
+        def used(call: ModelCallUsage) -> None:
             self._usage(ctx).append(call)
             if held is not None:
                 held.used(call)

@@ -20,8 +20,8 @@ from chatbot.db.locks import LeaseLost
 from chatbot.errors import DATABASE_ERRORS
 from chatbot.failures import Failure, FailureReason
 from chatbot.memory.extraction import MemoryCandidates
-from chatbot.models.usage import Usage
 from chatbot.recall.service import RecalledTurn
+from chatbot.responses import ModelCallUsage
 from chatbot.retrieval.search import RetrievedChunk
 
 # What a run's graph may raise, and the reason each means; anything else is `internal`.
@@ -55,7 +55,7 @@ class RunResult:
     """What the graph raised, if it did (a cancellation included: the caller decides)."""
     model_failure: ModelFailure | None = None
     """The model's failure the graph recorded as an `error` outcome (the run did not raise)."""
-    usage: list[Usage] = field(default_factory=list)
+    usage: list[ModelCallUsage] = field(default_factory=list)
     """The run's model calls so far, in order (the summary fold's, then the answer's)."""
     chunks: list[RetrievedChunk] = field(default_factory=list)
     """What `retrieve` found, text included, in rank order."""

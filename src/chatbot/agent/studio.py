@@ -9,7 +9,7 @@ checkpointer and store. The service itself never imports this module.
 # path without registering it in sys.modules, and dataclasses then cannot resolve string
 # annotations (StudioContext below).
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -24,6 +24,7 @@ from chatbot.caller import CallerContext
 from chatbot.ids import RunId, TenantId, ThreadId, UserId
 from chatbot.retrieval.chunking import document_title, split_document
 from chatbot.retrieval.normalize import detect_language, search_form
+from chatbot.retrieval.search import RetrievedChunk
 
 # The repository's demo knowledge base (absent from an installed wheel: then nothing is found).
 DEMO_KNOWLEDGE = Path(__file__).resolve().parents[3] / "knowledge" / "demo"
@@ -83,7 +84,7 @@ def _demo_chunks(root: Path) -> tuple[dict[str, Any], ...]:
 def demo_retriever(root: Path = DEMO_KNOWLEDGE) -> Any:
     """Return a retriever over a folder of Markdown files, ranked by the share of question words a chunk has."""
 
-    async def retrieve(caller: CallerContext, question: str) -> Sequence[Mapping[str, Any]]:
+    async def retrieve(caller: CallerContext, question: str) -> Sequence[RetrievedChunk]:
         asked = _words(question)
         if not asked:
             return []
@@ -93,7 +94,7 @@ def demo_retriever(root: Path = DEMO_KNOWLEDGE) -> Any:
             if share >= MIN_SHARE:
                 scored.append({k: v for k, v in chunk.items() if k != "words"} | {"score": share})
         scored.sort(key=lambda c: c["score"], reverse=True)
-        return scored[:TOP]
+        return [RetrievedChunk.from_state(c) for c in scored[:TOP]]
 
     return retrieve
 

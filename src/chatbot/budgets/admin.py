@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import date, datetime
 from decimal import Decimal
-from typing import Any, Literal
+from typing import Literal, TypedDict
 
 from chatbot.budgets import queries
 from chatbot.budgets.periods import Period, period_starts
@@ -77,7 +78,34 @@ async def clear_budgets(pool: Pool, target: BudgetTarget, period: Period | None)
         )
 
 
-async def report(pool: Pool, tenant_id: str, now: datetime, *, user_id: str | None = None) -> list[dict[str, Any]]:
+class BudgetReport(TypedDict):
+    """One budget in its current period, as `chatbot budget show` and `chatbot usage` print it."""
+
+    scope: Literal["tenant", "user"]
+    user_id: str | None
+    default: bool
+    """An `each_user` default, reported for one user."""
+    period: str
+    starts: str
+    unit: str
+    limit: float
+    spent: float
+    reserved: float
+    left: float
+
+
+class TenantBudgetReport(BudgetReport):
+    """A budget report naming its tenant (first), as the commands list them."""
+
+    tenant_id: str
+
+
+def of_tenant(tenant_id: str, row: BudgetReport) -> TenantBudgetReport:
+    """Return `row` with its tenant, named first."""
+    return {"tenant_id": tenant_id, **row}
+
+
+async def report(pool: Pool, tenant_id: str, now: datetime, *, user_id: str | None = None) -> list[BudgetReport]:
     """Return each budget of the tenant (or of one user) in its current period: spent, reserved, left.
 
     An `each_user` default is reported once per user who has spent under it this period.
@@ -90,7 +118,7 @@ async def report(pool: Pool, tenant_id: str, now: datetime, *, user_id: str | No
         counters = await queries.counters(conn, tenant=tenant_id, day=day, month=month, now=now)
     by_key = {(c["user_id"], c["period"]): c for c in counters}
     personal = {(b["user_id"], b["period"]) for b in budgets if b["scope"] == "user"}
-    rows = []
+    rows: list[BudgetReport] = []
     for budget in budgets:
         scope, period = budget["scope"], budget["period"]
         if scope == "each_user":
@@ -108,12 +136,16 @@ async def report(pool: Pool, tenant_id: str, now: datetime, *, user_id: str | No
     return sorted(rows, key=lambda r: (r["scope"] == "user", r["user_id"] or "", r["period"]))
 
 
-def _row(budget: dict[str, Any], subject: str, counter: dict[str, Any] | None, starts: Any) -> dict[str, Any]:
+def _row(budget: queries.BudgetRow, subject: str, counter: queries.CounterRow | None, starts: date) -> BudgetReport:
     unit = budget["unit"]
     amount = budget["amount"]
-    spent = (counter or {}).get("spent_tokens" if unit == "tokens" else "spent_usd") or 0
-    reserved = (counter or {}).get("reserved_tokens" if unit == "tokens" else "reserved_usd") or 0
-    as_number = int if unit == "tokens" else float
+    spent: Decimal | int = 0
+    reserved: Decimal | int = 0
+    if counter is not None:
+        tokens = unit == "tokens"
+        spent = (counter["spent_tokens"] if tokens else counter["spent_usd"]) or 0
+        reserved = (counter["reserved_tokens"] if tokens else counter["reserved_usd"]) or 0
+    as_number: Callable[[Decimal | int], float] = int if unit == "tokens" else float
     return {
         "scope": "tenant" if budget["scope"] == "tenant" else "user",
         "user_id": subject or None,
@@ -124,7 +156,7 @@ def _row(budget: dict[str, Any], subject: str, counter: dict[str, Any] | None, s
         "limit": as_number(amount),
         "spent": as_number(spent),
         "reserved": as_number(reserved),
-        "left": as_number(max(0, amount - spent - reserved)),
+        "left": as_number(max(Decimal(0), amount - spent - reserved)),
     }
 
 

@@ -9,12 +9,49 @@ functions of the migration (0009_budgets.sql), one statement each.
 from __future__ import annotations
 
 from datetime import date, datetime
-from typing import Any
+from decimal import Decimal
+from typing import Any, Literal, TypedDict, cast
 from uuid import UUID
 
 from psycopg import AsyncConnection
 
+from chatbot.budgets.periods import Period
+
 Conn = AsyncConnection[Any]
+
+
+class Reserved(TypedDict):
+    """What `chatbot_budget_reserve` answered (RESERVE's columns)."""
+
+    outcome: str
+    """reserved, refused or none (no budget applies)."""
+    refused_scope: Literal["tenant", "user"] | None
+    refused_period: Period | None
+    tenant_share_left: Decimal | None
+
+
+class BudgetRow(TypedDict):
+    """One budget as stored (TENANT_BUDGETS's columns)."""
+
+    scope: str
+    """tenant, user or each_user."""
+    user_id: str
+    period: str
+    unit: str
+    amount: Decimal
+
+
+class CounterRow(TypedDict):
+    """One subject's counter of a current period, unexpired reservations summed (COUNTERS's columns)."""
+
+    user_id: str
+    period: str
+    starts: date
+    spent_tokens: int
+    spent_usd: Decimal
+    reserved_tokens: Decimal | int
+    reserved_usd: Decimal | int
+
 
 RESERVE = """
 select outcome, refused_scope, refused_period, tenant_share_left
@@ -70,12 +107,12 @@ async def reserve(
     month: date,
     now: datetime,
     expires: datetime,
-) -> dict[str, Any]:
+) -> Reserved:
     """Reserve against every applicable budget; return outcome, refused_scope, refused_period, tenant_share_left."""
     cur = await conn.execute(RESERVE, (tenant, user, reservation, tokens, usd, day, month, now, expires))
     row = await cur.fetchone()
     assert row is not None  # the function always returns one row
-    return dict(row)
+    return cast(Reserved, dict(row))
 
 
 async def settle(conn: Conn, *, tenant: str, reservation: UUID, tokens: int, usd: float) -> None:
@@ -95,16 +132,16 @@ async def clear_budgets(conn: Conn, *, tenant: str, scope: str, user: str, perio
     return cur.rowcount
 
 
-async def tenant_budgets(conn: Conn, tenant: str) -> list[dict[str, Any]]:
+async def tenant_budgets(conn: Conn, tenant: str) -> list[BudgetRow]:
     """Return the tenant's budgets: scope, user_id, period, unit, amount."""
     cur = await conn.execute(TENANT_BUDGETS, (tenant,))
-    return [dict(row) for row in await cur.fetchall()]
+    return [cast(BudgetRow, dict(row)) for row in await cur.fetchall()]
 
 
-async def counters(conn: Conn, *, tenant: str, day: date, month: date, now: datetime) -> list[dict[str, Any]]:
+async def counters(conn: Conn, *, tenant: str, day: date, month: date, now: datetime) -> list[CounterRow]:
     """Return the tenant's counters of the periods starting `day` and `month`, reservations summed."""
     cur = await conn.execute(COUNTERS, {"tenant": tenant, "day": day, "month": month, "now": now})
-    return [dict(row) for row in await cur.fetchall()]
+    return [cast(CounterRow, dict(row)) for row in await cur.fetchall()]
 
 
 async def forget_expired(conn: Conn, tenant: str, now: datetime) -> None:

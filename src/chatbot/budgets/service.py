@@ -20,9 +20,11 @@ import logging
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import KW_ONLY, dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal
+from typing import Literal, NotRequired, TypedDict, Unpack
+
+from pydantic import JsonValue
 
 from chatbot import metrics
 from chatbot.budgets import queries
@@ -76,25 +78,27 @@ class Held:
         self.calls.append(call)
 
 
+class CallAsk(TypedDict):
+    """What `Budgets.held` passes on to `Budgets.reserve`: the call it holds the worst case of."""
+
+    kind: CallKind
+    models: Sequence[str]
+    input_tokens: int
+    calls: NotRequired[int]
+
+
+@dataclass(eq=False)
 class Budgets:
     """Reserve, settle and release model calls' spending against the budgets in Postgres."""
 
-    def __init__(
-        self,
-        pool: Pool,
-        *,
-        prices: dict[str, Price],
-        output_cap: int,
-        reservation_seconds: float,
-        clock: Clock = utc_now,
-    ) -> None:
-        self.pool = pool
-        self.prices = prices
-        self.output_cap = output_cap
-        """Every call's output cap (`CHATBOT_MODEL_MAX_OUTPUT_TOKENS`): the output of its worst case."""
-        self.reservation_seconds = reservation_seconds
-        self.clock = clock
-        """Where "now" comes from: day and month roll over at UTC midnight by this clock."""
+    pool: Pool
+    _: KW_ONLY
+    prices: dict[str, Price]
+    output_cap: int
+    """Every call's output cap (`CHATBOT_MODEL_MAX_OUTPUT_TOKENS`): the output of its worst case."""
+    reservation_seconds: float
+    clock: Clock = utc_now
+    """Where "now" comes from: day and month roll over at UTC midnight by this clock."""
 
     def worst_usd(self, models: Iterable[str], input_tokens: int, output_tokens: int) -> float:
         """Return the dearest cost of the call among the models that may answer it (unpriced: 0)."""
@@ -151,6 +155,7 @@ class Budgets:
             return None
         if row["outcome"] == "refused":
             scope, period = row["refused_scope"], row["refused_period"]
+            assert scope is not None and period is not None  # a refusal names the budget that refused
             metrics.BUDGET_REFUSALS.labels(scope, period, kind).inc()
             raise BudgetExhausted(scope, period, seconds_until_reset(period, now))
         if row["tenant_share_left"] is not None:
@@ -187,24 +192,13 @@ class Budgets:
         await self.settle(reservation, ())
 
     @asynccontextmanager
-    async def held(
-        self,
-        tenant_id: str,
-        user_id: str,
-        *,
-        kind: CallKind,
-        models: Sequence[str],
-        input_tokens: int,
-        calls: int = 1,
-    ) -> AsyncIterator[Held]:
+    async def held(self, tenant_id: str, user_id: str, **call: Unpack[CallAsk]) -> AsyncIterator[Held]:
         """Hold a call's worst case while it runs; settle to what `Held.used` was told when it ends.
 
-        Raises BudgetExhausted on entry when the worst case does not fit. A call that fails
-        or is cancelled settles to what it reported (nothing: released).
+        `call` as `reserve` takes it. Raises BudgetExhausted on entry when the worst case does
+        not fit. A call that fails or is cancelled settles to what it reported (nothing: released).
         """
-        reservation = await self.reserve(
-            tenant_id, user_id, kind=kind, models=models, input_tokens=input_tokens, calls=calls
-        )
+        reservation = await self.reserve(tenant_id, user_id, **call)
         held = Held()
         try:
             yield held
@@ -213,6 +207,6 @@ class Budgets:
             await asyncio.shield(self.settle(reservation, held.calls))
 
 
-def budget_member(exc: BudgetExhausted) -> dict[str, Any]:
+def budget_member(exc: BudgetExhausted) -> dict[str, JsonValue]:
     """Return the problem's `budget` member: which budget refused the call."""
     return {"scope": exc.scope, "period": exc.period}

@@ -12,12 +12,17 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, date, datetime
-from typing import Any
+from typing import TYPE_CHECKING
 
 import typer
 
 from chatbot.budgets.periods import Period
 from chatbot.cli import common
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from chatbot.budgets.admin import BudgetReport, TenantBudgetReport
 
 budget_app = typer.Typer(
     help="Caps on model spending per tenant and per user, per UTC day and month.", no_args_is_help=True
@@ -117,7 +122,9 @@ def show_command(
     """Show each budget in its current period: limit, spent, reserved (calls in flight), left."""
     if output not in ("table", "json"):
         common.fail("--format must be table or json", 2)
-    rows = [{"tenant_id": tenant, **row} for row in common.run(_report(tenant, user))]
+    from chatbot.budgets.admin import of_tenant
+
+    rows = [of_tenant(tenant, row) for row in common.run(_report(tenant, user))]
     if output == "json":
         typer.echo(json.dumps({"tenant": tenant, "budgets": rows}, ensure_ascii=False))
     elif not rows:
@@ -154,7 +161,7 @@ def clear_command(
     typer.echo(f"cleared: {cleared} budget(s)" if cleared else "nothing to clear: no such budget")
 
 
-async def _report(tenant: str, user: str | None) -> list[dict[str, Any]]:
+async def _report(tenant: str, user: str | None) -> list[BudgetReport]:
     from chatbot.budgets.admin import report
     from chatbot.db.pool import open_pool
 
@@ -163,7 +170,7 @@ async def _report(tenant: str, user: str | None) -> list[dict[str, Any]]:
         return await report(pool, tenant, datetime.now(UTC), user_id=user)
 
 
-def print_budgets(rows: list[dict[str, Any]], *, title: str) -> None:
+def print_budgets(rows: Sequence[TenantBudgetReport], *, title: str) -> None:
     """Print budgets as a table: whose, period, unit, limit, spent, reserved, left."""
     from rich.console import Console
     from rich.table import Table

@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 import sys
 import unicodedata
-from typing import Any, Protocol
+from typing import Protocol
 
+from pydantic import JsonValue
 from rich.console import Console
 from rich.json import JSON
 from rich.live import Live
@@ -26,7 +27,7 @@ def is_rtl(text: str) -> bool:
     return False
 
 
-def progress_text(data: dict[str, Any]) -> str | None:
+def progress_text(data: dict[str, JsonValue]) -> str | None:
     """Return a line for a `progress` event (None for stages this view does not know)."""
     if data.get("stage") != "retrieval":
         return None
@@ -44,7 +45,7 @@ class View(Protocol):
     def info(self, text: str) -> None:
         """Show a line about the session (thread, help)."""
 
-    def progress(self, data: dict[str, Any]) -> None:
+    def progress(self, data: dict[str, JsonValue]) -> None:
         """Show a `progress` event."""
 
     def token(self, text: str) -> None:
@@ -88,7 +89,7 @@ class PlainView:
     def info(self, text: str) -> None:
         self._print(text)
 
-    def progress(self, data: dict[str, Any]) -> None:
+    def progress(self, data: dict[str, JsonValue]) -> None:
         line = progress_text(data)
         if line:
             self._print(line)
@@ -150,7 +151,7 @@ class RichView:
     def info(self, text: str) -> None:
         self.console.print(Text(text, style="dim"))
 
-    def progress(self, data: dict[str, Any]) -> None:
+    def progress(self, data: dict[str, JsonValue]) -> None:
         line = progress_text(data)
         if line:
             self.console.print(Text("… " + line, style="dim"))

@@ -7,7 +7,6 @@ every case runs through a dry copy of the graph (chatbot/evaluation/dry_run.py).
 
 from __future__ import annotations
 
-import asyncio
 import json
 import math
 import os
@@ -21,7 +20,6 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from chatbot.caller import CallerContext
 from chatbot.cli import common
 from chatbot.config import Settings
 from chatbot.evaluation.scoring import NUMERIC_METRICS
@@ -29,9 +27,11 @@ from chatbot.ids import TenantId
 from chatbot.threads.export import parse_since
 
 if TYPE_CHECKING:
+    from chatbot.db.pool import Pool
     from chatbot.evaluation.candidates import Candidate
     from chatbot.evaluation.cases import Case
     from chatbot.evaluation.dry_run import CaseResult
+    from chatbot.retrieval.retriever import KnowledgeRetriever
 
 Threshold = tuple[str, float]
 
@@ -97,21 +97,18 @@ def check_out(out: Path) -> None:
             common.fail(f"--out {out}: {name} is there and cannot be replaced", 2)
 
 
-def _search(pool: Any, settings: Settings) -> Any:
+def _search(pool: Pool, settings: Settings) -> KnowledgeRetriever:
+    """Return a replica's retrieval (services.py): bounded like it, as many candidates as it keeps."""
     from chatbot.models.offline import OFFLINE_CANDIDATES
     from chatbot.retrieval.embeddings import load_embeddings
-    from chatbot.retrieval.search import search_knowledge
+    from chatbot.retrieval.retriever import KnowledgeRetriever
 
-    embeddings = load_embeddings(settings.embeddings)
-
-    async def search(caller: CallerContext, query: str) -> list[dict[str, Any]]:
-        # Bounded like a replica's retrieval: an embeddings provider can hang too.
-        async with asyncio.timeout(settings.model_first_token_timeout_seconds):
-            # As a replica retrieves (services.py): the graph keeps what a model's prompt holds.
-            found = await search_knowledge(pool, caller, query, k=OFFLINE_CANDIDATES, embeddings=embeddings)
-        return [c.to_state() for c in found]
-
-    return search
+    return KnowledgeRetriever(
+        pool,
+        settings.model_first_token_timeout_seconds,
+        embeddings=load_embeddings(settings.embeddings),
+        k=OFFLINE_CANDIDATES,
+    )
 
 
 def _moment(value: str | None, option: str) -> datetime | None:

@@ -4,14 +4,35 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, date, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import typer
 
 from chatbot.cli import common
 from chatbot.cli.budget import print_budgets
 
+if TYPE_CHECKING:
+    from chatbot.budgets.admin import TenantBudgetReport
+    from chatbot.db.pool import Pool
+    from chatbot.models.prices import Price
+
 _COUNTS = ("input_tokens", "output_tokens", "cached_input_tokens")
+
+
+class UsageCounts(TypedDict):
+    """Token counts summed over models, and their cost (the `total` of `chatbot usage`)."""
+
+    input_tokens: int
+    output_tokens: int
+    cached_input_tokens: int
+    cost_usd: float | None
+    """Over each model's own price; None without prices, or when a model of the row has none."""
+
+
+class UsageRow(UsageCounts):
+    """One line of `chatbot usage`: a tenant, day or model (`key`, first), its counts summed over models."""
+
+    key: str
 
 
 def usage(
@@ -40,7 +61,7 @@ def usage(
     except PricesError as exc:
         common.fail(str(exc), 2)
 
-    async def _go() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    async def _go() -> tuple[list[dict[str, Any]], list[TenantBudgetReport]]:
         async with open_pool(settings, max_size=1) as pool:
             async with pool.connection() as conn:
                 found = await usage_totals.totals(conn, since=first, until=last, by=by)  # type: ignore[arg-type]
@@ -48,9 +69,13 @@ def usage(
 
     found, budgets = common.run(_go())
     rows = _rows(found, prices)
-    total = {k: sum(r[k] for r in rows) for k in _COUNTS}
-    costs = [r["cost_usd"] for r in rows]
-    total["cost_usd"] = None if not prices else round(sum(c for c in costs if c is not None), 6)
+    costs = [r["cost_usd"] for r in rows if r["cost_usd"] is not None]
+    total = UsageCounts(
+        input_tokens=sum(r["input_tokens"] for r in rows),
+        output_tokens=sum(r["output_tokens"] for r in rows),
+        cached_input_tokens=sum(r["cached_input_tokens"] for r in rows),
+        cost_usd=None if not prices else round(sum(costs), 6),
+    )
     if output == "json":
         typer.echo(json.dumps({"rows": rows, "total": total, "budgets": budgets}, ensure_ascii=False))
         return
@@ -59,14 +84,14 @@ def usage(
         print_budgets(budgets, title="budgets (current UTC day and month)")
 
 
-async def _budgets(pool: Any) -> list[dict[str, Any]]:
+async def _budgets(pool: Pool) -> list[TenantBudgetReport]:
     """Return every tenant's budgets in their current periods, each row naming its tenant."""
-    from chatbot.budgets.admin import report, tenants_with_budgets
+    from chatbot.budgets.admin import of_tenant, report, tenants_with_budgets
 
     now = datetime.now(UTC)
-    rows: list[dict[str, Any]] = []
+    rows: list[TenantBudgetReport] = []
     for tenant in await tenants_with_budgets(pool):
-        rows.extend({"tenant_id": tenant, **row} for row in await report(pool, tenant, now))
+        rows.extend(of_tenant(tenant, row) for row in await report(pool, tenant, now))
     return rows
 
 
@@ -78,14 +103,17 @@ def _day(value: str, option: str) -> date:
         raise  # unreachable: fail exits
 
 
-def _rows(found: list[dict[str, Any]], prices: dict[str, Any]) -> list[dict[str, Any]]:
+def _rows(found: list[dict[str, Any]], prices: dict[str, Price]) -> list[UsageRow]:
     """Return one row per key: counts summed over models, cost over each model's own price."""
-    rows: dict[str, dict[str, Any]] = {}
+    rows: dict[str, UsageRow] = {}
     for item in found:
         key = str(item["key"])
-        row = rows.setdefault(key, {"key": key, **dict.fromkeys(_COUNTS, 0), "cost_usd": None})
-        for count in _COUNTS:
-            row[count] += int(item[count])
+        row = rows.setdefault(
+            key, UsageRow(key=key, input_tokens=0, output_tokens=0, cached_input_tokens=0, cost_usd=None)
+        )
+        row["input_tokens"] += int(item["input_tokens"])
+        row["output_tokens"] += int(item["output_tokens"])
+        row["cached_input_tokens"] += int(item["cached_input_tokens"])
         price = prices.get(str(item["model"]))
         if price is not None:
             cost = price.cost(int(item["input_tokens"]), int(item["output_tokens"]), int(item["cached_input_tokens"]))
@@ -95,14 +123,15 @@ def _rows(found: list[dict[str, Any]], prices: dict[str, Any]) -> list[dict[str,
     return list(rows.values())
 
 
-def _table(rows: list[dict[str, Any]], total: dict[str, Any], by: str) -> None:
+def _table(rows: list[UsageRow], total: UsageCounts, by: str) -> None:
     from rich.console import Console
     from rich.table import Table
 
     table = Table(title=f"model usage by {by}")
     for column in (by, "input", "output", "cached input", "cost (USD)"):
         table.add_column(column, justify="left" if column == by else "right")
-    for row in [*rows, {"key": "total", **total}]:
+    for key, row in [*((r["key"], r) for r in rows), ("total", total)]:
         cost = "-" if row["cost_usd"] is None else f"{row['cost_usd']:.6f}"
-        table.add_row(row["key"], *(f"{row[k]:,}" for k in _COUNTS), cost)
+        counts = (row["input_tokens"], row["output_tokens"], row["cached_input_tokens"])
+        table.add_row(key, *(f"{n:,}" for n in counts), cost)
     Console().print(table)

@@ -41,7 +41,7 @@ class RequestParts(TypedDict, total=False):
     """What a request carries besides its method and path."""
 
     json: Any
-    params: dict[str, Any] | None
+    params: dict[str, str | int] | None
     headers: dict[str, str] | None
 
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
-from typing import Any
 from urllib.parse import quote
+
+from pydantic import JsonValue
 
 from chatbot.client.errors import InvalidId
 
@@ -79,17 +80,17 @@ def fact_path(user_id: str, fact_id: str) -> str:
     return f"{memory_path(user_id)}/facts/{_segment(fact_id)}"
 
 
-def run_body(content: str) -> dict[str, Any]:
+def run_body(content: str) -> dict[str, JsonValue]:
     """Return the body of `POST …/runs`."""
     return {"message": {"content": content}}
 
 
-def messages_params(limit: int, before: str | None) -> dict[str, Any]:
+def messages_params(limit: int, before: str | None) -> dict[str, str | int]:
     """Return the query of `GET …/messages`."""
     return {"limit": limit} | ({"before": before} if before is not None else {})
 
 
-def feedback_body(score: str, comment: str | None) -> dict[str, Any]:
+def feedback_body(score: str, comment: str | None) -> dict[str, JsonValue]:
     """Return the body of `POST …/feedback`."""
     return {"score": score, "comment": comment}
 

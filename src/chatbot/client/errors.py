@@ -9,7 +9,7 @@ from http import HTTPStatus
 from typing import Any
 
 import httpx
-from pydantic import ValidationError
+from pydantic import JsonValue, ValidationError
 
 from chatbot.responses import ProblemDetails, RunProblem
 
@@ -94,7 +94,7 @@ def error_from_response(response: httpx.Response) -> ChatbotError:
     return error_for(response.status_code, _problem(response.status_code, response.content), retry_after)
 
 
-def error_from_event(data: dict[str, Any]) -> ChatbotError:
+def error_from_event(data: dict[str, JsonValue]) -> ChatbotError:
     """Return the typed error of an SSE `error` event (a problem-details object)."""
     raw = data.get("status")
     status = raw if isinstance(raw, int) else 500

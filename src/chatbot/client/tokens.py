@@ -5,7 +5,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
 
 import jwt
 
@@ -31,7 +30,7 @@ class MintedTokens:
         ttl_seconds: int = 600,
     ) -> None:
         self._secret = secret
-        self._claims: dict[str, Any] = {"iss": issuer, "aud": audience, "tenant_id": tenant_id, "user_id": user_id}
+        self._claims: dict[str, str] = {"iss": issuer, "aud": audience, "tenant_id": tenant_id, "user_id": user_id}
         if locale is not None:
             self._claims["locale"] = locale
         self._ttl = ttl_seconds
@@ -45,7 +44,7 @@ class MintedTokens:
             now = time.time()
             if self._token is None or now > self._expires - _RENEW_MARGIN_SECONDS:
                 issued = int(now)
-                claims = {**self._claims, "iat": issued, "exp": issued + self._ttl}
+                claims: dict[str, str | int] = {**self._claims, "iat": issued, "exp": issued + self._ttl}
                 self._token = jwt.encode(claims, self._secret, algorithm="HS256")
                 self._expires = issued + self._ttl
             return self._token

@@ -92,7 +92,7 @@ class RecordedRun:
     shown: str | None = None
     """The answer text the user was shown before a failure: the only text a record carries."""
     usage: tuple[dict[str, JsonValue], ...] | None = None
-    """One entry per model call (models/usage.py `Usage.as_dict`)."""
+    """One entry per model call (`responses.ModelCallUsage.model_dump()`)."""
     input_id: str | None = None
     system_prompt_sha256: str | None = None
     window: WindowByIds | None = None

@@ -32,7 +32,7 @@ def token_count(value: Any) -> int:
 
 
 class Call(Protocol):
-    """One model call's usage (models/usage.py `Usage`)."""
+    """One model call's usage (`responses.ModelCallUsage`)."""
 
     @property
     def kind(self) -> str: ...

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypedDict
+from typing import TypedDict
 
 from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
 from langchain_core.runnables import RunnableConfig
@@ -34,10 +34,11 @@ from chatbot.evaluation.cases import Case, RecordedWindow
 from chatbot.ids import RunId, TenantId, ThreadId, UserId
 from chatbot.memory.jobs import drop_memory_job
 from chatbot.memory.namespaces import PROFILE_KEY, facts_namespace, profile_namespace
-from chatbot.models.usage import Usage
 from chatbot.recall.service import RecordedRecall
+from chatbot.responses import ModelCallUsage
+from chatbot.retrieval.search import RetrievedChunk
 
-Search = Callable[[CallerContext, str], Awaitable[Sequence[Mapping[str, Any]]]]
+Search = Callable[[CallerContext, str], Awaitable[Sequence[RetrievedChunk]]]
 EVAL_USER = UserId("eval")
 """The user every case runs as: its memory is the in-memory store of that one run."""
 
@@ -67,7 +68,7 @@ class CaseResult:
     """The failure's reason (chatbot/failures.py: model_failed, model_incomplete, model_timeout, ...)."""
     latency_ms: float
     ttft_ms: float | None
-    usage: list[Usage] = field(default_factory=list)
+    usage: list[ModelCallUsage] = field(default_factory=list)
 
     def as_report(self) -> ResultReport:
         """Return the result as report.json shows it."""
@@ -102,9 +103,9 @@ def _retriever(case: Case, search: Search) -> Search:
     window = case.window
     if window is None:
         return search
-    chunks = [dict(c) for c in window.chunks]
+    chunks = [RetrievedChunk.from_state(c) for c in window.chunks]
 
-    async def recorded(_: CallerContext, __: str) -> Sequence[Mapping[str, Any]]:
+    async def recorded(_: CallerContext, __: str) -> Sequence[RetrievedChunk]:
         return chunks
 
     return recorded

@@ -90,15 +90,15 @@ async def _chunks(pool: Pool, tenant_id: str, retrieved: Sequence[ChunkBody]) ->
     for c in retrieved:
         if c["text"] is None:
             continue  # pruned: no retained run cites it any more
-        row = rows.get((str(c["chunk_id"]), int(c["version"]))) or {}
+        row = rows.get((str(c["chunk_id"]), int(c["version"])))
         chunks.append(
             {
                 "chunk_id": str(c["chunk_id"]),
                 "document_id": str(c["document_id"]),
                 "version": int(c["version"]),
-                "title": str(row.get("title") or ""),
+                "title": str(row["title"] or "") if row else "",
                 "text": str(c["text"]),
-                "language": str(row.get("language") or detect_language(str(c["text"]))),
+                "language": detect_language(str(c["text"])),  # a chunk version's row has no language
                 "score": 1.0,
             }
         )

@@ -285,22 +285,27 @@ def _iban_ok(compact: str) -> bool:
     return int(moved.translate(_IBAN_LETTER_VALUES)) % 97 == 1
 
 
-def _is_national_id(digits: str, label: str | None) -> bool:
-    """Decide whether a digit window is a national ID (see the module docstring)."""
+def _is_labelled_number(
+    digits: str, label: str | None, own: str, labelled: range, bare: int, checksum_ok: Callable[[str], bool]
+) -> bool:
+    """Decide whether a digit window is a number of one kind: any length in `labelled` after its
+    own label (`own`), else exactly `bare` digits that pass its checksum; never after another
+    kind's label, never one digit repeated."""
     if label == "other" or len(set(digits)) == 1:
         return False
-    if label == "nid" and 8 <= len(digits) <= 10:
+    if label == own and len(digits) in labelled:
         return True
-    return len(digits) == 10 and _national_id_checksum_ok(digits)
+    return len(digits) == bare and checksum_ok(digits)
+
+
+def _is_national_id(digits: str, label: str | None) -> bool:
+    """Decide whether a digit window is a national ID (see the module docstring)."""
+    return _is_labelled_number(digits, label, "nid", range(8, 11), 10, _national_id_checksum_ok)
 
 
 def _is_card(digits: str, label: str | None) -> bool:
     """Decide whether a digit window is a bank card number."""
-    if label == "other" or len(set(digits)) == 1:
-        return False
-    if label == "card" and 15 <= len(digits) <= 19:
-        return True
-    return len(digits) == 16 and _luhn_ok(digits)
+    return _is_labelled_number(digits, label, "card", range(15, 20), 16, _luhn_ok)
 
 
 def _is_bare_sheba(digits: str, label: str | None) -> bool:

@@ -8,7 +8,7 @@ SQL lives").
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict, cast
 
 from psycopg import AsyncConnection
 
@@ -25,6 +25,18 @@ on conflict (thread_id, run_id) do nothing
 """
 # Multi-shard by nature (any thread's row may be free): a background read, never a run's.
 FREE_JOBS = "select thread_id, run_id from memory_jobs where claimed_until < %s order by claimed_until limit %s"
+
+
+class ClaimedJob(TypedDict):
+    """A claimed memory job's row (CLAIM_JOB's columns): the claims it has had count this one."""
+
+    tenant_id: str
+    user_id: str
+    locale: str
+    user_text: str
+    attempts: int
+
+
 CLAIM_JOB = """
 update memory_jobs set claimed_until = %(until)s, claimed_by = %(holder)s, attempts = attempts + 1
 where thread_id = %(thread)s and run_id = %(run)s and claimed_until < %(now)s
@@ -66,11 +78,10 @@ async def free_jobs(conn: Conn, now: datetime, limit: int) -> list[tuple[str, st
 
 async def claim_job(
     conn: Conn, thread_id: str, run_id: str, *, now: datetime, lease: timedelta, holder: str
-) -> dict[str, Any] | None:
+) -> ClaimedJob | None:
     """Claim a free row for `lease`; return its columns and claim count, None when another won."""
     params = {"thread": thread_id, "run": run_id, "now": now, "until": now + lease, "holder": holder}
-    row: dict[str, Any] | None = await (await conn.execute(CLAIM_JOB, params)).fetchone()
-    return row
+    return cast("ClaimedJob | None", await (await conn.execute(CLAIM_JOB, params)).fetchone())
 
 
 async def take_job(conn: Conn, thread_id: str, run_id: str) -> bool:

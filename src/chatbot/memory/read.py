@@ -6,20 +6,26 @@ before a fact changed) are read for `GET …/memory?history=true` alone: the mod
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from datetime import UTC, datetime
+
+from pydantic import JsonValue
 
 from chatbot.db.pool import Pool
 from chatbot.memory import items
 from chatbot.memory.namespaces import PROFILE_KEY, facts_namespace, history_namespace, profile_namespace
+from chatbot.responses import FactSource, FactVersion, MemoryFact, UserMemory
+
+# Closed facts shown by `GET …/memory?history=true` (the writer keeps at most 100 per user).
+HISTORY_LIMIT = 200
 
 
 @dataclass(frozen=True, slots=True)
 class Remembered:
     """A user's profile and facts (newest fact first)."""
 
-    profile: dict[str, Any] = field(default_factory=dict)
+    profile: dict[str, JsonValue] = field(default_factory=dict)
     facts: list[items.StoredItem] = field(default_factory=list)
 
 
@@ -56,3 +62,53 @@ def memory_reader(pool: Pool, *, max_facts: int, lifetime: items.Lifetime) -> Me
         return await read_memory(pool, tenant_id, user_id, max_facts=max_facts, lifetime=lifetime)
 
     return read
+
+
+async def user_memory(
+    pool: Pool, tenant_id: str, user_id: str, *, max_facts: int, lifetime: items.Lifetime, history: bool
+) -> UserMemory:
+    """Return `GET …/memory`'s answer: the profile and current facts, oldest first, each with the
+    run that last wrote it; with `history`, also every version with when it was believed.
+
+    `history` is left unset (so out of the body) unless asked for.
+    """
+    found = await read_memory(pool, tenant_id, user_id, max_facts=max_facts, lifetime=lifetime)
+    current = sorted(found.facts, key=lambda it: it.updated_at)
+    facts = [
+        MemoryFact(
+            id=item.key,
+            text=str(item.value.get("text", "")),
+            category=str(item.value.get("category", "general")),
+            updated_at=item.updated_at.astimezone(UTC),
+            source=_source(item.value.get("source")),
+        )
+        for item in current
+    ]
+    if not history:
+        return UserMemory(user_id=user_id, profile=found.profile, facts=facts)
+    closed = await read_history(pool, tenant_id, user_id, limit=HISTORY_LIMIT, lifetime=lifetime)
+    versions = [_version(item, closed=True) for item in closed] + [_version(item, closed=False) for item in current]
+    versions.sort(key=lambda v: (v.valid_from, v.valid_until or datetime.max.replace(tzinfo=UTC)))
+    return UserMemory(user_id=user_id, profile=found.profile, facts=facts, history=versions)
+
+
+def _version(item: items.StoredItem, *, closed: bool) -> FactVersion:
+    """Return one version of a fact with when it was believed and the runs that wrote and closed it."""
+    value = item.value
+    since, until = value.get("valid_from"), value.get("valid_until") if closed else None
+    return FactVersion(
+        id=item.key,
+        text=str(value.get("text", "")),
+        category=str(value.get("category", "general")),
+        valid_from=datetime.fromisoformat(since) if isinstance(since, str) and since else item.created_at,
+        valid_until=datetime.fromisoformat(until) if isinstance(until, str) and until else None,
+        source=_source(value.get("source")),
+        closed_by=_source(value.get("closed_by")) if closed else None,
+    )
+
+
+def _source(value: object) -> FactSource | None:
+    """Return a fact's source as stored, None for facts written before sources were kept."""
+    if not isinstance(value, Mapping) or not value.get("thread_id") or not value.get("run_id"):
+        return None
+    return FactSource(thread_id=str(value["thread_id"]), run_id=str(value["run_id"]))

@@ -20,6 +20,7 @@ job's age) are no longer written; erasure still deletes any left.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from psycopg import AsyncConnection
@@ -47,8 +48,15 @@ async def _hold_exclusive(conn: AsyncConnection[Any], tenant_id: str, user_id: s
     await hold_memory_reset(conn, TenantId(tenant_id), UserId(user_id), shared=False)
 
 
-async def reset_memory(pool: Pool, tenant_id: str, user_id: str) -> int:
-    """Delete the user's profile, facts and pending memory jobs; return how many items went."""
+async def reset_memory(
+    pool: Pool, tenant_id: TenantId, user_id: UserId, *, drop_queued: Callable[[TenantId, UserId], None] | None = None
+) -> int:
+    """Delete the user's profile, facts and pending memory jobs; return how many items went.
+
+    `drop_queued` (the replica's `MemoryWriter.forget`) drops this replica's queued jobs first, at once.
+    """
+    if drop_queued is not None:
+        drop_queued(tenant_id, user_id)
     async with pool.connection() as conn, conn.transaction():
         await _hold_exclusive(conn, tenant_id, user_id)
         await queries.delete_jobs_of_user(conn, tenant_id, user_id)

@@ -18,11 +18,12 @@ import re
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import BaseMessage
 from langchain_core.messages.ai import UsageMetadata
+from pydantic import JsonValue
 
 from chatbot.db.usage_totals import token_count
 
@@ -43,7 +44,7 @@ Reader = Callable[[Progress], AsyncGenerator[str, None]]
 """Yields the JSON pieces of the answer ("" for an event without one), filling `Progress`."""
 
 
-def open_stream(model: BaseChatModel, messages: Sequence[BaseMessage], schema: dict[str, Any],
+def open_stream(model: BaseChatModel, messages: Sequence[BaseMessage], schema: dict[str, JsonValue],
                 method: Method) -> Reader | None:  # fmt: skip
     """Return a reader of `model`'s structured answer, or None for a model read through LangChain."""
     kind = type(model).__module__.partition(".")[0]
@@ -151,7 +152,35 @@ def _body_errors(errors: _Errors, request: Any) -> Iterator[None]:
 # -- OpenAI Chat Completions ----------------------------------------------------------------
 
 
-def _openai(model: Any, messages: Sequence[BaseMessage], schema: dict[str, Any], method: Method) -> Reader | None:
+class _OpenAIFunction(TypedDict, total=False):
+    arguments: str | None
+
+
+class _OpenAICall(TypedDict, total=False):
+    index: int | None
+    function: _OpenAIFunction | None
+
+
+class _OpenAIDelta(TypedDict, total=False):
+    content: str | None
+    refusal: str | None
+    tool_calls: list[_OpenAICall] | None
+
+
+class _OpenAIChoice(TypedDict, total=False):
+    delta: _OpenAIDelta | None
+    finish_reason: str | None
+
+
+class _OpenAIChunk(TypedDict, total=False):
+    """A Chat Completions stream chunk, as far as it is read (every part may be absent or null)."""
+
+    choices: list[_OpenAIChoice] | None
+    usage: JsonValue
+    error: JsonValue
+
+
+def _openai(model: Any, messages: Sequence[BaseMessage], schema: dict[str, JsonValue], method: Method) -> Reader | None:
     import openai
     from langchain_openai.chat_models import base as lc_openai
 
@@ -193,7 +222,7 @@ def _openai(model: Any, messages: Sequence[BaseMessage], schema: dict[str, Any],
     return read
 
 
-def _openai_chunk(chunk: dict[str, Any], tools: bool, progress: Progress) -> str:
+def _openai_chunk(chunk: _OpenAIChunk, tools: bool, progress: Progress) -> str:
     usage = chunk.get("usage")
     if isinstance(usage, dict):
         details = usage.get("prompt_tokens_details")
@@ -226,7 +255,27 @@ def _openai_chunk(chunk: dict[str, Any], tools: bool, progress: Progress) -> str
 # -- Anthropic Messages ----------------------------------------------------------------------
 
 
-def _anthropic(model: Any, messages: Sequence[BaseMessage], schema: dict[str, Any]) -> Reader:
+class _AnthropicDelta(TypedDict, total=False):
+    type: str
+    partial_json: str | None
+    text: str | None
+    stop_reason: str | None
+
+
+class _AnthropicMessage(TypedDict, total=False):
+    usage: dict[str, JsonValue] | None
+
+
+class _AnthropicEvent(TypedDict, total=False):
+    """A Messages stream event, as far as it is read (every part may be absent or null)."""
+
+    type: str
+    delta: _AnthropicDelta | None
+    message: _AnthropicMessage | None
+    usage: dict[str, JsonValue] | None
+
+
+def _anthropic(model: Any, messages: Sequence[BaseMessage], schema: dict[str, JsonValue]) -> Reader:
     import anthropic
     from langchain_anthropic import chat_models as lc_anthropic
 
@@ -241,7 +290,7 @@ def _anthropic(model: Any, messages: Sequence[BaseMessage], schema: dict[str, An
         with _request_errors(errors):
             async with endpoint.with_streaming_response.create(**payload) as response:
                 http = response.http_response
-                started: dict[str, Any] = {}
+                started: dict[str, JsonValue] = {}
                 with _body_errors(errors, http.request):
                     async for event, data in _data_lines(http):
                         if event is None or event == "ping":
@@ -257,7 +306,7 @@ def _anthropic(model: Any, messages: Sequence[BaseMessage], schema: dict[str, An
     return read
 
 
-def _anthropic_event(event: dict[str, Any], started: dict[str, Any], progress: Progress) -> str:
+def _anthropic_event(event: _AnthropicEvent, started: dict[str, JsonValue], progress: Progress) -> str:
     kind = event.get("type")
     if kind == "content_block_delta":
         delta = event.get("delta") or {}

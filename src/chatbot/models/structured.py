@@ -22,6 +22,7 @@ from typing import Any, Literal
 
 from langchain_core.messages import BaseMessage
 from langchain_core.messages.ai import UsageMetadata, add_usage
+from pydantic import JsonValue
 
 from chatbot.models._wire import Progress, open_stream
 from chatbot.models.answer_field import AnswerField
@@ -95,7 +96,7 @@ class Streamed:
             return "incomplete" if reports_finish else "normal"
         return "normal" if self.finish in _NORMAL else "incomplete"
 
-    def parsed(self) -> dict[str, Any] | None:
+    def parsed(self) -> dict[str, JsonValue] | None:
         """Return the complete JSON object the model wrote, or None when it is not one."""
         try:
             value = json.loads(self.field.text)
@@ -112,20 +113,20 @@ def structured_method(entry: ChainEntry) -> Method:
     return "tools"
 
 
-def _bound(entry: ChainEntry, schema: dict[str, Any], method: Method) -> Any:
+def _bound(entry: ChainEntry, schema: dict[str, JsonValue], method: Method) -> Any:
     if method == "json_schema":
         response_format = {
             "type": "json_schema",
             "json_schema": {"name": schema["title"], "description": schema.get("description", ""), "schema": schema},
         }
         return entry.model.bind(response_format=response_format)
-    return entry.model.bind_tools([schema], tool_choice=schema["title"])
+    return entry.model.bind_tools([schema], tool_choice=str(schema["title"]))
 
 
 async def stream_structured(
     entry: ChainEntry,
     messages: Sequence[BaseMessage],
-    schema: dict[str, Any],
+    schema: dict[str, JsonValue],
     *,
     limits: Limits,
     on_delta: Callable[[str], None],

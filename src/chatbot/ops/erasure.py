@@ -8,13 +8,14 @@ knowledge versions only the erased threads cited. This module only orders them.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from chatbot.budgets.admin import forget_user as forget_user_budgets
 from chatbot.db import langgraph_tables
 from chatbot.db.locks import Lease, Locks
 from chatbot.db.pool import Pool
 from chatbot.ids import TenantId, ThreadId, UserId
 from chatbot.memory.resets import erase_memory
-from chatbot.memory.writer import MemoryWriter
 from chatbot.responses import ErasureReport
 from chatbot.retrieval.versions import prune_superseded_chunks
 from chatbot.threads.deletion import delete_user_threads
@@ -28,9 +29,17 @@ class ErasureBusy(Exception):
 
 
 async def erase_user(
-    pool: Pool, locks: Locks, tenant_id: TenantId, user_id: UserId, *, writer: MemoryWriter | None = None
+    pool: Pool,
+    locks: Locks,
+    tenant_id: TenantId,
+    user_id: UserId,
+    *,
+    drop_queued: Callable[[TenantId, UserId], None] | None = None,
 ) -> ErasureReport:
     """Remove the user's threads, memory, feedback and counters in one tenant.
+
+    `drop_queued` (the replica's `MemoryWriter.forget`) drops this replica's queued memory jobs
+    of the user first, at once; other replicas' jobs find their rows gone.
 
     First takes the user's erasure key exclusively: every run of the user holds it shared
     for as long as it runs (db/locks.py), so this waits for the user's runs in flight on any
@@ -39,11 +48,9 @@ async def erase_user(
     it too, so none lands half-way) and the lock of every thread found. The user's pending
     memory jobs (rows holding their messages) are deleted with their memory: a job claimed
     before the erasure finds its row gone afterwards and drops itself, on any replica.
-    `writer` is this replica's memory writer, when there is one: the user's jobs queued
-    in it are dropped first.
     """
-    if writer is not None:
-        writer.forget(tenant_id, user_id)
+    if drop_queued is not None:
+        drop_queued(tenant_id, user_id)
     erasure = await locks.wait_erasure(tenant_id, user_id, ERASURE_WAIT_SECONDS)
     if erasure is None:
         raise ErasureBusy("a run of this user stayed in flight")

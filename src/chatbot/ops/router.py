@@ -26,7 +26,6 @@ async def erase(user_id: UserId, caller: CallerDep, pool: PoolDep, locks: LocksD
     """Erase the user's threads, memory and feedback in the token's tenant."""
     require_self(user_id, caller)
     try:
-        report = await erase_user(pool, locks, caller.tenant_id, user_id, writer=memory)
+        return await erase_user(pool, locks, caller.tenant_id, user_id, drop_queued=memory.forget)
     except ErasureBusy:
         raise Problem(409, "a run or memory write of this user is still in flight; retry shortly") from None
-    return report

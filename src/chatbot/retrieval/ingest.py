@@ -112,7 +112,7 @@ async def _embed(embeddings: Embeddings | None, chunks: list[Chunk]) -> list[str
 
 def _chunk_rows(
     tenant_id: str, doc: _SourceFile, language: str, chunks: list[Chunk], vectors: dict[str, str | None], version: int
-) -> Iterator[dict[str, Any]]:
+) -> Iterator[queries.ChunkInsert]:
     cfg = ts_config(language)
     for chunk in chunks:
         yield {

@@ -11,15 +11,54 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypedDict, cast
 
 from psycopg import AsyncConnection, sql
+from psycopg.abc import Params
+from psycopg.types.json import Jsonb
 
 from chatbot.db.langgraph_tables import CITED_CHUNK_VERSIONS
 from chatbot.db.locks import hold_vocabulary
 from chatbot.ids import TenantId
 
 Conn = AsyncConnection[Any]
+
+
+class ChunkInsert(TypedDict):
+    """INSERT_CHUNK's parameters: one chunk version with its index forms (ingest.py builds them)."""
+
+    tenant: str
+    chunk_id: str
+    version: int
+    document_id: str
+    ordinal: int
+    title: str
+    text: str
+    language: str
+    search_text: str
+    cfg: str
+    title_index: str
+    text_index: str
+    embedding: str | None
+    metadata: Jsonb
+
+
+class ChunkVersionRow(TypedDict):
+    """A chunk version as a run record cites it (READ_CHUNK_VERSIONS's columns)."""
+
+    chunk_id: str
+    version: int
+    document_id: str
+    title: str
+    text: str
+
+
+class SearchRow(ChunkVersionRow):
+    """A ranked chunk (SEARCH_SQL's columns)."""
+
+    language: str
+    score: float
+
 
 # --- ingest: documents and chunk versions (retrieval/ingest.py) ---
 
@@ -102,7 +141,7 @@ async def next_version(conn: Conn, tenant_id: str, document_id: str) -> int:
     return int(row["v"]) if row else 1
 
 
-async def insert_chunks(conn: Conn, rows: list[dict[str, Any]]) -> None:
+async def insert_chunks(conn: Conn, rows: list[ChunkInsert]) -> None:
     """Insert chunk rows (INSERT_CHUNK's parameters each)."""
     async with conn.cursor() as cur:
         await cur.executemany(INSERT_CHUNK, rows)
@@ -239,10 +278,10 @@ ORDER BY f.score DESC, c.chunk_id
 """
 
 
-async def search_rows(conn: Conn, params: dict[str, Any]) -> list[dict[str, Any]]:
+async def search_rows(conn: Conn, params: Params) -> list[SearchRow]:
     """Return the chunks SEARCH_SQL ranks for `params` (search.py builds them), best first."""
     cur = await conn.execute(SEARCH_SQL, params)
-    return await cur.fetchall()
+    return cast(list[SearchRow], await cur.fetchall())
 
 
 # --- chunk versions: read back and pruned (retrieval/versions.py) ---
@@ -275,10 +314,10 @@ where d.removed_at is not null
 """
 
 
-async def chunk_versions(conn: Conn, tenant_id: str, refs: Sequence[tuple[str, int]]) -> list[dict[str, Any]]:
+async def chunk_versions(conn: Conn, tenant_id: str, refs: Sequence[tuple[str, int]]) -> list[ChunkVersionRow]:
     """Return the tenant's chunk rows for (chunk id, version) pairs, current or superseded."""
     cur = await conn.execute(READ_CHUNK_VERSIONS, ([r[0] for r in refs], [int(r[1]) for r in refs], tenant_id))
-    return await cur.fetchall()
+    return cast(list[ChunkVersionRow], await cur.fetchall())
 
 
 async def any_prunable(conn: Conn, grace: timedelta) -> bool:

@@ -4,18 +4,17 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import Any
 
 from langchain_core.embeddings import Embeddings
 
 from chatbot.caller import CallerContext
 from chatbot.db.pool import Pool
-from chatbot.retrieval.search import search_knowledge
+from chatbot.retrieval.search import RetrievedChunk, search_knowledge
 
 
 @dataclass(frozen=True)
 class KnowledgeRetriever:
-    """Search the knowledge base for the graph's `retrieve` node, as state-ready chunks."""
+    """Search the knowledge base for the graph's `retrieve` node, as typed chunks."""
 
     pool: Pool
     timeout_seconds: float
@@ -24,8 +23,7 @@ class KnowledgeRetriever:
     k: int = 5
     """Chunks per question: what a model's prompt holds, or more for the offline responder."""
 
-    async def __call__(self, caller: CallerContext, query: str) -> list[dict[str, Any]]:
+    async def __call__(self, caller: CallerContext, query: str) -> list[RetrievedChunk]:
         """Return the caller's tenant's most relevant chunks for `query`, best first."""
         async with asyncio.timeout(self.timeout_seconds):
-            found = await search_knowledge(self.pool, caller, query, k=self.k, embeddings=self.embeddings)
-        return [c.to_state() for c in found]
+            return await search_knowledge(self.pool, caller, query, k=self.k, embeddings=self.embeddings)

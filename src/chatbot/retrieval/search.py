@@ -26,13 +26,14 @@ reaches `MIN_COVERAGE`, and a vector hit only above `MIN_VECTOR_SIMILARITY`.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
 from typing import Any
 
 from langchain_core.embeddings import Embeddings
 from psycopg_pool import AsyncConnectionPool
+from pydantic import ConfigDict
 
 from chatbot.caller import CallerContext
+from chatbot.responses import RetrievedChunk as RecordedChunk
 from chatbot.retrieval import queries
 from chatbot.retrieval.normalize import detect_language, query_form, search_form, ts_config
 
@@ -49,35 +50,45 @@ RERANK = 50
 LEXICAL_CANDIDATES = 150
 
 
-@dataclass(frozen=True, slots=True)
-class RetrievedChunk:
-    """One knowledge chunk found for a query, with its fused relevance score."""
+class RetrievedChunk(RecordedChunk):
+    """One knowledge chunk found for a query: the chunk a run record cites (`responses.RetrievedChunk`,
+    the same type), with what the search adds: its title, language and fused relevance score.
 
-    chunk_id: str
-    document_id: str
-    title: str
-    text: str
-    language: str
-    score: float
+    The graph's retriever gives these (retriever.py); the run keeps them typed to the record.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
     version: int = 1
     """The chunk's version: (chunk_id, version) names the exact row a run record cites."""
+    title: str = ""
+    language: str = ""
+    score: float = 0.0
 
-    def to_state(self) -> dict[str, Any]:
-        """Return the chunk as a plain dict for graph state (serialisable by the checkpointer)."""
-        return asdict(self)
+    def to_state(self) -> dict[str, str | int | float]:
+        """Return the chunk as a plain mapping: the offline responder ranks these (models/ imports no retrieval)."""
+        return {
+            "chunk_id": self.chunk_id,
+            "document_id": self.document_id,
+            "title": self.title,
+            "text": self.text,
+            "language": self.language,
+            "score": self.score,
+            "version": self.version,
+        }
 
     @classmethod
-    def from_state(cls, chunk: Mapping[str, Any]) -> RetrievedChunk:
-        """Return the chunk a retriever gave as a mapping (a recorded or a demo chunk may lack
-        the score, the document or the language: they read as 0, empty)."""
+    def from_state(cls, chunk: Mapping[str, object]) -> RetrievedChunk:
+        """Return the chunk a recorded run or a demo gave as a mapping (one may lack the score,
+        the document or the language: they read as 0, empty)."""
         return cls(
             chunk_id=str(chunk["chunk_id"]),
             document_id=str(chunk.get("document_id") or ""),
             title=str(chunk.get("title") or ""),
             text=str(chunk.get("text") or ""),
             language=str(chunk.get("language") or ""),
-            score=float(chunk.get("score") or 0.0),
-            version=int(chunk.get("version") or 1),
+            score=float(str(chunk.get("score") or 0.0)),
+            version=int(str(chunk.get("version") or 1)),
         )
 
 

@@ -413,7 +413,7 @@ class RunService:
             shown=stream.shown,
             input_id=input_id,
             retrieved=chunk_versions(context.result.chunks),
-            usage=tuple(call.as_dict() for call in usage),
+            usage=tuple(call.model_dump() for call in usage),
         ).dump()
         outcome = GraphOutcome("error", failure=Failure("cancelled")).stored()
         token: str | None = cancel.cancel_token(lease.fence.token)
