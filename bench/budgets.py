@@ -40,6 +40,7 @@ from chatbot.budgets.admin import BudgetTarget, set_budget
 from chatbot.budgets.service import Budgets
 from chatbot.config import Settings
 from chatbot.db.pool import open_pool
+from chatbot.ids import TenantId, UserId
 from chatbot.responses import ModelCallUsage
 
 SECRET = "bench-secret-" + "b5" * 24
@@ -73,10 +74,14 @@ async def statements(url: str, calls: int) -> dict[str, Any]:
         times: dict[str, list[float]] = {"reserve, no budget": [], "reserve, 2 budgets": [], "settle, 2 budgets": []}
         for i in range(calls):
             started = time.perf_counter()
-            await budgets.reserve("free", f"u{i % 20}", kind="answer", models=[MODEL], input_tokens=6600)
+            await budgets.reserve(
+                TenantId("free"), UserId(f"u{i % 20}"), kind="answer", models=[MODEL], input_tokens=6600
+            )
             times["reserve, no budget"].append((time.perf_counter() - started) * 1000)
             started = time.perf_counter()
-            held = await budgets.reserve("capped", f"u{i % 20}", kind="answer", models=[MODEL], input_tokens=6600)
+            held = await budgets.reserve(
+                TenantId("capped"), UserId(f"u{i % 20}"), kind="answer", models=[MODEL], input_tokens=6600
+            )
             times["reserve, 2 budgets"].append((time.perf_counter() - started) * 1000)
             started = time.perf_counter()
             await budgets.settle(

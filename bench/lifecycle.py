@@ -181,10 +181,10 @@ async def main(threads: int, jobs: int) -> None:
                 ended: RunEnded = asyncio.get_running_loop().create_future()
                 ended.set_result("answered")  # what the run service tells its own jobs
                 job = MemoryJob(
-                    tenant_id="bench",
-                    user_id=f"user-{k}",
-                    thread_id=MEMORY_THREAD,
-                    run_id=run_id,
+                    tenant_id=TenantId("bench"),
+                    user_id=UserId(f"user-{k}"),
+                    thread_id=ThreadId(MEMORY_THREAD),
+                    run_id=RunId(run_id),
                     locale="en-US",
                     user_text="remember that I live in Yazd and prefer email",
                     ended=ended if fresh else None,

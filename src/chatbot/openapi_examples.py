@@ -12,12 +12,13 @@ from typing import TypedDict
 
 from pydantic import JsonValue
 
+from chatbot.ids import RunId, ThreadId
 from chatbot.responses import HandoffContext, MessageRef, RoleMessage, RunEnd
 
-RUN_ID_EN = "6f1c2a9e-3b4d-4f5a-9c8e-1d2b3a4c5e6f"
-RUN_ID_FA = "0b7e5d4c-9a8f-4e3d-8c2b-7a6f5e4d3c2b"
-THREAD_EN = "session-4821"
-THREAD_FA = "session-7310"
+RUN_ID_EN = RunId("6f1c2a9e-3b4d-4f5a-9c8e-1d2b3a4c5e6f")
+RUN_ID_FA = RunId("0b7e5d4c-9a8f-4e3d-8c2b-7a6f5e4d3c2b")
+THREAD_EN = ThreadId("session-4821")
+THREAD_FA = ThreadId("session-7310")
 
 _QUESTION_EN = "Does my car insurance cover a broken windscreen?"
 _QUESTION_FA = "آیا بیمه بدنه خودروی من شکستگی شیشه را پوشش می‌دهد؟"
@@ -46,7 +47,7 @@ FEEDBACK_REQUEST = _named(
 )
 
 
-def _answered(run_id: str, thread_id: str, message_id: str, answer: str, citation: str) -> RunEnd:
+def _answered(run_id: RunId, thread_id: ThreadId, message_id: str, answer: str, citation: str) -> RunEnd:
     message = MessageRef(id=message_id, content=answer)
     return RunEnd(run_id=run_id, thread_id=thread_id, status="answered", message=message, citations=[citation])
 

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from chatbot.budgets.admin import BudgetTarget, report, set_budget
+from chatbot.ids import TenantId, UserId
 from tests.fixtures.app import running_app, services_of
 from tests.fixtures.messages import send_message
 from tests.fixtures.provider_double import Behaviour, ProviderDouble
@@ -65,7 +66,7 @@ async def test_a_memory_job_over_budget_waits_and_lands_when_the_next_days_budge
             facts = await wait_until(lambda: _facts(client), what="the memory to land", timeout=15)
             assert facts == ["I live in Yazd"]
             assert len(double.requests) == 2
-            [row] = await report(services.pool, "acme", clock(), user_id="u1")
+            [row] = await report(services.pool, TenantId("acme"), clock(), user_id=UserId("u1"))
             assert row["reserved"] == 0 and row["spent"] > 0  # the extraction settled in the new day
 
 

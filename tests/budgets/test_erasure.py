@@ -6,6 +6,7 @@ from datetime import UTC, datetime
 from decimal import Decimal
 
 from chatbot.budgets.admin import BudgetTarget, report, set_budget
+from chatbot.ids import TenantId, UserId
 from tests.fixtures.app import running_app, services_of
 from tests.fixtures.tokens import auth
 
@@ -18,10 +19,10 @@ async def test_erasing_a_user_removes_their_budget_rows_only(isolated_database_u
         await set_budget(pool, BudgetTarget("acme", "each_user"), "day", "tokens", Decimal(10**5))
         for user in ("gone", "stays"):
             await set_budget(pool, BudgetTarget("acme", "user", user), "month", "tokens", Decimal(10**5))
-            await budgets.reserve("acme", user, kind="answer", models=["openai:x"], input_tokens=100)
+            await budgets.reserve(TenantId("acme"), UserId(user), kind="answer", models=["openai:x"], input_tokens=100)
         erased = await client.delete("/v1/users/gone", headers=auth(user="gone"))
         assert erased.status_code == 200, erased.text
-        rows = await report(pool, "acme", datetime.now(UTC))
+        rows = await report(pool, TenantId("acme"), datetime.now(UTC))
         assert sorted((r["scope"], r["user_id"], r["period"]) for r in rows) == [
             ("tenant", None, "day"),
             ("user", "stays", "day"),

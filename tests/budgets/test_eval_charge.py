@@ -16,6 +16,7 @@ from chatbot.budgets.admin import BudgetTarget, report, set_budget
 from chatbot.cli.main import app as cli
 from chatbot.config import Settings
 from chatbot.db.pool import open_pool
+from chatbot.ids import TenantId
 from tests.fixtures.postgres import settings_for
 from tests.fixtures.provider_double import Behaviour, ProviderDouble
 
@@ -27,7 +28,7 @@ async def _budget(url: str, tokens: int | None = None) -> dict[str, float]:
     async with open_pool(settings_for(url), max_size=1) as pool:
         if tokens is not None:
             await set_budget(pool, BudgetTarget("acme", "tenant"), "day", "tokens", Decimal(tokens))
-        [row] = await report(pool, "acme", datetime.now(UTC))
+        [row] = await report(pool, TenantId("acme"), datetime.now(UTC))
     return {"spent": row["spent"], "reserved": row["reserved"]}
 
 

@@ -12,6 +12,7 @@ import pytest
 from chatbot.budgets.admin import BudgetTarget, clear_budgets, forget_user, report, set_budget
 from chatbot.budgets.service import BudgetExhausted, Budgets
 from chatbot.db.pool import Pool
+from chatbot.ids import TenantId, UserId
 from chatbot.models.prices import Price
 from chatbot.responses import ModelCallUsage
 
@@ -42,11 +43,11 @@ async def budgets(isolated_database_url: str) -> AsyncIterator[tuple[Budgets, Cl
 
 
 async def _reserve(b: Budgets, user: str = "u1", tenant: str = "acme") -> object:
-    return await b.reserve(tenant, user, kind="answer", models=[MODEL], input_tokens=INPUT)
+    return await b.reserve(TenantId(tenant), UserId(user), kind="answer", models=[MODEL], input_tokens=INPUT)
 
 
 async def _left(pool: Pool, now: datetime, tenant: str = "acme") -> list[tuple[str, str | None, float, float]]:
-    return [(r["scope"], r["user_id"], r["spent"], r["reserved"]) for r in await report(pool, tenant, now)]
+    return [(r["scope"], r["user_id"], r["spent"], r["reserved"]) for r in await report(pool, TenantId(tenant), now)]
 
 
 async def test_without_a_budget_nothing_is_reserved_or_refused(budgets: tuple[Budgets, Clock]) -> None:
@@ -54,7 +55,7 @@ async def test_without_a_budget_nothing_is_reserved_or_refused(budgets: tuple[Bu
     assert await _reserve(b) is None
     await set_budget(b.pool, BudgetTarget("globex", "tenant"), "day", "tokens", Decimal(10))
     assert await _reserve(b) is None  # another tenant's budget does not apply
-    assert await report(b.pool, "acme", clock()) == []
+    assert await report(b.pool, TenantId("acme"), clock()) == []
 
 
 async def test_a_tenant_budget_takes_exactly_the_worst_cases_that_fit(budgets: tuple[Budgets, Clock]) -> None:
@@ -113,7 +114,7 @@ async def test_each_user_is_a_default_a_personal_budget_overrides(budgets: tuple
         assert refused.value.scope == "user"
     for _ in range(5):
         assert await _reserve(b, user="vip") is not None
-    rows = await report(b.pool, "acme", clock())
+    rows = await report(b.pool, TenantId("acme"), clock())
     defaults = sorted(r["user_id"] or "" for r in rows if r["default"])
     assert defaults == ["a", "b"]
     assert await clear_budgets(b.pool, BudgetTarget("acme", "each_user"), None) == 1
@@ -129,7 +130,7 @@ async def test_a_usd_budget_prices_the_worst_case_at_the_model_price(budgets: tu
     with pytest.raises(BudgetExhausted):
         await _reserve(b)
     await b.settle(first, [ModelCallUsage(kind="answer", model=MODEL, input_tokens=100, output_tokens=10)])  # type: ignore[arg-type]
-    [row] = await report(b.pool, "acme", clock())
+    [row] = await report(b.pool, TenantId("acme"), clock())
     assert row["spent"] == pytest.approx((100 * 1 + 10 * 10) / 1e6)
     assert row["reserved"] == pytest.approx(0.0019)
 
@@ -183,7 +184,7 @@ async def test_concurrent_reservations_never_pass_the_budget(budgets: tuple[Budg
 
     results = await asyncio.gather(*(one(i) for i in range(40)))
     assert sum(results) == 7  # the tenant's 7500 takes 7 worst cases; no user holds more than 3
-    rows = await report(b.pool, "acme", clock())
+    rows = await report(b.pool, TenantId("acme"), clock())
     assert all(r["reserved"] <= r["limit"] for r in rows)
 
 
@@ -193,8 +194,8 @@ async def test_erasure_removes_the_users_budget_rows(budgets: tuple[Budgets, Clo
     await set_budget(b.pool, BudgetTarget("acme", "user", "gone"), "day", "tokens", Decimal(5000))
     assert await _reserve(b, user="gone") is not None
     async with b.pool.connection() as conn:
-        assert await forget_user(conn, "acme", "gone") == 1
-    rows = await report(b.pool, "acme", clock())
+        assert await forget_user(conn, TenantId("acme"), UserId("gone")) == 1
+    rows = await report(b.pool, TenantId("acme"), clock())
     assert [(r["scope"], r["user_id"]) for r in rows] == [("tenant", None)]
     async with b.pool.connection() as conn:
         cur = await conn.execute(
@@ -208,10 +209,10 @@ async def test_an_answer_chain_reserves_one_worst_case_per_entry(budgets: tuple[
     await set_budget(b.pool, BudgetTarget("acme", "tenant"), "day", "tokens", Decimal(3000))
     chain = [MODEL, "anthropic:claude-haiku-4-5"]
     # Each entry that fails before answering may be billed, then the next one is asked.
-    held = await b.reserve("acme", "u1", kind="answer", models=chain, input_tokens=INPUT, calls=2)
+    held = await b.reserve(TenantId("acme"), UserId("u1"), kind="answer", models=chain, input_tokens=INPUT, calls=2)
     assert await _left(b.pool, clock()) == [("tenant", None, 0, 2000)]
     with pytest.raises(BudgetExhausted):
-        await b.reserve("acme", "u1", kind="answer", models=chain, input_tokens=INPUT, calls=2)
+        await b.reserve(TenantId("acme"), UserId("u1"), kind="answer", models=chain, input_tokens=INPUT, calls=2)
     # Both entries were asked: the first failed after 900 input tokens, the second answered.
     await b.settle(
         held,

@@ -24,6 +24,7 @@ import httpx
 import pytest
 
 from chatbot.budgets.admin import BudgetReport, BudgetTarget, report, set_budget
+from chatbot.ids import TenantId
 from chatbot.services import Services
 from tests.fixtures.app import running_app, services_of, start_replica
 from tests.fixtures.messages import runs_path, send_message
@@ -74,7 +75,7 @@ def worst_case(services: Services) -> int:
 
 
 async def budget_rows(services: Services, now: datetime) -> list[BudgetReport]:
-    return await report(services.pool, "acme", now)
+    return await report(services.pool, TenantId("acme"), now)
 
 
 @pytest.fixture(autouse=True)

@@ -19,6 +19,7 @@ import pytest
 from typer.testing import CliRunner, Result
 
 from chatbot.cli.main import app as cli
+from chatbot.ids import TenantId
 from tests.fixtures.app import running_app
 from tests.fixtures.knowledge import load_demo_kb
 from tests.fixtures.provider_double import Behaviour, ProviderDouble
@@ -311,7 +312,7 @@ async def test_a_recorded_window_reaches_the_model_whole(double: ProviderDouble)
         raise AssertionError("a recorded window is not searched again")
 
     double.default = Behaviour(answer="Up to €1,000.", citations=[chunk["chunk_id"]])
-    result = await run_case(case, load_candidate(MODEL, settings), tenant_id="acme", settings=settings,
+    result = await run_case(case, load_candidate(MODEL, settings), tenant_id=TenantId("acme"), settings=settings,
                             search=no_search)  # fmt: skip
     assert (result.status, result.citations, result.error) == ("answered", [chunk["chunk_id"]], None)
     (request,) = double.requests

@@ -28,7 +28,7 @@ from chatbot.budgets.admin import BudgetTarget, set_budget
 from chatbot.cli.main import app as cli
 from chatbot.db.migrate import migrate
 from chatbot.db.placement import apply_placement, citus_sql, placement_of
-from chatbot.ids import RunId, ThreadId
+from chatbot.ids import RunId, TenantId, ThreadId, UserId
 from chatbot.responses import ModelCallUsage
 from tests.db.statement_rules import Finding, StatementAudit
 from tests.db.statement_rules import Path as StatementPath
@@ -177,7 +177,9 @@ async def _runs(url: str, thread: str, other: str) -> dict[str, str]:
         budgets = services_of(client).budgets
         await set_budget(budgets.pool, BudgetTarget("acme", "each_user"), "day", "tokens", Decimal(10**6))
         await set_budget(budgets.pool, BudgetTarget("acme", "tenant"), "month", "usd", Decimal(100))
-        held = await budgets.reserve("acme", "u1", kind="answer", models=["openai:audit"], input_tokens=100)
+        held = await budgets.reserve(
+            TenantId("acme"), UserId("u1"), kind="answer", models=["openai:audit"], input_tokens=100
+        )
         await budgets.settle(
             held, [ModelCallUsage(kind="answer", model="openai:audit", input_tokens=50, output_tokens=5)]
         )

@@ -9,6 +9,7 @@ from langchain_core.callbacks import AsyncCallbackManagerForLLMRun
 from langchain_core.messages import BaseMessage
 from langchain_core.outputs import ChatResult
 
+from chatbot.ids import RunId, TenantId, ThreadId, UserId
 from chatbot.memory.jobs import MemoryJob
 from chatbot.memory.model_extraction import model_extractor
 from tests.fixtures.models import ScriptedChatModel
@@ -16,7 +17,14 @@ from tests.fixtures.provider_double import Behaviour, ProviderDouble
 
 
 def _job(text: str) -> MemoryJob:
-    return MemoryJob(tenant_id="acme", user_id="u1", thread_id="t", run_id="r", locale="en-US", user_text=text)
+    return MemoryJob(
+        tenant_id=TenantId("acme"),
+        user_id=UserId("u1"),
+        thread_id=ThreadId("t"),
+        run_id=RunId("r"),
+        locale="en-US",
+        user_text=text,
+    )
 
 
 def _model(mode: str, reply: dict[str, object] | None = None) -> ScriptedChatModel:

@@ -13,6 +13,7 @@ from langchain_core.messages import BaseMessage
 from prometheus_client import REGISTRY
 
 from chatbot.agent.system_message import SystemCuts, compose_system_text, format_system_prompt, quote_memory
+from chatbot.ids import RunId, TenantId, ThreadId, UserId
 from chatbot.memory._instructions import InstructionKind, instruction_kind
 from chatbot.memory.extraction import extract_offline
 from chatbot.memory.jobs import MemoryJob
@@ -76,7 +77,14 @@ def test_the_writers_own_habits_are_facts(statement: str) -> None:
 
 
 def _job(text: str) -> MemoryJob:
-    return MemoryJob(tenant_id="acme", user_id="u1", thread_id="t", run_id="r", locale="en-US", user_text=text)
+    return MemoryJob(
+        tenant_id=TenantId("acme"),
+        user_id=UserId("u1"),
+        thread_id=ThreadId("t"),
+        run_id=RunId("r"),
+        locale="en-US",
+        user_text=text,
+    )
 
 
 async def test_instructions_the_model_proposes_are_refused() -> None:

@@ -72,7 +72,7 @@ async def test_replay_and_eval_give_the_recalled_turns_as_the_model_got_them(
             raise AssertionError("a recorded window is not searched again")
 
         result = await run_case(
-            case, load_candidate(MODEL, settings), tenant_id="acme", settings=settings, search=no_search
+            case, load_candidate(MODEL, settings), tenant_id=TenantId("acme"), settings=settings, search=no_search
         )
         assert result.status == "answered", result
         (request,) = double.requests

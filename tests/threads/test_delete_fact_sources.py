@@ -15,7 +15,7 @@ EN = {"locale": "en-US"}
 
 
 def test_the_store_prefix_of_facts_is_the_memory_features_own() -> None:
-    assert facts_prefix(TenantId("acme"), UserId("u-1")) == prefix_of(facts_namespace("acme", "u-1"))
+    assert facts_prefix(TenantId("acme"), UserId("u-1")) == prefix_of(facts_namespace(TenantId("acme"), UserId("u-1")))
 
 
 async def test_a_deleted_threads_facts_stay_without_a_source_naming_it(isolated_database_url: str) -> None:

@@ -11,6 +11,7 @@ from typing import Literal, TypedDict
 from chatbot.budgets import queries
 from chatbot.budgets.periods import Period, period_starts
 from chatbot.db.pool import Pool
+from chatbot.ids import TenantId, UserId
 
 Unit = Literal["tokens", "usd"]
 Subject = Literal["tenant", "user", "each_user"]
@@ -30,7 +31,7 @@ class BudgetTarget:
     user_id: str = ""
 
     @classmethod
-    def of(cls, tenant_id: str, user_id: str | None, each_user: bool) -> BudgetTarget:
+    def of(cls, tenant_id: TenantId, user_id: UserId | None, each_user: bool) -> BudgetTarget:
         """Return the target of the command line's `--tenant`, `--user` and `--each-user`."""
         if user_id and each_user:
             raise BudgetInputError("give --user or --each-user, not both")
@@ -105,7 +106,9 @@ def of_tenant(tenant_id: str, row: BudgetReport) -> TenantBudgetReport:
     return {"tenant_id": tenant_id, **row}
 
 
-async def report(pool: Pool, tenant_id: str, now: datetime, *, user_id: str | None = None) -> list[BudgetReport]:
+async def report(
+    pool: Pool, tenant_id: TenantId, now: datetime, *, user_id: UserId | None = None
+) -> list[BudgetReport]:
     """Return each budget of the tenant (or of one user) in its current period: spent, reserved, left.
 
     An `each_user` default is reported once per user who has spent under it this period.
@@ -160,12 +163,12 @@ def _row(budget: queries.BudgetRow, subject: str, counter: queries.CounterRow | 
     }
 
 
-async def tenants_with_budgets(pool: Pool) -> list[str]:
+async def tenants_with_budgets(pool: Pool) -> list[TenantId]:
     """Return every tenant with a budget."""
     async with pool.connection() as conn:
         return await queries.tenants_with_budgets(conn)
 
 
-async def forget_user(conn: queries.Conn, tenant_id: str, user_id: str) -> int:
+async def forget_user(conn: queries.Conn, tenant_id: TenantId, user_id: UserId) -> int:
     """Delete a user's budgets, counters and reservations (erasure, in its transaction); return the budgets deleted."""
     return await queries.forget_user(conn, tenant_id, user_id)

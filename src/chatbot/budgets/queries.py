@@ -16,6 +16,7 @@ from uuid import UUID
 from psycopg import AsyncConnection
 
 from chatbot.budgets.periods import Period
+from chatbot.ids import TenantId
 
 Conn = AsyncConnection[Any]
 
@@ -158,7 +159,7 @@ async def forget_user(conn: Conn, tenant: str, user: str) -> int:
     return deleted
 
 
-async def tenants_with_budgets(conn: Conn) -> list[str]:
+async def tenants_with_budgets(conn: Conn) -> list[TenantId]:
     """Return every tenant with a budget (`chatbot usage` reports theirs); rare work, all shards."""
     cur = await conn.execute(TENANTS_WITH_BUDGETS)
-    return [str(row["tenant_id"]) for row in await cur.fetchall()]
+    return [TenantId(str(row["tenant_id"])) for row in await cur.fetchall()]

@@ -31,6 +31,7 @@ from chatbot.budgets import queries
 from chatbot.budgets.periods import Period, period_starts, seconds_until_reset
 from chatbot.db.pool import Pool
 from chatbot.db.usage_totals import Call
+from chatbot.ids import TenantId, UserId
 from chatbot.models.chain import OFFLINE
 from chatbot.models.prices import Price
 
@@ -117,8 +118,8 @@ class Budgets:
 
     async def reserve(
         self,
-        tenant_id: str,
-        user_id: str,
+        tenant_id: TenantId,
+        user_id: UserId,
         *,
         kind: CallKind,
         models: Sequence[str],
@@ -192,7 +193,7 @@ class Budgets:
         await self.settle(reservation, ())
 
     @asynccontextmanager
-    async def held(self, tenant_id: str, user_id: str, **call: Unpack[CallAsk]) -> AsyncIterator[Held]:
+    async def held(self, tenant_id: TenantId, user_id: UserId, **call: Unpack[CallAsk]) -> AsyncIterator[Held]:
         """Hold a call's worst case while it runs; settle to what `Held.used` was told when it ends.
 
         `call` as `reserve` takes it. Raises BudgetExhausted on entry when the worst case does

@@ -18,6 +18,7 @@ import typer
 
 from chatbot.budgets.periods import Period
 from chatbot.cli import common
+from chatbot.ids import TenantId, UserId
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -77,7 +78,7 @@ def set_command(
     assert period is not None
     unit = _unit(tokens, usd)
     try:
-        target = BudgetTarget.of(tenant, user, each_user)
+        target = BudgetTarget.of(TenantId(tenant), _user(user), each_user)
         value = checked_amount(amount, unit)
     except BudgetInputError as exc:
         common.fail(str(exc), 2)
@@ -147,7 +148,7 @@ def clear_command(
 
     period = _period(daily, monthly, required=False)
     try:
-        target = BudgetTarget.of(tenant, user, each_user)
+        target = BudgetTarget.of(TenantId(tenant), _user(user), each_user)
     except BudgetInputError as exc:
         common.fail(str(exc), 2)
         return
@@ -167,7 +168,7 @@ async def _report(tenant: str, user: str | None) -> list[BudgetReport]:
 
     settings = common.load_settings(environment="dev")
     async with open_pool(settings, max_size=1) as pool:
-        return await report(pool, tenant, datetime.now(UTC), user_id=user)
+        return await report(pool, TenantId(tenant), datetime.now(UTC), user_id=_user(user))
 
 
 def print_budgets(rows: Sequence[TenantBudgetReport], *, title: str) -> None:
@@ -191,3 +192,7 @@ def print_budgets(rows: Sequence[TenantBudgetReport], *, title: str) -> None:
 
 def _amount(value: float, unit: str) -> str:
     return f"{int(value):,}" if unit == "tokens" else f"{value:.6f}"
+
+
+def _user(user: str | None) -> UserId | None:
+    return None if user is None else UserId(user)

@@ -238,7 +238,7 @@ async def _run(
         results = await evaluate(
             cases,
             candidates,
-            tenant_id=tenant,
+            tenant_id=TenantId(tenant),
             settings=settings,
             search=_search(pool, settings),
             concurrency=concurrency,

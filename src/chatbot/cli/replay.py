@@ -17,7 +17,7 @@ from rich.panel import Panel
 from rich.text import Text
 
 from chatbot.cli import common
-from chatbot.ids import TenantId, ThreadId
+from chatbot.ids import RunId, TenantId, ThreadId
 
 if TYPE_CHECKING:
     from chatbot.threads.record import ResolvedRun
@@ -84,7 +84,7 @@ def render(sections: list[Section], console: Console) -> None:
             console.print()
 
 
-def _not_found(thread_id: str, run_id: str, tenant: str) -> str:
+def _not_found(thread_id: ThreadId, run_id: RunId, tenant: str) -> str:
     return (
         f"no run {run_id} on thread {thread_id} of tenant {tenant}: "
         "check the three ids (the run id is in the run's metadata event)."
@@ -92,8 +92,8 @@ def _not_found(thread_id: str, run_id: str, tenant: str) -> str:
 
 
 def replay(
-    thread_id: str = typer.Argument(..., help="The thread (the backend's chat session id)."),
-    run_id: str = typer.Argument(..., help="The run's id (a UUID)."),
+    thread_id: ThreadId = typer.Argument(..., help="The thread (the backend's chat session id)."),
+    run_id: RunId = typer.Argument(..., help="The run's id (a UUID)."),
     tenant: str = typer.Option(..., "--tenant", help="Tenant the thread belongs to.", callback=common.caller_id),
     system_message: bool = typer.Option(False, "--system-message", help="Also print the whole system message."),
 ) -> None:

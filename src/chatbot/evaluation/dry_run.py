@@ -85,7 +85,7 @@ def _history(case: Case) -> list[AnyMessage]:
     return messages
 
 
-def _recorded_store(window: RecordedWindow | None, tenant_id: str) -> InMemoryStore:
+def _recorded_store(window: RecordedWindow | None, tenant_id: TenantId) -> InMemoryStore:
     """Return a store holding the recorded profile and facts (none for a dataset case)."""
     store = InMemoryStore()
     if window is None:
@@ -115,7 +115,7 @@ async def run_case(
     case: Case,
     candidate: Candidate,
     *,
-    tenant_id: str,
+    tenant_id: TenantId,
     settings: Settings,
     search: Search,
     budgets: Budgets | None = None,
@@ -146,7 +146,13 @@ async def run_case(
 
 
 async def _run_case(
-    case: Case, candidate: Candidate, *, tenant_id: str, settings: Settings, search: Search, budgets: Budgets | None
+    case: Case,
+    candidate: Candidate,
+    *,
+    tenant_id: TenantId,
+    settings: Settings,
+    search: Search,
+    budgets: Budgets | None,
 ) -> CaseResult:
     update: dict[str, str | int] = {"model": candidate.name}
     if case.window is not None and case.window.context_tokens:

@@ -12,6 +12,7 @@ from chatbot.evaluation.candidates import Candidate
 from chatbot.evaluation.cases import Case
 from chatbot.evaluation.dry_run import CaseResult, Search, run_case
 from chatbot.evaluation.scoring import model_summary
+from chatbot.ids import TenantId
 from chatbot.models.prices import Price
 
 Progress = Callable[[CaseResult], None]
@@ -22,7 +23,7 @@ async def evaluate(
     cases: Sequence[Case],
     candidates: Sequence[Candidate],
     *,
-    tenant_id: str,
+    tenant_id: TenantId,
     settings: Settings,
     search: Search,
     concurrency: int = 4,

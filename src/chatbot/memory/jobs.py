@@ -30,7 +30,7 @@ from typing import Literal
 from chatbot.db import langgraph_tables
 from chatbot.db.pool import Pool
 from chatbot.db.run_record import RecordedRun
-from chatbot.ids import RunId, TenantId, ThreadId
+from chatbot.ids import RunId, TenantId, ThreadId, UserId
 from chatbot.memory import queries
 from chatbot.memory.extraction import MemoryCandidates
 
@@ -43,10 +43,10 @@ RunEnded = asyncio.Future[RunOutcome]
 class MemoryJob:
     """One answered turn handed to the memory writer, after the answer."""
 
-    tenant_id: str
-    user_id: str
-    thread_id: str
-    run_id: str
+    tenant_id: TenantId
+    user_id: UserId
+    thread_id: ThreadId
+    run_id: RunId
     locale: str
     user_text: str
     offline_candidates: MemoryCandidates | None = None
@@ -68,14 +68,15 @@ def drop_memory_job(_: MemoryJob) -> None:
     """Forget a memory job (a graph built without a memory writer)."""
 
 
-async def free_rows(pool: Pool, now: datetime, limit: int) -> list[tuple[str, str]]:
+async def free_rows(pool: Pool, now: datetime, limit: int) -> list[tuple[ThreadId, RunId]]:
     """Return up to `limit` (thread_id, run_id) of rows whose claim ran out, oldest first."""
     async with pool.connection() as conn:
-        return await queries.free_jobs(conn, now, limit)
+        rows = await queries.free_jobs(conn, now, limit)
+    return [(ThreadId(thread_id), RunId(run_id)) for thread_id, run_id in rows]
 
 
 async def claim(
-    pool: Pool, thread_id: str, run_id: str, *, now: datetime, lease: timedelta, holder: str
+    pool: Pool, thread_id: ThreadId, run_id: RunId, *, now: datetime, lease: timedelta, holder: str
 ) -> tuple[MemoryJob, int] | None:
     """Claim a free row for `lease`; return its job and how many claims it has had, None when another won."""
     async with pool.connection() as conn:
@@ -83,8 +84,8 @@ async def claim(
     if row is None:
         return None
     job = MemoryJob(
-        tenant_id=row["tenant_id"],
-        user_id=row["user_id"],
+        tenant_id=TenantId(row["tenant_id"]),
+        user_id=UserId(row["user_id"]),
         thread_id=thread_id,
         run_id=run_id,
         locale=row["locale"],
@@ -93,7 +94,7 @@ async def claim(
     return job, int(row["attempts"])
 
 
-async def defer(pool: Pool, thread_id: str, run_id: str, until: datetime) -> None:
+async def defer(pool: Pool, thread_id: ThreadId, run_id: RunId, until: datetime) -> None:
     """Leave a run's job pending until `until` (over budget: when the budget's period resets)."""
     async with pool.connection() as conn:
         await queries.defer_job(conn, thread_id, run_id, until)
@@ -105,7 +106,7 @@ async def delete_jobs_older_than(pool: Pool, cutoff: datetime) -> int:
         return await queries.delete_jobs_older_than(conn, cutoff)
 
 
-async def discard(pool: Pool, thread_id: str, run_id: str) -> None:
+async def discard(pool: Pool, thread_id: ThreadId, run_id: RunId) -> None:
     """Drop a run's job, if it has one (its run was not answered after all, or nothing is worth writing)."""
     async with pool.connection() as conn:
         await queries.take_job(conn, thread_id, run_id)

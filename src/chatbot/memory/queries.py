@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Any, TypedDict, cast
 
 from psycopg import AsyncConnection
 
+from chatbot.ids import RunId, TenantId, ThreadId, UserId
+
 if TYPE_CHECKING:
     from chatbot.memory.jobs import MemoryJob
 
@@ -77,14 +79,14 @@ async def free_jobs(conn: Conn, now: datetime, limit: int) -> list[tuple[str, st
 
 
 async def claim_job(
-    conn: Conn, thread_id: str, run_id: str, *, now: datetime, lease: timedelta, holder: str
+    conn: Conn, thread_id: ThreadId, run_id: RunId, *, now: datetime, lease: timedelta, holder: str
 ) -> ClaimedJob | None:
     """Claim a free row for `lease`; return its columns and claim count, None when another won."""
     params = {"thread": thread_id, "run": run_id, "now": now, "until": now + lease, "holder": holder}
     return cast("ClaimedJob | None", await (await conn.execute(CLAIM_JOB, params)).fetchone())
 
 
-async def take_job(conn: Conn, thread_id: str, run_id: str) -> bool:
+async def take_job(conn: Conn, thread_id: ThreadId, run_id: RunId) -> bool:
     """Delete the job's row in the caller's transaction; False when it is gone (done, erased, reset).
 
     The delete also locks the row until the transaction ends: a second worker's `take_job`
@@ -94,13 +96,13 @@ async def take_job(conn: Conn, thread_id: str, run_id: str) -> bool:
     return cur.rowcount > 0
 
 
-async def delete_jobs_of_user(conn: Conn, tenant_id: str, user_id: str) -> int:
+async def delete_jobs_of_user(conn: Conn, tenant_id: TenantId, user_id: UserId) -> int:
     """Delete every pending job of the user (erasure, memory reset), in the caller's transaction."""
     cur = await conn.execute(JOBS_OF_USER, (tenant_id, user_id))
     return max(cur.rowcount, 0)
 
 
-async def defer_job(conn: Conn, thread_id: str, run_id: str, until: datetime) -> None:
+async def defer_job(conn: Conn, thread_id: ThreadId, run_id: RunId, until: datetime) -> None:
     """Leave a job pending until `until` (its budget's reset), its claim uncounted."""
     await conn.execute(DEFER_JOB, {"thread": thread_id, "run": run_id, "until": until})
 
@@ -111,6 +113,6 @@ async def delete_jobs_older_than(conn: Conn, cutoff: datetime) -> int:
     return max(cur.rowcount, 0)
 
 
-async def forget_resets(conn: Conn, tenant_id: str, user_id: str) -> None:
+async def forget_resets(conn: Conn, tenant_id: TenantId, user_id: UserId) -> None:
     """Delete the user's reset row (erasure: no row may keep the user's id)."""
     await conn.execute(FORGET_RESETS, (tenant_id, user_id))

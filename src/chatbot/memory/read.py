@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from pydantic import JsonValue
 
 from chatbot.db.pool import Pool
+from chatbot.ids import TenantId, UserId
 from chatbot.memory import items
 from chatbot.memory.namespaces import PROFILE_KEY, facts_namespace, history_namespace, profile_namespace
 from chatbot.responses import FactSource, FactVersion, MemoryFact, UserMemory
@@ -29,12 +30,12 @@ class Remembered:
     facts: list[items.StoredItem] = field(default_factory=list)
 
 
-MemoryReader = Callable[[str, str], Awaitable[Remembered]]
+MemoryReader = Callable[[TenantId, UserId], Awaitable[Remembered]]
 """Called as `reader(tenant_id, user_id)`: what the graph reads at the start of each run."""
 
 
 async def read_memory(
-    pool: Pool, tenant_id: str, user_id: str, *, max_facts: int, lifetime: items.Lifetime
+    pool: Pool, tenant_id: TenantId, user_id: UserId, *, max_facts: int, lifetime: items.Lifetime
 ) -> Remembered:
     """Return the user's profile and up to `max_facts` facts, newest first (a read refreshes their TTL).
 
@@ -48,7 +49,7 @@ async def read_memory(
 
 
 async def read_history(
-    pool: Pool, tenant_id: str, user_id: str, *, limit: int, lifetime: items.Lifetime
+    pool: Pool, tenant_id: TenantId, user_id: UserId, *, limit: int, lifetime: items.Lifetime
 ) -> list[items.StoredItem]:
     """Return the user's closed facts (versions a later fact of the same kind replaced), newest first."""
     async with pool.connection() as conn:
@@ -58,14 +59,14 @@ async def read_history(
 def memory_reader(pool: Pool, *, max_facts: int, lifetime: items.Lifetime) -> MemoryReader:
     """Return the graph's reader of a user's memory on `pool`."""
 
-    async def read(tenant_id: str, user_id: str) -> Remembered:
+    async def read(tenant_id: TenantId, user_id: UserId) -> Remembered:
         return await read_memory(pool, tenant_id, user_id, max_facts=max_facts, lifetime=lifetime)
 
     return read
 
 
 async def user_memory(
-    pool: Pool, tenant_id: str, user_id: str, *, max_facts: int, lifetime: items.Lifetime, history: bool
+    pool: Pool, tenant_id: TenantId, user_id: UserId, *, max_facts: int, lifetime: items.Lifetime, history: bool
 ) -> UserMemory:
     """Return `GET …/memory`'s answer: the profile and current facts, oldest first, each with the
     run that last wrote it; with `history`, also every version with when it was believed.

@@ -44,7 +44,7 @@ from chatbot.memory.namespaces import (
 MAX_HISTORY_READ = 200
 
 
-async def _hold_exclusive(conn: AsyncConnection[Any], tenant_id: str, user_id: str) -> None:
+async def _hold_exclusive(conn: AsyncConnection[Any], tenant_id: TenantId, user_id: UserId) -> None:
     await hold_memory_reset(conn, TenantId(tenant_id), UserId(user_id), shared=False)
 
 
@@ -66,7 +66,7 @@ async def reset_memory(
         return deleted + await items.delete_namespace(conn, facts_namespace(tenant_id, user_id))
 
 
-async def forget_fact(pool: Pool, tenant_id: str, user_id: str, fact_id: str, lifetime: items.Lifetime) -> bool:
+async def forget_fact(pool: Pool, tenant_id: TenantId, user_id: UserId, fact_id: str, lifetime: items.Lifetime) -> bool:
     """Delete one of the user's facts, its closed versions and what the profile took only from it.
 
     `fact_id` is a current fact's id or a closed version's (`GET …/memory?history=true`).
@@ -88,7 +88,7 @@ async def forget_fact(pool: Pool, tenant_id: str, user_id: str, fact_id: str, li
 
 
 async def _forget_derived(
-    conn: AsyncConnection[Any], tenant_id: str, user_id: str, fact_id: str, lifetime: items.Lifetime
+    conn: AsyncConnection[Any], tenant_id: TenantId, user_id: UserId, fact_id: str, lifetime: items.Lifetime
 ) -> None:
     """Remove from the profile the entries whose every source is the forgotten fact."""
     profile_ns = profile_namespace(tenant_id, user_id)
@@ -108,12 +108,12 @@ async def _forget_derived(
     await items.put(conn, profile_ns, puts, lifetime)
 
 
-async def hold_for_write(conn: AsyncConnection[Any], tenant_id: str, user_id: str) -> None:
+async def hold_for_write(conn: AsyncConnection[Any], tenant_id: TenantId, user_id: UserId) -> None:
     """Take the user's reset lock shared for this transaction (a job's row insert, a memory write)."""
     await hold_memory_reset(conn, TenantId(tenant_id), UserId(user_id), shared=True)
 
 
-async def erase_memory(conn: AsyncConnection[Any], tenant_id: str, user_id: str) -> int:
+async def erase_memory(conn: AsyncConnection[Any], tenant_id: TenantId, user_id: UserId) -> int:
     """Delete everything stored under the user's namespace, their pending memory jobs and reset row.
 
     Returns the store items deleted. The whole namespace tree (`user_prefix`), not just

@@ -153,7 +153,7 @@ class MemoryWriter:
             return
         self._enqueue(job, fresh=True)
 
-    def forget(self, tenant_id: str, user_id: str) -> None:
+    def forget(self, tenant_id: TenantId, user_id: UserId) -> None:
         """Drop the user's queued jobs (erasure or reset was asked; their rows go with it)."""
         queue = self._queues.get((tenant_id, user_id))
         if queue:
