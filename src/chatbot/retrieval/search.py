@@ -1,15 +1,19 @@
 """Tenant-scoped hybrid search over the knowledge base: one SQL statement per query.
 
 Ranking, all inside Postgres:
-1. The query's lexemes (English: `english` config, stemmed; Persian: `simple` over
-   normalised text, stop words removed) are looked up in the tenant's vocabulary
+1. The query's words (`query_words`: each with its other forms, a ZWNJ compound's parts
+   and a plural's stem, so a word counts once however many forms it has), as lexemes
+   (English: `english` config, stemmed; Persian: `simple` over normalised text, stop
+   words removed), are looked up in the tenant's vocabulary
    (`kb_terms`). A lexeme the tenant has is used as is; one it lacks (a typo, another
    spelling) is replaced by the tenant's words within trigram similarity
    `FUZZY_SIMILARITY` of it. Each word is weighted by its inverse chunk frequency, so
    "insurance", present everywhere, counts for little and "cancellation" for much.
 2. A chunk's `coverage` is the weight of the query words it holds over the query's
-   total weight (words the tenant has never seen count as the rarest). Only words that
-   can lift a chunk over `MIN_COVERAGE` are looked up in the GIN index (MaxScore).
+   total weight (words the tenant has never seen count as the rarest), a word of the
+   chunk's document title counting `TITLE_WEIGHT` times. Only words that can lift a chunk
+   over `MIN_COVERAGE` are looked up in the GIN index (MaxScore); the candidates' other
+   words are then added, so the threshold holds exactly.
 3. The best `LEXICAL_CANDIDATES` by coverage are re-ranked three ways: coverage,
    `ts_rank_cd` (title hits, proximity) and trigram `word_similarity` of the chunk's
    heading path against the question.
@@ -34,10 +38,14 @@ from psycopg_pool import AsyncConnectionPool
 
 from chatbot.caller import CallerContext
 from chatbot.retrieval import queries
-from chatbot.retrieval.normalize import detect_language, query_form, search_form, ts_config
+from chatbot.retrieval.normalize import detect_language, query_words, search_form, ts_config
 
 FUZZY_SIMILARITY = 0.4
 MIN_COVERAGE = 0.3
+# A query word in a chunk's document title ("Life insurance") counts this many times in its
+# coverage: the document is about it, so "Which life insurance is right for my family?"
+# reaches life insurance though the knowledge base never says "family".
+TITLE_WEIGHT = 2.0
 MIN_VECTOR_SIMILARITY = 0.5
 RRF_K = 60
 # Longer inputs are pasted text, not questions: their tail adds cost and noise, not recall.
@@ -100,8 +108,8 @@ async def search_knowledge(
     if not caller.tenant_id:
         raise ValueError("search needs the caller's tenant")
     query = query[:MAX_QUERY_CHARS]
-    terms = query_form(query)
-    if k <= 0 or not terms:
+    words = query_words(query)
+    if k <= 0 or not words:
         return []
     qvec: str | None = None
     dim = 0
@@ -111,11 +119,12 @@ async def search_knowledge(
     params = {
         "tenant": caller.tenant_id,
         "cfg": ts_config(detect_language(query)),
-        "q": terms,
+        "q": words,
         "qs": search_form(query),
         "max_terms": MAX_QUERY_TERMS,
         "fuzzy": FUZZY_SIMILARITY,
         "min_coverage": MIN_COVERAGE,
+        "title_weight": TITLE_WEIGHT,
         "qvec": qvec,
         "dim": dim,
         "vector_candidates": VECTOR_CANDIDATES,
