@@ -191,39 +191,32 @@ WITH qword AS (
 ), query AS (
     SELECT string_agg('(' || tq::text || ')', ' | ')::tsquery AS tq FROM groups
 ), hits AS MATERIALIZED (
-    -- One GIN lookup per query word; a chunk's coverage is the weight of the words it has,
-    -- a word of its document's title (the heading path's first part, "Life insurance")
-    -- counting `title_weight` times: the document is about it.
-    SELECT g.chunk_id, sum(g.w * CASE WHEN g.in_title THEN %(title_weight)s ELSE 1 END) / mass.m AS coverage
-    FROM (
-        SELECT c.chunk_id, g.w,
-               to_tsvector(%(cfg)s::regconfig,
-                           split_part(split_part(c.search_text, E'\\n', 1), ' › ', 1)) @@ g.tq AS in_title
-        FROM essential g
-        JOIN kb_chunks c ON c.tenant_id = %(tenant)s AND c.tsv @@ g.tq AND c.superseded_at IS NULL
-    ) g
+    -- One GIN lookup per essential word; the chunks whose words could reach the threshold
+    -- (in their document's title, with every light word) are the candidates.
+    SELECT c.chunk_id, sum(g.w) AS held
+    FROM essential g
+    JOIN kb_chunks c ON c.tenant_id = %(tenant)s AND c.tsv @@ g.tq AND c.superseded_at IS NULL
     CROSS JOIN mass
     CROSS JOIN light
-    GROUP BY g.chunk_id, mass.m, light.m
-    -- an upper bound: the light words the chunk may also hold are not checked
-    HAVING sum(g.w * CASE WHEN g.in_title THEN %(title_weight)s ELSE 1 END) + %(title_weight)s * light.m
-           >= %(min_coverage)s * mass.m
-    ORDER BY coverage DESC, g.chunk_id
+    GROUP BY c.chunk_id, mass.m, light.m
+    HAVING %(title_weight)s * (sum(g.w) + light.m) >= %(min_coverage)s * mass.m
+    ORDER BY held DESC, c.chunk_id
     LIMIT %(candidates)s
 ), scored AS MATERIALIZED (
-    -- The light words each candidate holds are added: the threshold is checked exactly.
+    -- Each candidate's exact coverage: the weight of the query words it holds, a word of its
+    -- document's title (the heading path's first part, "Life insurance") counting
+    -- `title_weight` times, since the document is about it.
     SELECT h.chunk_id,
-           h.coverage + coalesce(sum(g.w * CASE WHEN
-               to_tsvector(%(cfg)s::regconfig, split_part(split_part(c.search_text, E'\\n', 1), ' › ', 1)) @@ g.tq
-               THEN %(title_weight)s ELSE 1 END), 0) / mass.m AS coverage
+           sum(g.w * CASE WHEN title.tsv @@ g.tq THEN %(title_weight)s ELSE 1 END) / mass.m AS coverage
     FROM hits h
     JOIN kb_chunks c ON c.tenant_id = %(tenant)s AND c.chunk_id = h.chunk_id AND c.superseded_at IS NULL
+    CROSS JOIN LATERAL (
+        SELECT to_tsvector(%(cfg)s::regconfig, split_part(split_part(c.search_text, E'\\n', 1), ' › ', 1)) AS tsv
+    ) title
+    JOIN groups g ON c.tsv @@ g.tq
     CROSS JOIN mass
-    LEFT JOIN (SELECT * FROM groups WHERE ord NOT IN (SELECT ord FROM essential)) g ON c.tsv @@ g.tq
-    GROUP BY h.chunk_id, h.coverage, mass.m
-    HAVING h.coverage + coalesce(sum(g.w * CASE WHEN
-               to_tsvector(%(cfg)s::regconfig, split_part(split_part(c.search_text, E'\\n', 1), ' › ', 1)) @@ g.tq
-               THEN %(title_weight)s ELSE 1 END), 0) / mass.m >= %(min_coverage)s
+    GROUP BY h.chunk_id, mass.m
+    HAVING sum(g.w * CASE WHEN title.tsv @@ g.tq THEN %(title_weight)s ELSE 1 END) >= %(min_coverage)s * mass.m
 ), top AS MATERIALIZED (
     SELECT h.chunk_id, h.coverage, ts_rank_cd('{0.1, 0.2, 0.4, 1.0}', c.tsv, query.tq, 1) AS cd,
            -- the chunk's heading path (first line of search_text) found in the question
