@@ -191,8 +191,9 @@ WITH qword AS (
 ), query AS (
     SELECT string_agg('(' || tq::text || ')', ' | ')::tsquery AS tq FROM groups
 ), hits AS MATERIALIZED (
-    -- One GIN lookup per essential word; the chunks whose words could reach the threshold
-    -- (in their document's title, with every light word) are the candidates.
+    -- One GIN lookup per essential word; of the chunks whose words could reach the threshold
+    -- (in their document's title, with every light word), those holding the most weight
+    -- are the candidates, scored exactly below.
     SELECT c.chunk_id, sum(g.w) AS held
     FROM essential g
     JOIN kb_chunks c ON c.tenant_id = %(tenant)s AND c.tsv @@ g.tq AND c.superseded_at IS NULL
@@ -201,22 +202,23 @@ WITH qword AS (
     GROUP BY c.chunk_id, mass.m, light.m
     HAVING %(title_weight)s * (sum(g.w) + light.m) >= %(min_coverage)s * mass.m
     ORDER BY held DESC, c.chunk_id
-    LIMIT %(candidates)s
-), scored AS MATERIALIZED (
-    -- Each candidate's exact coverage: the weight of the query words it holds, a word of its
-    -- document's title (the heading path's first part, "Life insurance") counting
-    -- `title_weight` times, since the document is about it.
-    SELECT h.chunk_id,
-           sum(g.w * CASE WHEN title.tsv @@ g.tq THEN %(title_weight)s ELSE 1 END) / mass.m AS coverage
+    LIMIT %(rerank)s
+), titled AS MATERIALIZED (
+    -- Each candidate's words and its document's title (the heading path's first part).
+    SELECT h.chunk_id, c.tsv,
+           to_tsvector(%(cfg)s::regconfig, split_part(split_part(c.search_text, E'\\n', 1), ' › ', 1)) AS title
     FROM hits h
     JOIN kb_chunks c ON c.tenant_id = %(tenant)s AND c.chunk_id = h.chunk_id AND c.superseded_at IS NULL
-    CROSS JOIN LATERAL (
-        SELECT to_tsvector(%(cfg)s::regconfig, split_part(split_part(c.search_text, E'\\n', 1), ' › ', 1)) AS tsv
-    ) title
-    JOIN groups g ON c.tsv @@ g.tq
+), scored AS MATERIALIZED (
+    -- Each candidate's exact coverage: the weight of the query words it holds, a word of its
+    -- document's title ("Life insurance") counting `title_weight` times, since the document
+    -- is about it.
+    SELECT t.chunk_id, sum(g.w * CASE WHEN t.title @@ g.tq THEN %(title_weight)s ELSE 1 END) / mass.m AS coverage
+    FROM titled t
+    JOIN groups g ON t.tsv @@ g.tq
     CROSS JOIN mass
-    GROUP BY h.chunk_id, mass.m
-    HAVING sum(g.w * CASE WHEN title.tsv @@ g.tq THEN %(title_weight)s ELSE 1 END) >= %(min_coverage)s * mass.m
+    GROUP BY t.chunk_id, mass.m
+    HAVING sum(g.w * CASE WHEN t.title @@ g.tq THEN %(title_weight)s ELSE 1 END) >= %(min_coverage)s * mass.m
 ), top AS MATERIALIZED (
     SELECT h.chunk_id, h.coverage, ts_rank_cd('{0.1, 0.2, 0.4, 1.0}', c.tsv, query.tq, 1) AS cd,
            -- the chunk's heading path (first line of search_text) found in the question

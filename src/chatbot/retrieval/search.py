@@ -12,11 +12,12 @@ Ranking, all inside Postgres:
 2. A chunk's `coverage` is the weight of the query words it holds over the query's
    total weight (words the tenant has never seen count as the rarest), a word of the
    chunk's document title counting `TITLE_WEIGHT` times. Only words that can lift a chunk
-   over `MIN_COVERAGE` are looked up in the GIN index (MaxScore); the candidates' other
-   words are then added, so the threshold holds exactly.
-3. The best `LEXICAL_CANDIDATES` by coverage are re-ranked three ways: coverage,
-   `ts_rank_cd` (title hits, proximity) and trigram `word_similarity` of the chunk's
-   heading path against the question.
+   over `MIN_COVERAGE` are looked up in the GIN index (MaxScore).
+3. The `RERANK` chunks holding the most of that weight are the candidates: their
+   coverage is computed exactly (every query word, the title), those under
+   `MIN_COVERAGE` dropped, and the rest re-ranked three ways: coverage, `ts_rank_cd`
+   (title hits, proximity) and trigram `word_similarity` of the chunk's heading path
+   against the question.
 4. With an embeddings model, the nearest chunks by cosine distance form a fourth list.
 5. The lists are fused by weighted reciprocal rank (k = 60); `score` is the fused value.
 
@@ -52,9 +53,9 @@ RRF_K = 60
 MAX_QUERY_CHARS = 1000
 MAX_QUERY_TERMS = 32
 VECTOR_CANDIDATES = 50
-# Lexical hits re-ranked (ts_rank_cd, heading trigrams) and fused; the rest only by coverage.
+# Lexical candidates (those holding the most query weight) scored exactly, re-ranked
+# (ts_rank_cd, heading trigrams) and fused.
 RERANK = 50
-LEXICAL_CANDIDATES = 150
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,7 +130,6 @@ async def search_knowledge(
         "dim": dim,
         "vector_candidates": VECTOR_CANDIDATES,
         "rerank": RERANK,
-        "candidates": LEXICAL_CANDIDATES,
         "min_vsim": MIN_VECTOR_SIMILARITY,
         "rrf_k": RRF_K,
         "k": k,
