@@ -102,17 +102,28 @@ def test_eval_refuses_a_tenant_without_a_knowledge_base(tmp_path: Path, migrated
 NO_OPENAI_KEY = "openai:gpt-4o-mini: no API key: export OPENAI_API_KEY, or use CHATBOT_MODEL=offline."
 
 
-def test_serve_with_a_model_missing_its_key(tmp_path: Path, migrated_database_url: str) -> None:
+@pytest.mark.parametrize(
+    ("model", "said"),
+    [
+        ("openai:gpt-4o-mini", NO_OPENAI_KEY),
+        (
+            "foo:bar",
+            "foo:bar: unknown provider 'foo': use openai, anthropic or ollama (as provider:model), or offline.",
+        ),
+    ],
+    ids=["missing key", "unknown provider"],
+)
+def test_serve_with_a_model_it_cannot_load(tmp_path: Path, migrated_database_url: str, model: str, said: str) -> None:
     result = chatbot(
         "serve",
         "--port",
         str(free_port()),
         tmp_path=tmp_path,
         CHATBOT_ENVIRONMENT="dev",
-        CHATBOT_MODEL="openai:gpt-4o-mini",
+        CHATBOT_MODEL=model,
         CHATBOT_DATABASE_URL=migrated_database_url,
     )
-    assert one_line(result) == NO_OPENAI_KEY
+    assert one_line(result) == said
 
 
 def test_dev_with_a_model_missing_its_key_ends_on_it_and_stops_its_postgres(tmp_path: Path) -> None:
