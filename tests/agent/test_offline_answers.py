@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from langchain_core.messages import HumanMessage
@@ -19,7 +20,10 @@ from chatbot.memory.items import StoredItem
 from chatbot.memory.read import Remembered
 from chatbot.models.offline import offline_reply, rank_candidates
 from chatbot.models.reply import Reply
+from chatbot.retrieval.chunking import split_document
 from chatbot.retrieval.search import RetrievedChunk
+
+DEMO_FA = Path(__file__).resolve().parents[2] / "knowledge" / "demo" / "fa"
 
 
 def chunk(chunk_id: str, title: str, text: str, language: str = "en") -> dict[str, Any]:
@@ -96,6 +100,24 @@ def test_a_follow_up_stays_on_the_threads_topic() -> None:
         thread=["بیمه مسافرتی هزینه بیمارستان در خارج از کشور را می‌دهد؟"],
     )
     assert followed.citations == ["fa/safar#1"]
+
+
+def _demo_sections(name: str, title: str) -> list[dict[str, Any]]:
+    text = (DEMO_FA / name).read_text(encoding="utf-8")
+    return [chunk(c.chunk_id, c.title, c.text, "fa") for c in split_document(f"fa/{name}", title, text)]
+
+
+def test_a_threads_word_in_another_documents_heading_does_not_pull_the_follow_up_there() -> None:
+    # As retrieval gave them: travel first ("پوشش", "دهد" and "دندانپزشکی" are in its text),
+    # and its medical section is headed "هزینه‌ها", a word of the thread's question.
+    candidates = _demo_sections("safar.md", "بیمه مسافرتی")[:2] + _demo_sections("takmili.md", "بیمه درمان تکمیلی")
+    reply = answer(
+        "دندانپزشکی را هم پوشش می‌دهد؟",
+        candidates,
+        language="fa",
+        thread=["بیمه درمان تکمیلی هزینه بستری را می‌دهد؟"],
+    )
+    assert reply.content.startswith("بر اساس «بیمه درمان تکمیلی › سقف تعهدات سالانه هر نفر»")
 
 
 def test_what_do_you_know_about_me_is_answered_from_the_profile_and_facts() -> None:

@@ -99,6 +99,42 @@ def test_eval_refuses_a_tenant_without_a_knowledge_base(tmp_path: Path, migrated
     assert not (tmp_path / "out").exists()
 
 
+NO_OPENAI_KEY = "openai:gpt-4o-mini: no API key: export OPENAI_API_KEY, or use CHATBOT_MODEL=offline."
+
+
+@pytest.mark.parametrize(
+    ("model", "said"),
+    [
+        ("openai:gpt-4o-mini", NO_OPENAI_KEY),
+        (
+            "foo:bar",
+            "foo:bar: unknown provider 'foo': use openai, anthropic or ollama (as provider:model), or offline.",
+        ),
+    ],
+    ids=["missing key", "unknown provider"],
+)
+def test_serve_with_a_model_it_cannot_load(tmp_path: Path, migrated_database_url: str, model: str, said: str) -> None:
+    result = chatbot(
+        "serve",
+        "--port",
+        str(free_port()),
+        tmp_path=tmp_path,
+        CHATBOT_ENVIRONMENT="dev",
+        CHATBOT_MODEL=model,
+        CHATBOT_DATABASE_URL=migrated_database_url,
+    )
+    assert one_line(result) == said
+
+
+def test_dev_with_a_model_missing_its_key_ends_on_it_and_stops_its_postgres(tmp_path: Path) -> None:
+    result = chatbot("dev", "--port", str(free_port()), tmp_path=tmp_path, CHATBOT_MODEL="openai:gpt-4o-mini")
+    shown = result.stdout + result.stderr
+    # dev logs what it started before the model is built (JSON records); the failure is its last sentence.
+    assert result.returncode != 0 and "Traceback" not in shown and "Warning" not in shown, shown
+    assert [line for line in result.stderr.splitlines() if not line.startswith("{")][-1] == NO_OPENAI_KEY, shown
+    assert not (tmp_path / "data" / "pg" / "postmaster.pid").exists()
+
+
 def test_chat_with_no_service_listening(tmp_path: Path) -> None:
     port = free_port()
     result = chatbot(

@@ -161,8 +161,12 @@ async def _runs(url: str, thread: str, other: str) -> dict[str, str]:
     """The run path: streamed and JSON runs, memory, feedback, a rejoin's poll."""
     async with running_app(url, rate_limit_per_minute=100, memory_ttl_days=30, context_tokens=1500) as client:
         # A thread longer than the small window: its runs index and search its earlier turns (recall/).
+        # Each turn asks what the demo answers at length (a bare statement is asked to clarify, in a line).
         for turn in range(12):
-            long = await send_for_answer(client, "audit-long", f"Turn {turn}: my garage is Golzar, plate 52K91{turn}")
+            question = (
+                f"Turn {turn}: which documents does a car body claim need? My garage is Golzar, plate 52K91{turn}"
+            )
+            long = await send_for_answer(client, "audit-long", question)
         events = await send_for_events(client, thread, "remember that I live in Yazd and drive a Pride")
         first = events[-1][1]["run_id"]
         await send_for_answer(client, thread, "How do I file a car body claim?", locale="en-US")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from chatbot.retrieval.chunking import split_document
-from chatbot.retrieval.normalize import detect_language, index_form, query_form, search_form
+from chatbot.retrieval.normalize import detect_language, index_form, query_form, query_words, search_form
 
 
 def test_arabic_letter_forms_fold_to_persian() -> None:
@@ -33,6 +33,15 @@ def test_plural_typed_with_a_space_is_joined() -> None:
 def test_query_drops_persian_function_words() -> None:
     assert query_form("برای لغو بیمه‌نامه بدنه چه کار کنم؟").split()[:2] == ["لغو", "بیمهنامه"]
     assert "چه" not in query_form("برای لغو بیمه‌نامه بدنه چه کار کنم؟").split()
+
+
+def test_query_words_keep_each_word_with_its_other_forms() -> None:
+    # One entry per word as written: a plural with its stem, a compound with its parts.
+    assert query_words("بیمه عمر چه طرح‌هایی دارد؟") == ["بیمه", "عمر", "طرحهایی طرح"]
+    assert query_words("برای لغو بیمه‌نامه بدنه چه کار کنم؟") == ["لغو", "بیمهنامه بیمه نامه", "بدنه"]
+    # Together they are the query form, word for word.
+    for text in ["بیمه عمر چه طرح‌هایی دارد؟", "بیمه‌نامه‌هایم کجاست", "How do I file a Car-Body claim?"]:
+        assert set(" ".join(query_words(text)).split()) == set(query_form(text).split())
 
 
 def test_english_is_lowercased_and_split_on_punctuation() -> None:

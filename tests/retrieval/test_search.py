@@ -195,6 +195,24 @@ BENCHMARK = [
 ]
 
 
+# A word the knowledge base never uses ("family", "خانواده", "مناسب") beside the product the
+# question names (in its document's title), and a plural form the tenant lacks ("طرحهایی")
+# beside the stem it has: each finds the product's document, not a section sharing a stray word.
+NAMED_PRODUCT = [
+    ("Which life insurance is right for my family?", "en/life.md"),
+    ("کدام بیمه عمر برای خانواده من مناسب است؟", "fa/omr.md"),
+    ("بیمه عمر چه طرح‌هایی دارد؟", "fa/omr.md"),
+]
+
+
+async def test_a_question_naming_a_product_finds_it_among_words_the_tenant_lacks(pool: Pool) -> None:
+    tenant = new_tenant()
+    await ingest_paths(pool, tenant, [DEMO_KB])
+    for query, document_id in NAMED_PRODUCT:
+        found = await search_knowledge(pool, caller(tenant), query)
+        assert found and found[0].document_id == document_id, query
+
+
 async def test_demo_knowledge_base_answers_the_benchmark_questions(pool: Pool) -> None:
     tenant = new_tenant()
     await ingest_paths(pool, tenant, [DEMO_KB])

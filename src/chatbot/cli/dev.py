@@ -58,7 +58,7 @@ def dev(
         if await asyncio.to_thread(knowledge.exists):
             async with open_pool(settings.model_copy(update={"database_url": url})) as pool:
                 report = await ingest_paths(pool, DEMO_TENANT, [knowledge])
-            typer.echo(f"knowledge base {knowledge}: {report}")
+            typer.echo(f"knowledge base {knowledge} for tenant {DEMO_TENANT}: {report.counts()}")
         else:
             typer.echo(f"no knowledge base at {knowledge}: answers will ask for clarification")
         return url

@@ -34,9 +34,6 @@ def ingest(
                 report = await ingest_paths(
                     pool, tenant, paths, embeddings=load_embeddings(settings.embeddings), progress=progress
                 )
-        typer.echo(
-            f"added={report.added} updated={report.updated} unchanged={report.unchanged} "
-            f"removed={report.removed} chunks_written={report.chunks_written}"
-        )
+        typer.echo(report.counts())
 
     common.run(_go())

@@ -7,7 +7,10 @@ among the candidates (a word every candidate has decides nothing) and by where i
 in the section's heading or its document's title more than in its text; two of the
 question's words side by side count again. Words of the thread's earlier questions count
 at `THREAD_WEIGHT`, so a follow-up ("And for the premium plan?") stays on the thread's
-topic; a message's sentences that are not its question (an instruction pasted after it)
+topic. They say which document the thread is about, not which section: in a section's
+heading they count as in its text (after a question about supplementary health's costs,
+"Does it cover dentistry too?" is not pulled to the travel section headed "costs"). A
+message's sentences that are not its question (an instruction pasted after it)
 count little. Retrieval's order breaks ties.
 """
 
@@ -163,7 +166,7 @@ def section_scores(question: str, chunks: Sequence[Mapping[str, Any]], *, thread
         heading, title, text = places[index]
         total = 0.0
         for term, weight in weights.items():
-            if _holds(heading, term):
+            if term not in earlier and _holds(heading, term):  # the thread names no section
                 total += HEADING * weight
             elif _holds(title, term):
                 total += DOCUMENT_TITLE * weight

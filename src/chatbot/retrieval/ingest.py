@@ -47,6 +47,13 @@ class IngestReport:
     chunks_written: int = 0
     document_ids: list[str] = field(default_factory=list)
 
+    def counts(self) -> str:
+        """Return the counts on one line, as the CLI prints them (the document ids left out)."""
+        return (
+            f"added={self.added} updated={self.updated} unchanged={self.unchanged} "
+            f"removed={self.removed} chunks_written={self.chunks_written}"
+        )
+
 
 @dataclass(frozen=True, slots=True)
 class _SourceFile:

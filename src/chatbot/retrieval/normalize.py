@@ -95,3 +95,25 @@ def query_form(text: str) -> str:
     words = _WORD.findall(index_form(text))
     kept = [w for w in words if w not in PERSIAN_STOPWORDS]
     return " ".join(dict.fromkeys(kept))
+
+
+def query_words(text: str) -> list[str]:
+    """Return the query's words, each with the other forms it is searched by, minus stop words.
+
+    One string per word as the user wrote it: its canonical form, then the parts of a ZWNJ
+    compound and plural stems ("طرح‌هایی" -> "طرحهایی طرح"). Search counts a word once,
+    found when the chunk holds any of its forms, so a form the tenant lacks ("طرحهایی")
+    is no unseen word beside the one it has ("طرح"). The words together are `query_form`.
+    """
+    parts: dict[str, list[str]] = {}
+    for token in text.split():
+        if ZWNJ in token and len(whole := _WORD.findall(_fold(token))) == 1:
+            parts.setdefault(whole[0], []).extend(_WORD.findall(_fold(token.replace(ZWNJ, " "))))
+    groups: dict[str, list[str]] = {}
+    for word in _WORD.findall(search_form(text)):
+        forms = [word, *parts.get(word, [])]
+        forms += [match.group(1) for form in forms if (match := _PLURAL.match(form))]
+        kept = [form for form in dict.fromkeys(forms) if form not in PERSIAN_STOPWORDS]
+        if kept and word not in groups:
+            groups[word] = kept
+    return [" ".join(forms) for forms in groups.values()]

@@ -170,19 +170,26 @@ async def refresh_vocabulary(conn: Conn, tenant_id: str) -> None:
 # --- search: one statement per query (retrieval/search.py) ---
 
 SEARCH_SQL = """
-WITH qlex AS (
-    SELECT DISTINCT lex
-    FROM unnest(tsvector_to_array(to_tsvector(%(cfg)s::regconfig, %(q)s))) AS lex
+WITH qword AS (
+    -- One row per word of the question, with the forms it is searched by (query_words).
+    SELECT g.ord, g.forms
+    FROM unnest(%(q)s::text[]) WITH ORDINALITY AS g(forms, ord)
+    ORDER BY g.ord
     LIMIT %(max_terms)s
+), qlex AS (
+    -- A lexeme two words share belongs to the first of them.
+    SELECT DISTINCT ON (lex) w.ord, lex
+    FROM qword w, unnest(tsvector_to_array(to_tsvector(%(cfg)s::regconfig, w.forms))) AS lex
+    ORDER BY lex, w.ord
 ), total AS (
     SELECT greatest(coalesce(sum(chunk_count), 0), 1)::float8 AS n
     FROM kb_documents WHERE tenant_id = %(tenant)s
 ), exact AS (
-    SELECT q.lex, t.term, t.ndoc, 1.0::float8 AS sim
+    SELECT q.ord, q.lex, t.term, t.ndoc, 1.0::float8 AS sim
     FROM qlex q JOIN kb_terms t ON t.tenant_id = %(tenant)s AND t.term = q.lex
 ), fuzzy AS (
     -- Only words the tenant's documents lack are respelt: a typo, or another spelling.
-    SELECT q.lex, v.term, v.ndoc, v.sim
+    SELECT q.ord, q.lex, v.term, v.ndoc, v.sim
     FROM qlex q
     CROSS JOIN LATERAL (
         SELECT t.term, t.ndoc, similarity(t.term, q.lex)::float8 AS sim
@@ -193,52 +200,70 @@ WITH qlex AS (
     ) v
     WHERE v.sim >= %(fuzzy)s AND NOT EXISTS (SELECT 1 FROM exact e WHERE e.lex = q.lex)
 ), weighted AS (
-    SELECT m.lex, max(m.sim * ln(1 + (total.n - m.ndoc + 0.5) / (m.ndoc + 0.5))) AS w,
+    -- A word weighs as its heaviest form the tenant has; a chunk holding any form holds it.
+    SELECT m.ord, max(m.sim * ln(1 + (total.n - m.ndoc + 0.5) / (m.ndoc + 0.5))) AS w,
            bool_and(m.ndoc * 2 > total.n) AS common,
            string_agg(quote_literal(m.term), ' | ')::tsquery AS tq
     FROM (SELECT * FROM exact UNION ALL SELECT * FROM fuzzy) m, total
-    GROUP BY m.lex
+    GROUP BY m.ord
 ), groups AS MATERIALIZED (
     -- Words in over half of the tenant's chunks ("insurance") are dropped when the query
     -- has better ones: they barely move the ranking and each costs an index lookup
     -- returning most of the tenant.
-    SELECT lex, w, tq FROM weighted
+    SELECT ord, w, tq FROM weighted
     WHERE NOT common OR NOT EXISTS (SELECT 1 FROM weighted WHERE NOT common)
 ), mass AS (
     -- Words the tenant has never seen weigh as much as the rarest: "weather insurance"
     -- is mostly about something the knowledge base does not cover.
     SELECT coalesce((SELECT sum(w) FROM groups), 0)
-           + (SELECT count(*) FROM qlex WHERE lex NOT IN (SELECT lex FROM weighted))
+           + (SELECT count(DISTINCT ord) FROM qlex WHERE ord NOT IN (SELECT ord FROM weighted))
              * ln(1 + (total.n + 0.5) / 0.5) AS m
     FROM total
 ), essential AS (
     -- MaxScore pruning: a chunk holding only the lightest words (together under the
-    -- threshold) cannot qualify, so those words are not looked up in the index; they
-    -- still count through ts_rank_cd in the re-ranking below.
-    SELECT g.lex, g.w, g.tq
-    FROM (SELECT *, sum(w) OVER (ORDER BY w, lex ROWS UNBOUNDED PRECEDING) AS upto FROM groups) g, mass
-    WHERE g.upto >= %(min_coverage)s * mass.m
+    -- threshold even in its document's title) cannot qualify, so those words are not looked
+    -- up in the index; they still count through ts_rank_cd in the re-ranking below.
+    SELECT g.ord, g.w, g.tq
+    FROM (SELECT *, sum(w) OVER (ORDER BY w, ord ROWS UNBOUNDED PRECEDING) AS upto FROM groups) g, mass
+    WHERE %(title_weight)s * g.upto >= %(min_coverage)s * mass.m
 ), light AS (
     SELECT coalesce((SELECT sum(w) FROM groups), 0) - coalesce((SELECT sum(w) FROM essential), 0) AS m
 ), query AS (
     SELECT string_agg('(' || tq::text || ')', ' | ')::tsquery AS tq FROM groups
 ), hits AS MATERIALIZED (
-    -- One GIN lookup per query word; a chunk's coverage is the weight of the words it has.
-    SELECT c.chunk_id, sum(g.w) / mass.m AS coverage
+    -- One GIN lookup per essential word; of the chunks whose words could reach the threshold
+    -- (in their document's title, with every light word), those holding the most weight
+    -- are the candidates, scored exactly below.
+    SELECT c.chunk_id, sum(g.w) AS held
     FROM essential g
     JOIN kb_chunks c ON c.tenant_id = %(tenant)s AND c.tsv @@ g.tq AND c.superseded_at IS NULL
     CROSS JOIN mass
     CROSS JOIN light
     GROUP BY c.chunk_id, mass.m, light.m
-    -- an upper bound: the light words the chunk may also hold are not checked
-    HAVING sum(g.w) + light.m >= %(min_coverage)s * mass.m
-    ORDER BY coverage DESC, c.chunk_id
-    LIMIT %(candidates)s
+    HAVING %(title_weight)s * (sum(g.w) + light.m) >= %(min_coverage)s * mass.m
+    ORDER BY held DESC, c.chunk_id
+    LIMIT %(rerank)s
+), titled AS MATERIALIZED (
+    -- Each candidate's words and its document's title (the heading path's first part).
+    SELECT h.chunk_id, c.tsv,
+           to_tsvector(%(cfg)s::regconfig, split_part(split_part(c.search_text, E'\\n', 1), ' › ', 1)) AS title
+    FROM hits h
+    JOIN kb_chunks c ON c.tenant_id = %(tenant)s AND c.chunk_id = h.chunk_id AND c.superseded_at IS NULL
+), scored AS MATERIALIZED (
+    -- Each candidate's exact coverage: the weight of the query words it holds, a word of its
+    -- document's title ("Life insurance") counting `title_weight` times, since the document
+    -- is about it.
+    SELECT t.chunk_id, sum(g.w * CASE WHEN t.title @@ g.tq THEN %(title_weight)s ELSE 1 END) / mass.m AS coverage
+    FROM titled t
+    JOIN groups g ON t.tsv @@ g.tq
+    CROSS JOIN mass
+    GROUP BY t.chunk_id, mass.m
+    HAVING sum(g.w * CASE WHEN t.title @@ g.tq THEN %(title_weight)s ELSE 1 END) >= %(min_coverage)s * mass.m
 ), top AS MATERIALIZED (
     SELECT h.chunk_id, h.coverage, ts_rank_cd('{0.1, 0.2, 0.4, 1.0}', c.tsv, query.tq, 1) AS cd,
            -- the chunk's heading path (first line of search_text) found in the question
            word_similarity(split_part(c.search_text, E'\\n', 1), %(qs)s) AS tri
-    FROM hits h
+    FROM scored h
     JOIN kb_chunks c ON c.tenant_id = %(tenant)s AND c.chunk_id = h.chunk_id AND c.superseded_at IS NULL
     CROSS JOIN query
     ORDER BY h.coverage DESC, cd DESC, h.chunk_id

@@ -1,18 +1,23 @@
 """Tenant-scoped hybrid search over the knowledge base: one SQL statement per query.
 
 Ranking, all inside Postgres:
-1. The query's lexemes (English: `english` config, stemmed; Persian: `simple` over
-   normalised text, stop words removed) are looked up in the tenant's vocabulary
+1. The query's words (`query_words`: each with its other forms, a ZWNJ compound's parts
+   and a plural's stem, so a word counts once however many forms it has), as lexemes
+   (English: `english` config, stemmed; Persian: `simple` over normalised text, stop
+   words removed), are looked up in the tenant's vocabulary
    (`kb_terms`). A lexeme the tenant has is used as is; one it lacks (a typo, another
    spelling) is replaced by the tenant's words within trigram similarity
    `FUZZY_SIMILARITY` of it. Each word is weighted by its inverse chunk frequency, so
    "insurance", present everywhere, counts for little and "cancellation" for much.
 2. A chunk's `coverage` is the weight of the query words it holds over the query's
-   total weight (words the tenant has never seen count as the rarest). Only words that
-   can lift a chunk over `MIN_COVERAGE` are looked up in the GIN index (MaxScore).
-3. The best `LEXICAL_CANDIDATES` by coverage are re-ranked three ways: coverage,
-   `ts_rank_cd` (title hits, proximity) and trigram `word_similarity` of the chunk's
-   heading path against the question.
+   total weight (words the tenant has never seen count as the rarest), a word of the
+   chunk's document title counting `TITLE_WEIGHT` times. Only words that can lift a chunk
+   over `MIN_COVERAGE` are looked up in the GIN index (MaxScore).
+3. The `RERANK` chunks holding the most of that weight are the candidates: their
+   coverage is computed exactly (every query word, the title), those under
+   `MIN_COVERAGE` dropped, and the rest re-ranked three ways: coverage, `ts_rank_cd`
+   (title hits, proximity) and trigram `word_similarity` of the chunk's heading path
+   against the question.
 4. With an embeddings model, the nearest chunks by cosine distance form a fourth list.
 5. The lists are fused by weighted reciprocal rank (k = 60); `score` is the fused value.
 
@@ -35,19 +40,23 @@ from pydantic import ConfigDict
 from chatbot.caller import CallerContext
 from chatbot.responses import RetrievedChunk as RecordedChunk
 from chatbot.retrieval import queries
-from chatbot.retrieval.normalize import detect_language, query_form, search_form, ts_config
+from chatbot.retrieval.normalize import detect_language, query_words, search_form, ts_config
 
 FUZZY_SIMILARITY = 0.4
 MIN_COVERAGE = 0.3
+# A query word in a chunk's document title ("Life insurance") counts this many times in its
+# coverage: the document is about it, so "Which life insurance is right for my family?"
+# reaches life insurance though the knowledge base never says "family".
+TITLE_WEIGHT = 2.0
 MIN_VECTOR_SIMILARITY = 0.5
 RRF_K = 60
 # Longer inputs are pasted text, not questions: their tail adds cost and noise, not recall.
 MAX_QUERY_CHARS = 1000
 MAX_QUERY_TERMS = 32
 VECTOR_CANDIDATES = 50
-# Lexical hits re-ranked (ts_rank_cd, heading trigrams) and fused; the rest only by coverage.
+# Lexical candidates (those holding the most query weight) scored exactly, re-ranked
+# (ts_rank_cd, heading trigrams) and fused.
 RERANK = 50
-LEXICAL_CANDIDATES = 150
 
 
 class RetrievedChunk(RecordedChunk):
@@ -111,8 +120,8 @@ async def search_knowledge(
     if not caller.tenant_id:
         raise ValueError("search needs the caller's tenant")
     query = query[:MAX_QUERY_CHARS]
-    terms = query_form(query)
-    if k <= 0 or not terms:
+    words = query_words(query)
+    if k <= 0 or not words:
         return []
     qvec: str | None = None
     dim = 0
@@ -122,16 +131,16 @@ async def search_knowledge(
     params = {
         "tenant": caller.tenant_id,
         "cfg": ts_config(detect_language(query)),
-        "q": terms,
+        "q": words,
         "qs": search_form(query),
         "max_terms": MAX_QUERY_TERMS,
         "fuzzy": FUZZY_SIMILARITY,
         "min_coverage": MIN_COVERAGE,
+        "title_weight": TITLE_WEIGHT,
         "qvec": qvec,
         "dim": dim,
         "vector_candidates": VECTOR_CANDIDATES,
         "rerank": RERANK,
-        "candidates": LEXICAL_CANDIDATES,
         "min_vsim": MIN_VECTOR_SIMILARITY,
         "rrf_k": RRF_K,
         "k": k,
