@@ -5,7 +5,9 @@
 # `postgres` user, because PostgreSQL refuses to run as root.
 #
 #   scripts/citus.sh build   apt-install PostgreSQL 15 and the build deps, build and install
-#                            Citus and pgvector (skipped when the right versions are installed)
+#                            Citus and pgvector (skipped when the right versions are installed;
+#                            with DESTDIR, into that scratch root instead: a check of the build
+#                            from the vendored sources on a machine where they are installed)
 #   scripts/citus.sh start   build if needed, initdb (once) and start the three servers
 #   scripts/citus.sh stop    stop the three servers, by the pid in each postmaster.pid
 #   scripts/citus.sh url     print the coordinator's URL (postgresql://postgres@127.0.0.1:PORT/postgres)
@@ -32,7 +34,9 @@ CITUS_DIR="${CITUS_DIR:-$ROOT/.chatbot/citus}"
 CITUS_PORT="${CITUS_PORT:-9700}"
 PG_BIN="/usr/lib/postgresql/15/bin"
 PG_CONFIG="$PG_BIN/pg_config"
-EXT_DIR="/usr/share/postgresql/15/extension"
+# make install honours DESTDIR (PGXS and Citus' makefiles), and so does the installed check.
+export DESTDIR="${DESTDIR:-}"
+EXT_DIR="$DESTDIR/usr/share/postgresql/15/extension"
 NODES=(coordinator worker1 worker2)
 
 log() { echo "citus.sh: $*" >&2; }
@@ -56,7 +60,7 @@ unpack() { # $1 tarball or directory, $2 destination; prints the tree to build i
 cmd_build() {
     if [ "$(installed_version citus.control)" = "$CITUS_EXT_VERSION" ] &&
         [ "$(installed_version vector.control)" = "$PGVECTOR_VERSION" ] &&
-        [ -f /usr/lib/postgresql/15/lib/citus.so ]; then
+        [ -f "$DESTDIR/usr/lib/postgresql/15/lib/citus.so" ]; then
         log "Citus $CITUS_VERSION and pgvector $PGVECTOR_VERSION already installed"
         return
     fi

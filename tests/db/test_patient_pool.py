@@ -61,3 +61,49 @@ async def test_a_request_to_a_postgres_that_does_not_answer_gives_up_after_the_b
         assert _probed(pool) is False
     finally:
         await pool.close()
+
+
+async def _probe_fails() -> bool:
+    return False
+
+
+async def test_a_queue_that_moves_is_waited_out_when_the_probe_cannot_connect(
+    migrated_database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A probe that misses its bound while Postgres answers: what a replica's event loop,
+    # saturated by a burst of runs, does to a fresh connection's round trips. Connections
+    # coming back from their statements are the answer then.
+    settings = settings_for(migrated_database_url, pool_timeout_seconds=OUTAGE_AFTER)
+    pool = make_pool(migrated_database_url, settings, name="moving", min_size=1, max_size=1)
+    await pool.open(wait=True)
+    monkeypatch.setattr(pool, "_connect_once", _probe_fails)
+    try:
+        # Ten requests on one connection, each holding it a third of the outage bound: the
+        # last ones wait three times the bound, while a connection comes back every 0.1 s.
+        answers = await asyncio.gather(*(_borrow_and_hold(pool, OUTAGE_AFTER / 3) for _ in range(10)))
+        assert answers == [1] * 10
+    finally:
+        await pool.close()
+
+
+async def test_a_queue_that_stands_still_is_an_outage_when_the_probe_cannot_connect(
+    migrated_database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings = settings_for(migrated_database_url, pool_timeout_seconds=OUTAGE_AFTER)
+    pool = make_pool(migrated_database_url, settings, name="still", min_size=1, max_size=1)
+    await pool.open(wait=True)
+    monkeypatch.setattr(pool, "_connect_once", _probe_fails)
+    try:
+        assert await _borrow_and_ask(pool) == 1  # came back whole, before the request below waits
+        async with pool.connection():  # held, and never answered while the request waits
+            with pytest.raises(PoolTimeout):
+                await _borrow_and_ask(pool)
+    finally:
+        await pool.close()
+
+
+async def _borrow_and_hold(pool: object, seconds: float) -> int:
+    async with pool.connection() as conn:  # type: ignore[attr-defined]
+        row = await (await conn.execute("select 1 as one")).fetchone()
+        await asyncio.sleep(seconds)  # not polling: holds the connection, as a slow statement would
+        return int(row["one"])

@@ -6,9 +6,19 @@ so a short timeout. During a burst (hundreds of runs admitted at once on a pool 
 requests queue for connections for seconds while Postgres is perfectly healthy, and a
 short timeout would refuse runs the replica can serve (measured: 500 in flight, nothing
 refused). So a request that has waited `outage_after` seconds asks whether Postgres
-answers at all (one shared probe: a fresh connection, bounded), and only then decides:
-no answer is an outage (`PoolTimeout`, mapped to `503`); an answer means a queue, and
-the request keeps its place in it for up to `CONGESTED_WAIT_SECONDS`.
+answers at all, and only then decides: no answer is an outage (`PoolTimeout`, mapped to
+`503`); an answer means a queue, and the request keeps its place in it for up to
+`CONGESTED_WAIT_SECONDS`.
+
+Whether Postgres answers is read first from the pool's own traffic: a connection that came
+back whole while the request waited has just had its statement answered. Only when none
+did (every connection held by something slow, or Postgres gone) does one shared probe
+connect, bounded. The probe alone was not enough: during a burst the replica's event loop
+is saturated (500 runs starting at once), so a fresh connection's several round trips miss
+the probe's bound on the loop's clock while Postgres answers within milliseconds, and each
+failed probe refused every request that asked within a second of it (on a Citus
+coordinator, where statements take a hop longer and the queue is longer, 74 of 500 runs of
+one replica: docs/scaling.md).
 
 A restart of Postgres (or anything that cuts every session) leaves the idle connections
 dead, unnoticed until one is checked out. psycopg_pool's own checkout loop discards a
@@ -74,6 +84,8 @@ class PatientPool(AsyncConnectionPool[AsyncConnection[DictRow]]):
         self._probe: asyncio.Task[bool] | None = None
         self._probed_at = float("-inf")
         self._returning: set[asyncio.Task[None]] = set()
+        # When a connection last came back whole from its borrower (monotonic clock).
+        self._answered_at = float("-inf")
 
     async def getconn(self, timeout: float | None = None) -> AsyncConnection[DictRow]:
         """Return a checked connection; raise `PoolTimeout` on an outage or after a long queue."""
@@ -96,7 +108,9 @@ class PatientPool(AsyncConnectionPool[AsyncConnection[DictRow]]):
                 await self._discard(conn, exc, deadline)
                 continue
             except BaseException:
-                await self.putconn(conn)  # cancelled: give the connection back, unchecked
+                # Cancelled: give the connection back, unchecked (and unused: it says nothing
+                # about Postgres answering).
+                await super().putconn(conn)
                 raise
             return conn
         raise PoolTimeout(f"every connection of pool {self.name!r} failed its check")
@@ -124,6 +138,8 @@ class PatientPool(AsyncConnectionPool[AsyncConnection[DictRow]]):
     async def putconn(self, conn: AsyncConnection[DictRow]) -> None:
         """Give a connection back; one that came back broken starts a sweep of its idle siblings."""
         broken = conn.broken
+        if not broken and not conn.closed:
+            self._answered_at = time.monotonic()
         await super().putconn(conn)
         if broken and not self.closed:
             self._start_sweep()
@@ -154,13 +170,14 @@ class PatientPool(AsyncConnectionPool[AsyncConnection[DictRow]]):
         bound = max(0.0, deadline - time.monotonic())
         if not patient:
             return await super().getconn(bound)
+        since = deadline - self._outage_after  # when this request began to wait
         if getattr(self, "_pool", None):
             # An idle connection is ready (psycopg_pool's private deque; if it goes, every
             # call takes the path below): no queue to keep a place in, so no task to watch it.
             try:
                 return await super().getconn(bound)
             except PoolTimeout:
-                if not await self._postgres_answers():
+                if not await self._postgres_answers(since):
                     raise
                 return await super().getconn()
         waiting = asyncio.ensure_future(super().getconn())
@@ -171,7 +188,7 @@ class PatientPool(AsyncConnectionPool[AsyncConnection[DictRow]]):
         except BaseException:
             self._abandon(waiting)
             raise
-        if await self._postgres_answers():
+        if await self._postgres_answers(since):
             return await waiting  # keeps its place in the queue; a cancel reaches it too
         self._abandon(waiting)
         raise PoolTimeout(f"Postgres did not answer within {self._outage_after:.1f} s")
@@ -182,11 +199,15 @@ class PatientPool(AsyncConnectionPool[AsyncConnection[DictRow]]):
         if not waiting.done():
             waiting.cancel()
         elif not waiting.cancelled() and waiting.exception() is None:
-            task = asyncio.ensure_future(self.putconn(waiting.result()))
+            # Unused, so not taken for Postgres answering (putconn would note it).
+            task = asyncio.ensure_future(super().putconn(waiting.result()))
             self._returning.add(task)
             task.add_done_callback(self._returning.discard)
 
-    async def _postgres_answers(self) -> bool:
+    async def _postgres_answers(self, since: float) -> bool:
+        """Tell whether Postgres answers: a connection came back whole since `since`, or a probe connects."""
+        if self._answered_at >= since:
+            return True
         now = time.monotonic()
         if self._probe is None or (self._probe.done() and now - self._probed_at > PROBE_FRESH_SECONDS):
             self._probed_at = now
