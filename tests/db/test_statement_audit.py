@@ -98,7 +98,11 @@ class AuditServer:
         if not self.citus:
             return []
         with psycopg.connect(database_url, autocommit=True) as conn:
-            rows = conn.execute("select query from citus_stat_statements where partition_key is null").fetchall()
+            # This database's only: the suite's other modules run on the same cluster at the same time.
+            rows = conn.execute(
+                "select query from citus_stat_statements where partition_key is null"
+                " and dbid = (select oid from pg_database where datname = current_database())"
+            ).fetchall()
         return [str(r[0]) for r in rows]
 
     def statements(self, database_url: str) -> list[tuple[str, int]]:
