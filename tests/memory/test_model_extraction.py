@@ -9,22 +9,10 @@ from langchain_core.callbacks import AsyncCallbackManagerForLLMRun
 from langchain_core.messages import BaseMessage
 from langchain_core.outputs import ChatResult
 
-from chatbot.ids import RunId, TenantId, ThreadId, UserId
-from chatbot.memory.jobs import MemoryJob
 from chatbot.memory.model_extraction import model_extractor
+from tests.fixtures.memory_jobs import memory_job
 from tests.fixtures.models import ScriptedChatModel
 from tests.fixtures.provider_double import Behaviour, ProviderDouble
-
-
-def _job(text: str) -> MemoryJob:
-    return MemoryJob(
-        tenant_id=TenantId("acme"),
-        user_id=UserId("u1"),
-        thread_id=ThreadId("t"),
-        run_id=RunId("r"),
-        locale="en-US",
-        user_text=text,
-    )
 
 
 def _model(mode: str, reply: dict[str, object] | None = None) -> ScriptedChatModel:
@@ -40,7 +28,7 @@ async def test_facts_the_model_finds_are_kept_and_keyed() -> None:
             "facts": [{"text": "I drive a Toyota Corolla 2019", "category": "vehicle"}],
         },
     )
-    found = await model_extractor(model, timeout=5)(_job("I drive a Toyota Corolla 2019, what does body cover?"))
+    found = await model_extractor(model, timeout=5)(memory_job("I drive a Toyota Corolla 2019, what does body cover?"))
     assert [f.text for f in found.facts] == ["I drive a Toyota Corolla 2019"]
     assert found.facts[0].key  # keyed like offline facts, so a later restatement replaces it
     assert "car_body" in found.profile_updates["products"]
@@ -57,14 +45,14 @@ async def test_pii_and_health_the_model_proposes_are_dropped() -> None:
             ]
         },
     )
-    found = await model_extractor(model, timeout=5)(_job("I live in Shiraz, as I said."))
+    found = await model_extractor(model, timeout=5)(memory_job("I live in Shiraz, as I said."))
     assert [f.text for f in found.facts] == ["I live in Shiraz"]
     assert found.rejected
 
 
 async def test_a_failing_or_garbage_model_falls_back_to_the_offline_rules() -> None:
     for model in (_model("fail"), _model("garbage")):
-        found = await model_extractor(model, timeout=5)(_job("remember that I prefer email"))
+        found = await model_extractor(model, timeout=5)(memory_job("remember that I prefer email"))
         assert [f.text for f in found.facts] == ["I prefer email"]
 
 
@@ -93,10 +81,10 @@ async def test_the_model_is_asked_only_when_the_writer_says_something_about_them
         "How do I renew third-party insurance?",
         "بیمه سفر من چه چیزی را پوشش می‌دهد؟",
     ):
-        await extract(_job(question))
+        await extract(memory_job(question))
     assert model.calls == []  # questions teach memory nothing: no provider call
     for statement in ("I drive a Peugeot 206, what does body cover?", "من در اصفهان زندگی می‌کنم."):
-        await extract(_job(statement))
+        await extract(memory_job(statement))
     assert len(model.calls) == 2
 
 
@@ -112,7 +100,7 @@ async def test_negative_token_counts_from_the_memory_model_keep_the_fact_and_cou
         double.default = Behaviour(obj=reply, usage=(-5, -7, -1))
         model = ChatOpenAI(model="gpt-4o-mini", base_url=double.openai_base_url, max_retries=0)
         found = await model_extractor(model, timeout=10, name="openai:gpt-4o-mini")(
-            _job("I drive a Toyota Corolla 2019, what does body cover?")
+            memory_job("I drive a Toyota Corolla 2019, what does body cover?")
         )
         assert len(double.requests) == 1
     assert [f.text for f in found.facts] == ["I drive a Toyota Corolla 2019"]

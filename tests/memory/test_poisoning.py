@@ -13,13 +13,12 @@ from langchain_core.messages import BaseMessage
 from prometheus_client import REGISTRY
 
 from chatbot.agent.system_message import SystemCuts, compose_system_text, format_system_prompt, quote_memory
-from chatbot.ids import RunId, TenantId, ThreadId, UserId
 from chatbot.memory._instructions import InstructionKind, instruction_kind
 from chatbot.memory.extraction import extract_offline
-from chatbot.memory.jobs import MemoryJob
 from chatbot.memory.model_extraction import model_extractor
 from chatbot.memory.writer import worth_writing
 from tests.fixtures.app import running_app, services_of
+from tests.fixtures.memory_jobs import memory_job
 from tests.fixtures.memory_poisoning_corpus import BENIGN_FACTS, POISONING_MESSAGES
 from tests.fixtures.messages import send_for_answer
 from tests.fixtures.models import ScriptedChatModel
@@ -76,17 +75,6 @@ def test_the_writers_own_habits_are_facts(statement: str) -> None:
     assert instruction_kind(statement) is None
 
 
-def _job(text: str) -> MemoryJob:
-    return MemoryJob(
-        tenant_id=TenantId("acme"),
-        user_id=UserId("u1"),
-        thread_id=ThreadId("t"),
-        run_id=RunId("r"),
-        locale="en-US",
-        user_text=text,
-    )
-
-
 async def test_instructions_the_model_proposes_are_refused() -> None:
     model = ScriptedChatModel(
         mode="answer",
@@ -100,7 +88,7 @@ async def test_instructions_the_model_proposes_are_refused() -> None:
         },
         tool_name="ExtractedMemory",
     )
-    found = await model_extractor(model, timeout=5)(_job("I live in Shiraz and I have a request for you."))
+    found = await model_extractor(model, timeout=5)(memory_job("I live in Shiraz and I have a request for you."))
     assert [f.text for f in found.facts] == ["I live in Shiraz"]
     assert len(found.instructions) == 3
 
