@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import os
+import secrets
 import tempfile
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+from fastapi import FastAPI
+from pydantic import SecretStr
+
+from chatbot.app import create_app
+from chatbot.config import Settings
 from chatbot.db.embedded import database_uri, ensure_database
 from chatbot.db.migrate import migrate
 
@@ -32,3 +38,18 @@ async def bench_database(name: str) -> AsyncIterator[str]:
             yield url
         finally:
             server.cleanup()
+
+
+@asynccontextmanager
+async def bench_app(name: str) -> AsyncIterator[tuple[FastAPI, Settings]]:
+    """Yield a started app (its lifespan entered) on `bench_database(name)`, and its settings."""
+    async with bench_database(name) as url:
+        settings = Settings(
+            environment="test",
+            database_url=url,
+            service_secret=SecretStr(secrets.token_urlsafe(48)),
+            log_level="WARNING",
+        )
+        app = create_app(settings)
+        async with app.router.lifespan_context(app):
+            yield app, settings

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import secrets
 import statistics
 import time
 from collections.abc import Sequence
@@ -30,15 +29,13 @@ from typing import Any
 import httpx
 from langchain_core.messages import HumanMessage
 from langgraph.constants import START
-from pydantic import SecretStr
 
-from bench._pg import bench_database
+from bench._pg import bench_app
 from chatbot import metrics
 from chatbot.agent.collaborators import AgentDeps
 from chatbot.agent.context import Context
 from chatbot.agent.graph import build_graph
 from chatbot.agent.state import META_KEY, user_turn
-from chatbot.app import create_app
 from chatbot.cli.common import mint_token
 from chatbot.config import Settings
 from chatbot.db.locks import Locks
@@ -133,73 +130,65 @@ def percentile(values: Sequence[float], q: float) -> float:
 
 async def main(threads: int, jobs: int) -> None:
     """Measure and print."""
-    async with bench_database("bench_lifecycle") as url:
-        settings = Settings(
-            environment="test",
-            database_url=url,
-            service_secret=SecretStr(secrets.token_urlsafe(48)),
-            log_level="WARNING",
-        )
-        app = create_app(settings)
-        async with app.router.lifespan_context(app):
-            pool: Pool = app.state.services.pool
-            locks: Locks = app.state.services.locks
-            await build_template(pool)
-            await asyncio.sleep(1.0)  # everything so far is older than the cut-off below
-            cutoff_days = 0.5 / 86400
-            # The replicas' sweep.
-            await clone(pool, "sweep", threads)
-            sweeper = RetentionSweeper(pool=pool, locks=locks, days=cutoff_days, interval_minutes=60)
+    async with bench_app("bench_lifecycle") as (app, settings):
+        pool: Pool = app.state.services.pool
+        locks: Locks = app.state.services.locks
+        await build_template(pool)
+        await asyncio.sleep(1.0)  # everything so far is older than the cut-off below
+        cutoff_days = 0.5 / 86400
+        # The replicas' sweep.
+        await clone(pool, "sweep", threads)
+        sweeper = RetentionSweeper(pool=pool, locks=locks, days=cutoff_days, interval_minutes=60)
+        await asyncio.sleep(0.6)
+        started = time.perf_counter()
+        report = await sweeper.sweep_once()
+        sweep_seconds = time.perf_counter() - started
+        assert report is not None and await count_threads(pool, "sweep") == 0
+        # The pass by itself, holding 8 to 64 thread locks at once on a lock session of its own.
+        passes = {}
+        for max_locks in (8, 32, 64):
+            await build_template(pool)  # each pass takes the template too
+            await clone(pool, "pass", threads)
             await asyncio.sleep(0.6)
-            started = time.perf_counter()
-            report = await sweeper.sweep_once()
-            sweep_seconds = time.perf_counter() - started
-            assert report is not None and await count_threads(pool, "sweep") == 0
-            # The pass by itself, holding 8 to 64 thread locks at once on a lock session of its own.
-            passes = {}
-            for max_locks in (8, 32, 64):
-                await build_template(pool)  # each pass takes the template too
-                await clone(pool, "pass", threads)
-                await asyncio.sleep(0.6)
-                pass_locks = Locks(url, connection_kwargs(settings), sessions=1)
-                try:
-                    started = time.perf_counter()
-                    cutoff = datetime.fromtimestamp(time.time() - 0.5, UTC)
-                    done = await purge_stale_threads(pool, pass_locks, cutoff, max_locks=max_locks)
-                    passes[max_locks] = (done.deleted, time.perf_counter() - started)
-                finally:
-                    await pass_locks.close()
-            await build_template(pool)
-            # Memory jobs, one user each, all naming one real answered run: a job becomes work
-            # only once its run's final record says answered (memory/jobs.py).
-            run_id = await answered_run(app, settings)
-            writer = MemoryWriter(pool=pool, locks=locks, max_facts=50)
-            latencies: dict[bool, list[float]] = {True: [], False: []}
-            written = metrics.MEMORY_WRITES.labels("written")._value.get()
-            for k in range(jobs):
-                fresh = k % 2 == 0
-                ended: RunEnded = asyncio.get_running_loop().create_future()
-                ended.set_result("answered")  # what the run service tells its own jobs
-                job = MemoryJob(
-                    tenant_id=TenantId("bench"),
-                    user_id=UserId(f"user-{k}"),
-                    thread_id=ThreadId(MEMORY_THREAD),
-                    run_id=RunId(run_id),
-                    locale="en-US",
-                    user_text="remember that I live in Yazd and prefer email",
-                    ended=ended if fresh else None,
-                )
+            pass_locks = Locks(settings.database_url or "", connection_kwargs(settings), sessions=1)
+            try:
                 started = time.perf_counter()
-                async with pool.connection() as conn, conn.pipeline(), conn.transaction():  # what `submit` writes
-                    await hold_for_write(conn, job.tenant_id, job.user_id)
-                    await insert_job(conn, job, now=utcnow(), lease=writer.lease, holder=writer.holder)
-                await writer._process(job, fresh)  # the job's whole path, timed
-                latencies[fresh].append((time.perf_counter() - started) * 1000)
-            written = metrics.MEMORY_WRITES.labels("written")._value.get() - written
-            assert written == jobs, f"{written} of {jobs} jobs wrote memory"  # none skipped as unfinished
-            async with pool.connection() as conn:
-                await conn.execute("delete from store where prefix like 'bench.%'")
-            await delete_threads(pool, [TEMPLATE, MEMORY_THREAD])
+                cutoff = datetime.fromtimestamp(time.time() - 0.5, UTC)
+                done = await purge_stale_threads(pool, pass_locks, cutoff, max_locks=max_locks)
+                passes[max_locks] = (done.deleted, time.perf_counter() - started)
+            finally:
+                await pass_locks.close()
+        await build_template(pool)
+        # Memory jobs, one user each, all naming one real answered run: a job becomes work
+        # only once its run's final record says answered (memory/jobs.py).
+        run_id = await answered_run(app, settings)
+        writer = MemoryWriter(pool=pool, locks=locks, max_facts=50)
+        latencies: dict[bool, list[float]] = {True: [], False: []}
+        written = metrics.MEMORY_WRITES.labels("written")._value.get()
+        for k in range(jobs):
+            fresh = k % 2 == 0
+            ended: RunEnded = asyncio.get_running_loop().create_future()
+            ended.set_result("answered")  # what the run service tells its own jobs
+            job = MemoryJob(
+                tenant_id=TenantId("bench"),
+                user_id=UserId(f"user-{k}"),
+                thread_id=ThreadId(MEMORY_THREAD),
+                run_id=RunId(run_id),
+                locale="en-US",
+                user_text="remember that I live in Yazd and prefer email",
+                ended=ended if fresh else None,
+            )
+            started = time.perf_counter()
+            async with pool.connection() as conn, conn.pipeline(), conn.transaction():  # what `submit` writes
+                await hold_for_write(conn, job.tenant_id, job.user_id)
+                await insert_job(conn, job, now=utcnow(), lease=writer.lease, holder=writer.holder)
+            await writer._process(job, fresh)  # the job's whole path, timed
+            latencies[fresh].append((time.perf_counter() - started) * 1000)
+        written = metrics.MEMORY_WRITES.labels("written")._value.get() - written
+        assert written == jobs, f"{written} of {jobs} jobs wrote memory"  # none skipped as unfinished
+        async with pool.connection() as conn:
+            await conn.execute("delete from store where prefix like 'bench.%'")
+        await delete_threads(pool, [TEMPLATE, MEMORY_THREAD])
     print(f"retention, {threads} stale threads of 3 turns, batches of 200")
     print(
         f"  replica sweep, {MAX_LOCKS} locks at once: {sweep_seconds:6.2f} s "

@@ -22,18 +22,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import re
-import secrets
 import statistics
 import time
 from collections.abc import Callable
 
 import httpx
-from pydantic import SecretStr
 
-from bench._pg import bench_database
-from chatbot.app import create_app
+from bench._pg import bench_app
 from chatbot.cli.common import mint_token
-from chatbot.config import Settings
 from chatbot.memory.extraction import extract_offline
 from chatbot.memory.pii import find_pii, normalize_for_pii
 
@@ -80,49 +76,41 @@ def cost_table(repeat: int) -> None:
 
 async def stall(runs: int) -> None:
     """Print the worst event-loop stall and /healthz latency while adversarial runs are processed."""
-    async with bench_database("pii") as url:
-        settings = Settings(
-            environment="test",
-            database_url=url,
-            service_secret=SecretStr(secrets.token_urlsafe(48)),
-            log_level="WARNING",
-        )
-        app = create_app(settings)
-        async with app.router.lifespan_context(app):
-            token = mint_token(settings, tenant="bench-pii", user="u1", locale="en-US", ttl=3600)
-            headers = {"Authorization": f"Bearer {token}", "Accept": "application/json"}
-            transport = httpx.ASGITransport(app=app)
-            async with httpx.AsyncClient(transport=transport, base_url="http://bench", timeout=60) as client:
-                worst_lag = worst_health = 0.0
-                done = asyncio.Event()
+    async with bench_app("pii") as (app, settings):
+        token = mint_token(settings, tenant="bench-pii", user="u1", locale="en-US", ttl=3600)
+        headers = {"Authorization": f"Bearer {token}", "Accept": "application/json"}
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://bench", timeout=60) as client:
+            worst_lag = worst_health = 0.0
+            done = asyncio.Event()
 
-                async def ticker() -> None:
-                    nonlocal worst_lag
-                    while not done.is_set():
-                        started = time.perf_counter()
-                        await asyncio.sleep(0.005)
-                        worst_lag = max(worst_lag, time.perf_counter() - started - 0.005)
+            async def ticker() -> None:
+                nonlocal worst_lag
+                while not done.is_set():
+                    started = time.perf_counter()
+                    await asyncio.sleep(0.005)
+                    worst_lag = max(worst_lag, time.perf_counter() - started - 0.005)
 
-                async def health() -> None:
-                    nonlocal worst_health
-                    while not done.is_set():
-                        started = time.perf_counter()
-                        assert (await client.get("/healthz")).status_code == 200
-                        worst_health = max(worst_health, time.perf_counter() - started)
-                        await asyncio.sleep(0.01)
+            async def health() -> None:
+                nonlocal worst_health
+                while not done.is_set():
+                    started = time.perf_counter()
+                    assert (await client.get("/healthz")).status_code == 200
+                    worst_health = max(worst_health, time.perf_counter() - started)
+                    await asyncio.sleep(0.01)
 
-                watchers = [asyncio.create_task(ticker()), asyncio.create_task(health())]
-                words = list(ADVERSARIAL.values())
-                for i in range(runs):
-                    body = {"message": {"content": words[i % len(words)]}}
-                    response = await client.post(f"/v1/threads/bench-pii-{i}/runs", json=body, headers=headers)
-                    assert response.status_code == 200, response.text
-                await app.state.services.memory.drain(60)  # the writer's extraction and guard calls run here
-                done.set()
-                await asyncio.gather(*watchers)
-                print(f"runs: {runs} adversarial 8,000-character messages (JSON), memory writer drained")
-                print(f"worst event-loop stall: {worst_lag * 1000:.1f} ms")
-                print(f"slowest /healthz:       {worst_health * 1000:.1f} ms")
+            watchers = [asyncio.create_task(ticker()), asyncio.create_task(health())]
+            words = list(ADVERSARIAL.values())
+            for i in range(runs):
+                body = {"message": {"content": words[i % len(words)]}}
+                response = await client.post(f"/v1/threads/bench-pii-{i}/runs", json=body, headers=headers)
+                assert response.status_code == 200, response.text
+            await app.state.services.memory.drain(60)  # the writer's extraction and guard calls run here
+            done.set()
+            await asyncio.gather(*watchers)
+            print(f"runs: {runs} adversarial 8,000-character messages (JSON), memory writer drained")
+            print(f"worst event-loop stall: {worst_lag * 1000:.1f} ms")
+            print(f"slowest /healthz:       {worst_health * 1000:.1f} ms")
 
 
 def main() -> None:

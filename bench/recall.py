@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import random
-import secrets
 import statistics
 import time
 import uuid
@@ -41,14 +40,12 @@ from typing import Any
 
 import httpx
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
-from pydantic import SecretStr
 
 import chatbot.agent._recall
 import chatbot.agent.nodes
-from bench._pg import bench_database
+from bench._pg import bench_app
 from bench._recall_data import LOCALES, Conversation, conversation
 from chatbot.agent._recall import Recalled, question_terms, recall_into_window
-from chatbot.app import create_app
 from chatbot.cli.common import mint_token
 from chatbot.config import Settings
 from chatbot.db.pool import Pool
@@ -239,29 +236,21 @@ async def main(
     ]
     measured = Measured()
     chatbot.agent.nodes.recall_into_window = measured  # times the step the graph runs
-    async with bench_database("bench_recall") as url:
-        settings = Settings(
-            environment="test",
-            database_url=url,
-            service_secret=SecretStr(secrets.token_urlsafe(48)),
-            log_level="WARNING",
-        )
-        app = create_app(settings)
-        async with app.router.lifespan_context(app):
-            services = app.state.services
-            threads = [f"bench-recall-{uuid.uuid4().hex[:8]}" for _ in convs]
-            rows: list[dict[str, Any]] = []
-            try:
-                transport = httpx.ASGITransport(app=app)
-                async with httpx.AsyncClient(transport=transport, base_url="http://bench", timeout=120) as client:
-                    for conv, thread in zip(convs, threads, strict=True):
-                        started = time.perf_counter()
-                        rows += await _run_conversation(client, settings, conv, measured, thread)
-                        took = time.perf_counter() - started
-                        print(f"  {conv.language} conversation of {len(conv.turns)} turns: {took:.0f} s", flush=True)
-                steps = await _step_times(services.pool, seed)
-            finally:
-                await delete_threads(services.pool, threads)
+    async with bench_app("bench_recall") as (app, settings):
+        services = app.state.services
+        threads = [f"bench-recall-{uuid.uuid4().hex[:8]}" for _ in convs]
+        rows: list[dict[str, Any]] = []
+        try:
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://bench", timeout=120) as client:
+                for conv, thread in zip(convs, threads, strict=True):
+                    started = time.perf_counter()
+                    rows += await _run_conversation(client, settings, conv, measured, thread)
+                    took = time.perf_counter() - started
+                    print(f"  {conv.language} conversation of {len(conv.turns)} turns: {took:.0f} s", flush=True)
+            steps = await _step_times(services.pool, seed)
+        finally:
+            await delete_threads(services.pool, threads)
     if rows:  # --conversations 0 times the recall step alone
         print(
             f"{count} conversations ({sum(len(c.turns) for c in convs)} turns), {len(rows)} questions, seed {seed},"

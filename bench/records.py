@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import secrets
 import statistics
 import time
 import uuid
@@ -26,12 +25,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import httpx
-from pydantic import SecretStr
 
-from bench._pg import bench_database
-from chatbot.app import create_app
+from bench._pg import bench_app
 from chatbot.cli.common import mint_token
-from chatbot.config import Settings
 from chatbot.retrieval.ingest import ingest_paths
 from chatbot.threads.deletion import delete_threads
 
@@ -59,40 +55,32 @@ async def timed_get(client: httpx.AsyncClient, path: str, headers: dict[str, str
 async def main(depths: Sequence[int], samples: int) -> None:
     """Build the threads, measure them and print the table."""
     questions = [json.loads(line)["query"] for line in QUESTIONS.read_text().splitlines() if line.strip()]
-    async with bench_database("bench_records") as url:
-        settings = Settings(
-            environment="test",
-            database_url=url,
-            service_secret=SecretStr(secrets.token_urlsafe(48)),
-            log_level="WARNING",
-        )
-        app = create_app(settings)
-        async with app.router.lifespan_context(app):
-            await ingest_paths(app.state.services.pool, TENANT, [KB])
-            token = mint_token(settings, tenant=TENANT, user="u1", locale="en-US", ttl=3600)
-            headers = {"Authorization": f"Bearer {token}"}
-            prefix = f"bench-records-{uuid.uuid4().hex[:8]}"
-            threads = {depth: f"{prefix}-{depth}" for depth in depths}
-            rows = []
-            transport = httpx.ASGITransport(app=app)
-            try:
-                async with httpx.AsyncClient(transport=transport, base_url="http://bench", timeout=60) as client:
-                    for depth, thread in threads.items():
-                        run_ids = []
-                        for turn in range(depth):
-                            response = await client.post(
-                                f"/v1/threads/{thread}/runs",
-                                json={"message": {"content": questions[turn % len(questions)]}},
-                                headers={"Accept": "application/json", **headers},
-                            )
-                            run_ids.append(response.json()["run_id"])
-                        async with app.state.services.pool.connection() as conn:
-                            sizes = [r["n"] for r in await (await conn.execute(_RECORD_BYTES, (thread,))).fetchall()]
-                        newest = await timed_get(client, f"/v1/threads/{thread}/runs/{run_ids[-1]}", headers, samples)
-                        first = await timed_get(client, f"/v1/threads/{thread}/runs/{run_ids[0]}", headers, samples)
-                        rows.append((depth, sizes, newest, first))
-            finally:
-                await delete_threads(app.state.services.pool, list(threads.values()))
+    async with bench_app("bench_records") as (app, settings):
+        await ingest_paths(app.state.services.pool, TENANT, [KB])
+        token = mint_token(settings, tenant=TENANT, user="u1", locale="en-US", ttl=3600)
+        headers = {"Authorization": f"Bearer {token}"}
+        prefix = f"bench-records-{uuid.uuid4().hex[:8]}"
+        threads = {depth: f"{prefix}-{depth}" for depth in depths}
+        rows = []
+        transport = httpx.ASGITransport(app=app)
+        try:
+            async with httpx.AsyncClient(transport=transport, base_url="http://bench", timeout=60) as client:
+                for depth, thread in threads.items():
+                    run_ids = []
+                    for turn in range(depth):
+                        response = await client.post(
+                            f"/v1/threads/{thread}/runs",
+                            json={"message": {"content": questions[turn % len(questions)]}},
+                            headers={"Accept": "application/json", **headers},
+                        )
+                        run_ids.append(response.json()["run_id"])
+                    async with app.state.services.pool.connection() as conn:
+                        sizes = [r["n"] for r in await (await conn.execute(_RECORD_BYTES, (thread,))).fetchall()]
+                    newest = await timed_get(client, f"/v1/threads/{thread}/runs/{run_ids[-1]}", headers, samples)
+                    first = await timed_get(client, f"/v1/threads/{thread}/runs/{run_ids[0]}", headers, samples)
+                    rows.append((depth, sizes, newest, first))
+        finally:
+            await delete_threads(app.state.services.pool, list(threads.values()))
     print(f"run records, {samples} GETs per cell, in-process; bytes and ms")
     print(f"{'turns':>6} | {'record bytes mean':>17} {'max':>6} | {'GET newest p50':>14} | {'GET first p50':>13}")
     for depth, sizes, newest, first in rows:
