@@ -12,7 +12,7 @@ from __future__ import annotations
 from http import HTTPStatus
 from typing import Any, TypedDict
 
-from pydantic import BaseModel, JsonValue
+from pydantic import JsonValue
 
 from chatbot.errors import DATABASE_UNAVAILABLE, PROBLEM_JSON
 from chatbot.openapi_examples import Example
@@ -186,20 +186,10 @@ def v1_problems(*statuses: int) -> Responses:
     return problems(*V1_STATUSES, *statuses)
 
 
-def json_answer(examples: dict[str, Example], *statuses: int, model: type[BaseModel] | None = None) -> Responses:
-    """Return the responses of a `/v1/` operation answering 200 with JSON, then its problems."""
+def json_answer(examples: dict[str, Example], *statuses: int) -> Responses:
+    """Return the 200 JSON answer of a `/v1/` operation (its route's `response_model`), then its problems."""
     answer: dict[str, Any] = {"content": {"application/json": {"examples": examples}}}
-    return {200: ({"model": model} | answer) if model is not None else answer, **v1_problems(*statuses)}
-
-
-def json_as_returned(model: type[BaseModel], examples: dict[str, Example], *statuses: int) -> RouteDocs:
-    """Return a route's keywords for a JSON answer `model` documents but the handler's dict is sent as is.
-
-    `response_model=None`: the dict goes out unchanged, byte for byte (a response model would
-    re-serialise it, rewriting `created_at`'s milliseconds for one). `statuses` are the problems
-    the operation can answer besides every `/v1/` operation's own.
-    """
-    return {"response_model": None, "responses": json_answer(examples, *statuses, model=model)}
+    return {200: answer, **v1_problems(*statuses)}
 
 
 def no_content(description: str, *statuses: int) -> RouteDocs:

@@ -8,9 +8,9 @@ working against a newer service that adds a field.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, GetPydanticSchema, JsonValue, field_serializer
+from pydantic import BaseModel, ConfigDict, Field, GetPydanticSchema, JsonValue, PlainSerializer, field_serializer
 from pydantic_core import core_schema
 
 from chatbot.timestamps import rfc3339
@@ -22,6 +22,15 @@ JsonObject = Annotated[
 was; the type says what the service puts in it."""
 
 RunStatus = Literal["answered", "clarifying", "escalate"]
+
+
+def _as_written(moment: datetime):  # type: ignore[no-untyped-def]  # unannotated: the schema stays date-time
+    return rfc3339(moment)
+
+
+StoredMoment = Annotated[datetime, PlainSerializer(_as_written, when_used="json")]
+"""A moment the service wrote as RFC 3339 with milliseconds and a `Z` (timestamps.py): a message's
+`created_at` is stored so, and goes out as it was stored."""
 
 
 class ProblemDetails(BaseModel):
@@ -83,7 +92,7 @@ class TranscriptMessage(BaseModel):
     id: str
     role: Literal["user", "assistant"]
     content: str
-    created_at: datetime
+    created_at: StoredMoment
     run_id: str | None = None
     citations: list[str] = Field(default_factory=list)
 
@@ -100,7 +109,7 @@ class ContextMessage(BaseModel):
     """A message of the window the model was given in a run."""
 
     id: str | None = None
-    role: str
+    role: Literal["user", "assistant"]
     content: str
 
 
@@ -109,17 +118,20 @@ class RetrievedChunk(BaseModel):
 
     chunk_id: str
     document_id: str
-    version: int | str | None = None
-    text: str
+    version: int
+    text: str | None = Field(
+        description="The chunk's text at that version; null only once the version was pruned, "
+        "which happens when no retained run cites it any more."
+    )
 
 
 class RunContext(BaseModel):
     """What the agent saw in a run."""
 
     system_prompt_sha256: str | None = None
-    summary: str | None = None
+    summary: str = ""
     profile: JsonObject = Field(default_factory=dict)
-    facts: list[Any] = Field(default_factory=list)
+    facts: list[str] = Field(default_factory=list)
     messages: list[ContextMessage] = Field(default_factory=list)
     retrieved: list[RetrievedChunk] = Field(default_factory=list)
     recalled: list[ContextMessage] = Field(default_factory=list)
@@ -155,7 +167,7 @@ class RunRecord(BaseModel):
     run_id: str
     thread_id: str
     status: str
-    created_at: datetime
+    created_at: StoredMoment
     model: str | None = None
     input: MessageRef
     answer: RecordedAnswer | None = None

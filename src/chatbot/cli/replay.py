@@ -18,6 +18,7 @@ from rich.text import Text
 
 from chatbot.cli import common
 from chatbot.ids import RunId, TenantId, ThreadId
+from chatbot.timestamps import rfc3339
 
 if TYPE_CHECKING:
     from chatbot.threads.record import ResolvedRun
@@ -36,38 +37,38 @@ def _count(n: int, noun: str) -> str:
 def record_sections(run: ResolvedRun, *, system_message: bool = False) -> list[Section]:
     """Return a resolved run record as titled blocks of lines, in reading order."""
     body = run.body
-    ctx = body["context"]
+    ctx = body.context
     lines = [
-        f"run        {body['run_id']}",
-        f"thread     {body['thread_id']}",
-        f"status     {body['status']}",
-        f"created    {body['created_at']}",
-        f"model      {body['model'] or '-'}",
+        f"run        {body.run_id}",
+        f"thread     {body.thread_id}",
+        f"status     {body.status}",
+        f"created    {rfc3339(body.created_at)}",
+        f"model      {body.model or '-'}",
     ]
     lines += [f"setting    {key} = {_value(value)}" for key, value in run.settings.items()]
     if run.shortened:
         lines.append(f"shortened  {', '.join(run.shortened)} (cut to fit the window)")
     sections: list[Section] = [("Run", lines)]
-    sha = ctx["system_prompt_sha256"]
+    sha = ctx.system_prompt_sha256
     if sha:
         sections.append((f"System prompt (sha256 {sha[:12]}…)", [run.system_prompt or "(text not stored)"]))
-    sections.append(("Profile", [f"{k}: {_value(v)}" for k, v in ctx["profile"].items()] or ["(none)"]))
-    sections.append(("Facts", [f"- {fact}" for fact in ctx["facts"]] or ["(none)"]))
-    sections.append(("Summary", [ctx["summary"] or "(none)"]))
-    window = [f"[{m['role']}] {m['id']}\n{m['content']}" for m in ctx["messages"]]
+    sections.append(("Profile", [f"{k}: {_value(v)}" for k, v in ctx.profile.items()] or ["(none)"]))
+    sections.append(("Facts", [f"- {fact}" for fact in ctx.facts] or ["(none)"]))
+    sections.append(("Summary", [ctx.summary or "(none)"]))
+    window = [f"[{m.role}] {m.id}\n{m.content}" for m in ctx.messages]
     sections.append((f"Window ({_count(len(window), 'message')} after the system message)", window or ["(none)"]))
     retrieved = [
-        f"{c['chunk_id']} v{c['version']} ({c['document_id']})\n{c['text'] if c['text'] is not None else '(pruned)'}"
-        for c in ctx["retrieved"]
+        f"{c.chunk_id} v{c.version} ({c.document_id})\n{c.text if c.text is not None else '(pruned)'}"
+        for c in ctx.retrieved
     ]
     sections.append((f"Retrieved ({_count(len(retrieved), 'chunk')})", retrieved or ["(none)"]))
-    recalled = [f"[{m['role']}] {m['id']}\n{m['content']}" for m in ctx.get("recalled") or []]
+    recalled = [f"[{m.role}] {m.id}\n{m.content}" for m in ctx.recalled]
     sections.append((f"Recalled ({_count(len(recalled), 'earlier turn')} of this thread)", recalled or ["(none)"]))
     if system_message:
         sections.append(("System message as sent", [run.system_message or "(cannot be rebuilt)"]))
-    sections.append(("Input", [body["input"]["content"] if body["input"] else "(none)"]))
-    sections.append(("Answer", [body["answer"]["content"] if body["answer"] else "(none)"]))
-    sections.append(("Citations", body["citations"] or ["(none)"]))
+    sections.append(("Input", [body.input.content if body.input else "(none)"]))
+    sections.append(("Answer", [body.answer.content if body.answer else "(none)"]))
+    sections.append(("Citations", body.citations or ["(none)"]))
     return sections
 
 

@@ -9,7 +9,7 @@ things an evaluation compares.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, Literal
 
@@ -18,9 +18,8 @@ from chatbot.db.pool import Pool
 from chatbot.evaluation.cases import Case, RecordedWindow, Turn, default_locale
 from chatbot.ids import TenantId
 from chatbot.retrieval.normalize import detect_language
-from chatbot.retrieval.versions import read_chunk_versions
 from chatbot.threads.export import rated_runs_of_tenant
-from chatbot.threads.record import ChunkBody, MessageRefBody, ResolvedRun, read_run_record
+from chatbot.threads.record import CitedChunk, ResolvedRun, read_run_record
 
 Score = Literal["up", "down"]
 
@@ -36,44 +35,41 @@ async def rated_cases(
 ) -> list[Case]:
     """Return one case per run of the tenant rated in [since, until), oldest rating first.
 
-    A run whose record is gone (its thread deleted since) or that has no question is skipped.
+    A run whose record is gone (its thread deleted since) is skipped.
     """
     rows = await rated_runs_of_tenant(pool, tenant_id, since, until, score)
     cases = []
     for row in rows:
         record = await read_run_record(pool, locks, row["thread_id"], row["run_id"], tenant_id)
-        question = None if record is None else record.body["input"]
-        if record is None or question is None:
-            continue
-        cases.append(await _case(pool, tenant_id, row, record, question))
+        if record is not None:
+            cases.append(_case(row, record))
     return cases
 
 
-async def _case(pool: Pool, tenant_id: str, row: Mapping[str, Any], record: ResolvedRun, asked: MessageRefBody) -> Case:
+def _case(row: Mapping[str, Any], record: ResolvedRun) -> Case:
     body = record.body
-    context = body["context"]
-    question = asked["content"]
-    messages = list(context["messages"])
+    asked = body.input
+    context = body.context
+    messages = list(context.messages)
     # The window ends on the run's question; what comes before it is the history it saw.
-    if messages and messages[-1]["id"] == asked["id"]:
+    if messages and messages[-1].id == asked.id:
         messages = messages[:-1]
-    history = tuple(Turn(m["role"], m["content"], m["id"]) for m in messages)
-    answer = body["answer"]
+    history = tuple(Turn(m.role, m.content, m.id) for m in messages)
     tokens = record.settings.get("context_tokens")
     window = RecordedWindow(
-        summary=str(context["summary"] or ""),
-        profile=dict(context["profile"]),
-        facts=tuple(context["facts"]),
-        chunks=tuple(await _chunks(pool, tenant_id, context["retrieved"])),
+        summary=context.summary,
+        profile=dict(context.profile),
+        facts=tuple(context.facts),
+        chunks=tuple(_chunk(c) for c in record.chunks if c.chunk.text is not None),  # pruned: no retained run cites it
         context_tokens=tokens if isinstance(tokens, int) else None,
         recalled=tuple(record.recalled),
     )
     return Case(
         id=f"{row['thread_id']}/{row['run_id']}",
-        question=question,
-        locale=row["locale"] or _locale(record, question),
+        question=asked.content,
+        locale=row["locale"] or _locale(record, asked.content),
         history=history,
-        reference=None if answer is None else str(answer["content"]),
+        reference=None if body.answer is None else body.answer.content,
         window=window,
     )
 
@@ -83,23 +79,15 @@ def _locale(record: ResolvedRun, question: str) -> str:
     return "fa-IR" if language == "fa" else "en-US" if language == "en" else default_locale(question)
 
 
-async def _chunks(pool: Pool, tenant_id: str, retrieved: Sequence[ChunkBody]) -> list[dict[str, Any]]:
-    """Return the retrieved chunks as the graph takes them: with the title and language the record leaves out."""
-    rows = await read_chunk_versions(pool, tenant_id, [(str(c["chunk_id"]), int(c["version"])) for c in retrieved])
-    chunks = []
-    for c in retrieved:
-        if c["text"] is None:
-            continue  # pruned: no retained run cites it any more
-        row = rows.get((str(c["chunk_id"]), int(c["version"])))
-        chunks.append(
-            {
-                "chunk_id": str(c["chunk_id"]),
-                "document_id": str(c["document_id"]),
-                "version": int(c["version"]),
-                "title": str(row["title"] or "") if row else "",
-                "text": str(c["text"]),
-                "language": detect_language(str(c["text"])),  # a chunk version's row has no language
-                "score": 1.0,
-            }
-        )
-    return chunks
+def _chunk(cited: CitedChunk) -> dict[str, Any]:
+    """Return a cited chunk as the graph takes it: with the title and language the record's body leaves out."""
+    text = str(cited.chunk.text)
+    return {
+        "chunk_id": cited.chunk.chunk_id,
+        "document_id": cited.chunk.document_id,
+        "version": cited.chunk.version,
+        "title": cited.title,
+        "text": text,
+        "language": detect_language(text),  # a chunk version's row has no language
+        "score": 1.0,
+    }

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Query, Response
-from fastapi.responses import JSONResponse
 
 from chatbot import openapi_examples as examples
 from chatbot.auth import CallerDep, UserId, require_self
@@ -16,7 +15,7 @@ from chatbot.memory.read import user_memory
 from chatbot.memory.resets import forget_fact as forget_user_fact
 from chatbot.memory.resets import reset_memory as reset_user_memory
 from chatbot.memory.schemas import NOT_A_FACT, FactId
-from chatbot.openapi import json_as_returned, no_content
+from chatbot.openapi import json_answer, no_content
 from chatbot.responses import UserMemory
 
 router = APIRouter(prefix="/v1/users/{user_id}/memory", tags=["memory"], dependencies=AUTHENTICATED)
@@ -24,8 +23,11 @@ router = APIRouter(prefix="/v1/users/{user_id}/memory", tags=["memory"], depende
 
 @router.get(
     "",
+    response_model=UserMemory,
+    # Unset: `history` stays out of the body unless it was asked for (memory/read.py).
+    response_model_exclude_unset=True,
     summary="Read what is remembered about the user",
-    **json_as_returned(UserMemory, examples.USER_MEMORY, 403),
+    responses=json_answer(examples.USER_MEMORY, 403),
 )
 async def read_memory(
     user_id: UserId,
@@ -36,14 +38,14 @@ async def read_memory(
     history: Annotated[
         bool, Query(description="Add `history`: every fact with when it was believed, closed ones too.")
     ] = False,
-) -> JSONResponse:
+) -> UserMemory:
     """Return the user's profile and current facts in the token's tenant, each fact with the run that last wrote it.
 
     With `history=true`, also what was believed when: the current facts and the ones a later
     fact of the same kind closed, each with the runs that wrote and closed it, oldest first.
     """
     require_self(user_id, caller)
-    found = await user_memory(
+    return await user_memory(
         pool,
         caller.tenant_id,
         user_id,
@@ -51,8 +53,6 @@ async def read_memory(
         lifetime=memory.lifetime,
         history=history,
     )
-    # Unset: `history` stays out of the body unless it was asked for.
-    return JSONResponse(found.model_dump(mode="json", exclude_unset=True))
 
 
 @router.delete(

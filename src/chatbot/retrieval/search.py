@@ -70,6 +70,8 @@ class RetrievedChunk(RecordedChunk):
 
     version: int = 1
     """The chunk's version: (chunk_id, version) names the exact row a run record cites."""
+    text: str
+    """The chunk's text as found (never pruned: a search reads current versions)."""
     title: str = ""
     language: str = ""
     score: float = 0.0

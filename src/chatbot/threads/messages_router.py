@@ -9,19 +9,20 @@ from fastapi import APIRouter, Query
 from chatbot import openapi_examples as examples
 from chatbot.auth import CallerDep
 from chatbot.deps import AUTHENTICATED, PoolDep
-from chatbot.openapi import json_as_returned
+from chatbot.openapi import json_answer
 from chatbot.responses import MessagesPage
 from chatbot.threads._ownership import check_thread_access
 from chatbot.threads.schemas import ThreadId
-from chatbot.threads.transcript import Page, read_page
+from chatbot.threads.transcript import read_page
 
 router = APIRouter(prefix="/v1/threads/{thread_id}/messages", tags=["threads"], dependencies=AUTHENTICATED)
 
 
 @router.get(
     "",
+    response_model=MessagesPage,
     summary="Read the thread's transcript, a page at a time",
-    **json_as_returned(MessagesPage, examples.MESSAGES_PAGE, 404),
+    responses=json_answer(examples.MESSAGES_PAGE, 404),
 )
 async def list_messages(
     thread_id: ThreadId,
@@ -32,7 +33,7 @@ async def list_messages(
         str | None,
         Query(min_length=1, max_length=128, description="A message id of this thread: the page ends before it."),
     ] = None,
-) -> Page:
+) -> MessagesPage:
     """Return one page of the thread's user and assistant messages, oldest first."""
     await check_thread_access(pool, thread_id, caller, must_exist=True)
     return await read_page(pool, thread_id, limit=limit, before=before)

@@ -15,7 +15,7 @@ Where each part is read from (docs/records.md):
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal, TypedDict
+from typing import Literal
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from pydantic import JsonValue
@@ -29,6 +29,15 @@ from chatbot.db.run_record import ChunkVersion, RecordedRun, WindowByIds
 from chatbot.ids import RunId, TenantId, ThreadId
 from chatbot.recall.block import recalled_section
 from chatbot.recall.service import RecalledTurn, ThreadRecall
+from chatbot.responses import (
+    ContextMessage,
+    MessageRef,
+    ModelCallUsage,
+    RecordedAnswer,
+    RetrievedChunk,
+    RunContext,
+    RunRecord,
+)
 from chatbot.retrieval.versions import read_chunk_versions
 from chatbot.threads import queries
 
@@ -67,74 +76,23 @@ async def prompt_text(pool: Pool, sha256: str) -> str | None:
         return await queries.read_prompt_text(conn, sha256)
 
 
-class MessageRefBody(TypedDict):
-    """A message named by id, with its text (responses.py `MessageRef`)."""
+@dataclass(frozen=True, slots=True)
+class CitedChunk:
+    """A chunk version the run cited, with its title: the system message shows it, the API body leaves it out."""
 
-    id: str
-    content: str
-
-
-class AnswerBody(MessageRefBody):
-    """The answer as the user got it (responses.py `RecordedAnswer`)."""
-
-    complete: bool
-
-
-class ContextMessageBody(TypedDict):
-    """A message of the window, or a recalled turn (responses.py `ContextMessage`)."""
-
-    id: str | None
-    role: Literal["user", "assistant"]
-    content: str
-
-
-class ChunkBody(TypedDict):
-    """A chunk version as the run retrieved it; `text` None once pruned (responses.py `RetrievedChunk`)."""
-
-    chunk_id: str
-    document_id: str
-    version: int
-    text: str | None
-
-
-class TitledChunk(ChunkBody):
-    """A chunk with its title, which the system message shows and the API body leaves out."""
-
+    chunk: RetrievedChunk
     title: str
 
-
-class RunContextBody(TypedDict):
-    """What the run's model saw (responses.py `RunContext`)."""
-
-    system_prompt_sha256: str | None
-    summary: str
-    profile: dict[str, JsonValue]
-    facts: list[str]
-    messages: list[ContextMessageBody]
-    retrieved: list[ChunkBody]
-    recalled: list[ContextMessageBody]
-
-
-class RunRecordBody(TypedDict):
-    """The API body of a run record, as sent (responses.py `RunRecord` documents it)."""
-
-    run_id: str
-    thread_id: str
-    status: str
-    created_at: str
-    model: str | None
-    input: MessageRefBody | None
-    answer: AnswerBody | None
-    citations: list[str]
-    usage: list[dict[str, JsonValue]]
-    context: RunContextBody
+    def for_system_message(self) -> dict[str, JsonValue]:
+        """Return the chunk as the system message is composed from it (agent/system_message.py)."""
+        return {**self.chunk.model_dump(), "title": self.title}
 
 
 @dataclass(frozen=True, slots=True)
 class ResolvedRun:
     """A resolved run record: the API body, plus what only the command-line replay shows."""
 
-    body: RunRecordBody
+    body: RunRecord
     settings: dict[str, JsonValue] = field(default_factory=dict)
     shortened: list[str] = field(default_factory=list)
     system_prompt: str | None = None
@@ -143,6 +101,8 @@ class ResolvedRun:
     """The whole system message the model got, rebuilt from the record's parts."""
     recalled: list[RecalledTurn] = field(default_factory=list)
     """The recalled turns with their place and time (the evaluation gives them again)."""
+    chunks: list[CitedChunk] = field(default_factory=list)
+    """The cited chunk versions with their titles, in rank order (the evaluation gives them again)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,18 +196,18 @@ def _run_messages(transcript: list[BaseMessage], run_id: RunId) -> tuple[BaseMes
     return question, answer
 
 
-def _answer(record: RecordedRun, answer: BaseMessage | None) -> AnswerBody | None:
+def _answer(record: RecordedRun, answer: BaseMessage | None) -> RecordedAnswer | None:
     """Return the answer as the user got it: finished (from the transcript), or the shown part of a failed one."""
     if answer is not None:
-        return AnswerBody(id=str(answer.id), content=str(answer.text), complete=True)
+        return RecordedAnswer(id=str(answer.id), content=str(answer.text), complete=True)
     if record.shown:
-        return AnswerBody(id=record.answer_id or "", content=record.shown, complete=False)
+        return RecordedAnswer(id=record.answer_id or "", content=record.shown, complete=False)
     return None
 
 
-def _public(message: BaseMessage, content: str | None = None) -> ContextMessageBody:
+def _public(message: BaseMessage, content: str | None = None) -> ContextMessage:
     role: Literal["user", "assistant"] = "user" if isinstance(message, HumanMessage) else "assistant"
-    return ContextMessageBody(id=str(message.id), role=role, content=str(message.text) if content is None else content)
+    return ContextMessage(id=str(message.id), role=role, content=str(message.text) if content is None else content)
 
 
 def _window_ids(record: RecordedRun, transcript: list[BaseMessage]) -> list[str]:
@@ -265,7 +225,7 @@ def _window_ids(record: RecordedRun, transcript: list[BaseMessage]) -> list[str]
     return kept if kept and kept[-1] == record.input_id else []
 
 
-def _window(record: RecordedRun, transcript: list[BaseMessage]) -> list[ContextMessageBody]:
+def _window(record: RecordedRun, transcript: list[BaseMessage]) -> list[ContextMessage]:
     """Return the window's messages as the model got them (the question cut where it was)."""
     by_id = {str(m.id): m for m in transcript}
     ids = _window_ids(record, transcript)
@@ -282,44 +242,42 @@ def _window(record: RecordedRun, transcript: list[BaseMessage]) -> list[ContextM
     return messages
 
 
-async def _retrieved(pool: Pool, tenant_id: TenantId, refs: tuple[ChunkVersion, ...]) -> list[TitledChunk]:
+async def _retrieved(pool: Pool, tenant_id: TenantId, refs: tuple[ChunkVersion, ...]) -> list[CitedChunk]:
     """Return the cited chunk versions in rank order, with their title (for the system message)."""
     rows = await read_chunk_versions(pool, tenant_id, list(refs))
     out = []
     for pair in refs:
         row = rows.get(pair)
-        out.append(
-            TitledChunk(
-                chunk_id=pair[0],
-                document_id=row["document_id"] if row else pair[0].partition("#")[0],
-                version=pair[1],
-                text=row["text"] if row else None,  # pruned: only if no retained run cited it
-                title=row["title"] if row else "",
-            )
+        chunk = RetrievedChunk(
+            chunk_id=pair[0],
+            document_id=row["document_id"] if row else pair[0].partition("#")[0],
+            version=pair[1],
+            text=row["text"] if row else None,  # pruned: only if no retained run cited it
         )
+        out.append(CitedChunk(chunk, row["title"] if row else ""))
     return out
 
 
 def _system_message(
     record: RecordedRun,
     prompt: str | None,
-    context: RunContextBody,
-    chunks: list[TitledChunk],
+    context: RunContext,
+    chunks: list[CitedChunk],
     recalled: list[RecalledTurn],
 ) -> str | None:
     """Rebuild the system message from the record's parts, as the window built it (agent/system_message.py)."""
     cuts = record.window.system_cuts if record.window is not None else None
-    if prompt is None or cuts is None or any(c["text"] is None for c in chunks):
+    if prompt is None or cuts is None or any(c.chunk.text is None for c in chunks):
         return None
     if len(recalled) != len(record.recalled):
         return None  # a recalled turn is not indexed any more: the message cannot be rebuilt
     language = str((record.settings or {}).get("language") or "en")
     return compose_system_text(
         prompt,
-        profile=context["profile"],
-        facts=context["facts"],
-        summary=context["summary"],
-        chunks=chunks,
+        profile=context.profile,
+        facts=context.facts,
+        summary=context.summary,
+        chunks=[c.for_system_message() for c in chunks],
         cuts=SystemCuts.from_stored(cuts),
     ) + recalled_section(recalled, language)
 
@@ -334,7 +292,7 @@ class _Read:
     transcript: list[BaseMessage]
     profile: dict[str, JsonValue]
     facts: list[str]
-    chunks: list[TitledChunk]
+    chunks: list[CitedChunk]
     prompt: str | None
     recalled: list[RecalledTurn]
     """The recalled turns, in the order given."""
@@ -345,45 +303,42 @@ class _Read:
         return self.record.status is not None
 
 
-def _untitled(chunk: TitledChunk) -> ChunkBody:
-    return ChunkBody(
-        chunk_id=chunk["chunk_id"], document_id=chunk["document_id"], version=chunk["version"], text=chunk["text"]
-    )
-
-
-def _recalled(turn: RecalledTurn) -> ContextMessageBody:
+def _recalled(turn: RecalledTurn) -> ContextMessage:
     role: Literal["user", "assistant"] = "user" if turn.role == "user" else "assistant"
-    return ContextMessageBody(id=turn.message_id, role=role, content=turn.content)
+    return ContextMessage(id=turn.message_id, role=role, content=turn.content)
 
 
-def _context(read: _Read) -> RunContextBody:
-    return RunContextBody(
+def _context(read: _Read) -> RunContext:
+    return RunContext(
         system_prompt_sha256=read.record.system_prompt_sha256,
         # The summary as given: the same checkpoint's `summary` channel (generate writes both).
         summary=(read.snap.row.summary or "") if read.complete else "",
         profile=read.profile,
         facts=read.facts,
         messages=_window(read.record, read.transcript) if read.complete else [],
-        retrieved=[_untitled(c) for c in read.chunks],
+        retrieved=[c.chunk for c in read.chunks],
         recalled=[_recalled(t) for t in read.recalled],
     )
 
 
-def _body(read: _Read, thread_id: ThreadId) -> RunRecordBody:
-    """Return the API body of a resolved record (responses.py `RunRecord`)."""
+def _body(read: _Read, thread_id: ThreadId) -> RunRecord:
+    """Return the API body of a resolved record."""
     record = read.record
     question, answer = _run_messages(read.transcript, record.run_id)
-    created = message_meta(question).get("created_at") if question is not None else None
-    return RunRecordBody(
+    if question is None:
+        # The run's first checkpoint holds its question (agent/state.py `user_turn`), so a run
+        # found by its checkpoints always has one: a record without it is not one to answer with.
+        raise LookupError(f"run {record.run_id} of thread {thread_id}: its question is not in the transcript")
+    return RunRecord(
         run_id=record.run_id,
         thread_id=thread_id,
         status=read.status,
-        created_at=created or read.snap.row.ts,
+        created_at=message_meta(question).get("created_at") or read.snap.row.ts,
         model=record.model,
-        input=None if question is None else MessageRefBody(id=str(question.id), content=str(question.text)),
+        input=MessageRef(id=str(question.id), content=str(question.text)),
         answer=_answer(record, answer),
         citations=list(message_meta(answer).get("citations", [])) if answer is not None else [],
-        usage=list(record.usage or ()),
+        usage=[ModelCallUsage.model_validate(u) for u in record.usage or ()],
         context=_context(read),
     )
 
@@ -413,6 +368,7 @@ async def read_run_record(
         dict(record.settings or {}),
         list(record.shortened or ()),
         read.prompt,
-        _system_message(record, read.prompt, body["context"], read.chunks, read.recalled) if read.complete else None,
+        _system_message(record, read.prompt, body.context, read.chunks, read.recalled) if read.complete else None,
         read.recalled,
+        read.chunks,
     )

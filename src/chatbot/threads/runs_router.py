@@ -17,14 +17,14 @@ from chatbot.deps import AUTHENTICATED, LocksDep, PoolDep, SettingsDep
 from chatbot.errors import PROBLEM_JSON, Problem
 from chatbot.failures import Failure
 from chatbot.json_body import StrictJsonRoute
-from chatbot.openapi import SSE_MEDIA, SSE_SCHEMA, STREAM_HEADERS, json_as_returned, no_content, v1_problems
+from chatbot.openapi import SSE_MEDIA, SSE_SCHEMA, STREAM_HEADERS, json_answer, no_content, v1_problems
 from chatbot.responses import RunEnd, RunRecord
 from chatbot.threads._feedback import save_feedback
 from chatbot.threads._ownership import check_thread_access
 from chatbot.threads._sse import SSE_MEDIA_TYPE, sse_body, wants_json
 from chatbot.threads._stream import Listener
 from chatbot.threads.deps import ReplaysDep, RunsDep
-from chatbot.threads.record import RunRecordBody, read_run_record
+from chatbot.threads.record import read_run_record
 from chatbot.threads.rejoin import follower_listener, parse_last_event_id, replay_listener
 from chatbot.threads.schemas import NOT_A_RUN, FeedbackRequest, RunId, RunRequest, ThreadId, run_not_found
 
@@ -202,8 +202,9 @@ async def cancel_run(
 
 @router.get(
     "/{run_id}",
+    response_model=RunRecord,
     summary="Read a run's record: what the agent saw and said",
-    **json_as_returned(RunRecord, examples.RUN_RECORD, 404),
+    responses=json_answer(examples.RUN_RECORD, 404),
 )
 async def get_run_record(
     thread_id: ThreadId,
@@ -211,7 +212,7 @@ async def get_run_record(
     caller: CallerDep,
     pool: PoolDep,
     locks: LocksDep,
-) -> RunRecordBody:
+) -> RunRecord:
     """Return what the run's model was given and what it answered."""
     await check_thread_access(pool, thread_id, caller, must_exist=True)
     if run_id == NOT_A_RUN:
