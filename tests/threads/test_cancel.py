@@ -76,7 +76,7 @@ async def test_a_run_cancelled_mid_answer_ends_cancelled_keeps_what_was_shown_an
     assert names.count("error") == 1 and "end" not in names and names[-1] == "error"
     problem = events[-1].data
     assert problem["status"] == 409 and problem["reason"] == "cancelled"
-    shown = "".join(e.data["content"] for e in events if e.event == "token")
+    shown = "".join(e.piece for e in events if e.event == "token")
     assert shown
 
     # The thread is free: the next message is accepted (and answered) at once.
@@ -215,5 +215,5 @@ async def test_a_cancel_whose_notice_is_lost_still_ends_the_run_cancelled_at_its
         assert "end" not in [e.event for e in seen]
         record = (await b.get(f"/v1/threads/stop-6/runs/{listener.run_id}", headers=auth(**EN))).json()
         assert record["status"] == "cancelled" and record["answer"]["complete"] is False
-        assert record["answer"]["content"] == "".join(e.data["content"] for e in seen if e.event == "token")
+        assert record["answer"]["content"] == "".join(e.piece for e in seen if e.event == "token")
         assert (await ask(b, "stop-6", "Thanks")).status_code == 200

@@ -28,7 +28,7 @@ EN = {"locale": "en-US"}
 async def check_cancelled(client: httpx.AsyncClient, thread: str, listener: Listener, seen: list[StreamEvent]) -> None:
     seen += await rest(listener)
     assert [e.event for e in seen].count("error") == 1 and seen[-1].data["reason"] == "cancelled"
-    shown = "".join(e.data["content"] for e in seen if e.event == "token")
+    shown = "".join(e.piece for e in seen if e.event == "token")
     record = (await client.get(f"/v1/threads/{thread}/runs/{listener.run_id}", headers=auth(**EN))).json()
     assert record["status"] == "cancelled", record
     assert record["answer"] == {"id": record["answer"]["id"], "content": shown, "complete": False}

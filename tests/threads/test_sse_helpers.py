@@ -87,7 +87,7 @@ def test_coalesce_merges_consecutive_tokens_and_keeps_the_last_offset() -> None:
     ]
     assert [e.data["content"] for e in merged if e.event == "token"] == ["Salam ", "دنیا!"]
     # The text and the final offset are what the separate events carried.
-    assert "".join(e.data["content"] for e in merged if e.event == "token") == "Salam دنیا!"
+    assert "".join(e.piece for e in merged if e.event == "token") == "Salam دنیا!"
     assert events[1] == _token("Sal", 3)  # the input is not changed
 
 

@@ -34,11 +34,11 @@ def coalesce(events: Sequence[StreamEvent]) -> list[StreamEvent]:
     pieces: list[str] = []
     for event in events:
         if event.event == "token" and merged and merged[-1].event == "token":
-            pieces.append(event.data["content"])
+            pieces.append(event.piece)
             merged[-1] = StreamEvent.token("".join(pieces), event.offset)
             continue
         merged.append(event)
-        pieces = [event.data["content"]] if event.event == "token" else []
+        pieces = [event.piece] if event.event == "token" else []
     return merged
 
 

@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import Any
+
+from pydantic import JsonValue
 
 from chatbot.agent.outcome import GraphEvent, GraphOutcome, Token
 from chatbot.failures import Failure
 from chatbot.ids import RunId, ThreadId
+from chatbot.responses import MessageRef, RunEnd
 
 TERMINAL = frozenset({"end", "error"})
 
@@ -31,8 +33,14 @@ class StreamEvent:
     """One event of a run's stream and the answer offset after it."""
 
     event: str
-    data: dict[str, Any]
+    data: dict[str, JsonValue]
     offset: int
+
+    @property
+    def piece(self) -> str:
+        """Return a token event's piece of the answer ("" for any other event)."""
+        content = self.data.get("content") if self.event == "token" else None
+        return content if isinstance(content, str) else ""
 
     @classmethod
     def metadata(cls, run_id: RunId, thread_id: ThreadId, offset: int = 0) -> StreamEvent:
@@ -60,16 +68,19 @@ class StreamEvent:
         return cls("error", failure.problem(), offset)
 
 
-def end_data(run_id: RunId, thread_id: ThreadId, outcome: GraphOutcome) -> dict[str, Any]:
-    """Return the `end` event's data for a run's outcome."""
-    return {
-        "run_id": run_id,
-        "thread_id": thread_id,
-        "status": outcome.status,
-        "message": {"id": outcome.message_id, "content": outcome.answer},
-        "citations": outcome.citations,
-        "handoff_context": None if outcome.handoff_context is None else outcome.handoff_context.model_dump(),
-    }
+def end_data(run_id: RunId, thread_id: ThreadId, outcome: GraphOutcome) -> dict[str, JsonValue]:
+    """Return the `end` event's data for a run's outcome: a `responses.RunEnd`, as the stream writes it."""
+    if outcome.status == "error" or outcome.message_id is None:
+        raise ValueError("an `end` event is for a run that answered; a failed one ends with `error`")
+    end = RunEnd(
+        run_id=run_id,
+        thread_id=thread_id,
+        status=outcome.status,
+        message=MessageRef(id=outcome.message_id, content=outcome.answer),
+        citations=outcome.citations,
+        handoff_context=outcome.handoff_context,
+    )
+    return end.model_dump(mode="json")
 
 
 class Listener:
@@ -88,7 +99,7 @@ class Listener:
     def offer(self, event: StreamEvent) -> None:
         """Queue an event, trimming any answer text this listener already has."""
         if event.event == "token":
-            content: str = event.data["content"]
+            content = event.piece
             start = event.offset - len(content)
             if event.offset <= self.delivered:
                 return

@@ -127,8 +127,10 @@ async def create_run(
         location = {"Location": stream_location(thread_id, listener.run_id)}
         if result.event == "end":
             return JSONResponse(result.data, headers=location)
-        headers = location | Failure.from_problem(result.data).headers()
-        return JSONResponse(result.data, status_code=result.data["status"], media_type=PROBLEM_JSON, headers=headers)
+        failure = Failure.from_problem(result.data)
+        return JSONResponse(
+            result.data, status_code=failure.status, media_type=PROBLEM_JSON, headers=location | failure.headers()
+        )
     return _sse_response(listener, timing)
 
 
