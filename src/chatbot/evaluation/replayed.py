@@ -9,7 +9,6 @@ things an evaluation compares.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, Literal
 
@@ -42,11 +41,12 @@ async def rated_cases(
     for row in rows:
         record = await read_run_record(pool, locks, row["thread_id"], row["run_id"], tenant_id)
         if record is not None:
-            cases.append(_case(row, record))
+            cases.append(_case(record, row["locale"]))
     return cases
 
 
-def _case(row: Mapping[str, Any], record: ResolvedRun) -> Case:
+def _case(record: ResolvedRun, locale: str | None) -> Case:
+    """Return the case of a rated run: `locale` the rating's, else the run's language, else the question's."""
     body = record.body
     asked = body.input
     context = body.context
@@ -65,9 +65,9 @@ def _case(row: Mapping[str, Any], record: ResolvedRun) -> Case:
         recalled=tuple(record.recalled),
     )
     return Case(
-        id=f"{row['thread_id']}/{row['run_id']}",
+        id=f"{body.thread_id}/{body.run_id}",
         question=asked.content,
-        locale=row["locale"] or _locale(record, asked.content),
+        locale=locale or _locale(record, asked.content),
         history=history,
         reference=None if body.answer is None else body.answer.content,
         window=window,
