@@ -23,7 +23,6 @@ router = APIRouter(prefix="/v1/users/{user_id}/memory", tags=["memory"], depende
 
 @router.get(
     "",
-    response_model=UserMemory,
     # Unset: `history` stays out of the body unless it was asked for (memory/read.py).
     response_model_exclude_unset=True,
     summary="Read what is remembered about the user",

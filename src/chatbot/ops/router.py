@@ -18,7 +18,6 @@ router = APIRouter(prefix="/v1/users", tags=["users"], dependencies=AUTHENTICATE
 
 @router.delete(
     "/{user_id}",
-    response_model=ErasureReport,
     summary="Erase the user in the token's tenant",
     responses=json_answer(examples.ERASURE_REPORT, 403, 409),
 )

@@ -20,7 +20,6 @@ router = APIRouter(prefix="/v1/threads/{thread_id}/messages", tags=["threads"], 
 
 @router.get(
     "",
-    response_model=MessagesPage,
     summary="Read the thread's transcript, a page at a time",
     responses=json_answer(examples.MESSAGES_PAGE, 404),
 )

@@ -204,7 +204,6 @@ async def cancel_run(
 
 @router.get(
     "/{run_id}",
-    response_model=RunRecord,
     summary="Read a run's record: what the agent saw and said",
     responses=json_answer(examples.RUN_RECORD, 404),
 )
