@@ -38,6 +38,7 @@ from chatbot.memory.extraction import MemoryCandidates, extract_offline
 from chatbot.memory.jobs import MemoryJob
 from chatbot.memory.namespaces import PROFILE_KEY, facts_namespace, profile_namespace, user_prefix
 from chatbot.models.chain import ChainEntry
+from chatbot.models.chunks import QuotedChunk
 from chatbot.models.offline import MemoryRequest, leans_on_thread, offline_reply, rank_candidates, split_tokens
 from chatbot.models.reply import Reply
 from chatbot.responses import HandoffContext, ModelCallUsage, RoleMessage
@@ -122,7 +123,7 @@ class Nodes:
             seen = {c.chunk_id for c in chunks}
             chunks = chunks + [c for c in found if c.chunk_id not in seen]
         by_id = {c.chunk_id: c for c in chunks}
-        ranked = rank_candidates(question, _as_mappings(chunks), language=ctx.language, thread=earlier)
+        ranked = rank_candidates(question, _quoted(chunks), language=ctx.language, thread=earlier)
         return [by_id[str(c["chunk_id"])] for c in ranked]
 
     async def generate(self, state: ConversationState, runtime: Runtime[Context]) -> ConversationState:
@@ -155,7 +156,7 @@ class Nodes:
             ctx.result.memory_candidates = candidates
             reply = offline_reply(
                 str(question.text),
-                _as_mappings(chunks),
+                _quoted(chunks),
                 language=ctx.language,
                 unanswered_streak=streak,
                 memory_request=_memory_request(candidates),
@@ -416,7 +417,7 @@ class Nodes:
             profile=state.get("profile") or {},
             facts=state.get("facts") or [],
             summary=parts.summary,
-            chunks=_as_mappings(parts.chunks),
+            chunks=_quoted(parts.chunks),
             # Never the oldest messages of the recent list: they are folded into the summary
             # before the list drops them (see state.py).
             history=parts.history[-WINDOW_HISTORY:],
@@ -474,9 +475,9 @@ def _events(ctx: Context) -> EventSink:
     return ctx.events if ctx.events is not None else custom_stream_sink(get_stream_writer())
 
 
-def _as_mappings(chunks: list[RetrievedChunk]) -> list[dict[str, Any]]:
+def _quoted(chunks: list[RetrievedChunk]) -> list[QuotedChunk]:
     """Return the chunks as the window and the offline responder read them (models/ imports no retrieval)."""
-    return [c.to_state() for c in chunks]
+    return [QuotedChunk(chunk_id=c.chunk_id, title=c.title, text=c.text, language=c.language) for c in chunks]
 
 
 def _memory_request(candidates: MemoryCandidates) -> MemoryRequest | None:
