@@ -8,6 +8,7 @@ import tempfile
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 from fastapi import FastAPI
 from pydantic import SecretStr
@@ -40,16 +41,29 @@ async def bench_database(name: str) -> AsyncIterator[str]:
             server.cleanup()
 
 
+def bench_settings(url: str, **fields: Any) -> Settings:
+    """Return test settings on `url` (a fresh service secret, warnings only), `fields` set beside or over them."""
+    defaults: dict[str, Any] = {
+        "environment": "test",
+        "database_url": url,
+        "service_secret": SecretStr(secrets.token_urlsafe(48)),
+        "log_level": "WARNING",
+    }
+    return Settings(**(defaults | fields))
+
+
 @asynccontextmanager
-async def bench_app(name: str) -> AsyncIterator[tuple[FastAPI, Settings]]:
-    """Yield a started app (its lifespan entered) on `bench_database(name)`, and its settings."""
+async def started_app(settings: Settings, *, tracer_provider: Any = None) -> AsyncIterator[FastAPI]:
+    """Yield an app of `settings` with its lifespan entered (`tracer_provider` as `create_app` takes it)."""
+    app = create_app(settings, tracer_provider=tracer_provider)
+    async with app.router.lifespan_context(app):
+        yield app
+
+
+@asynccontextmanager
+async def bench_app(name: str, **fields: Any) -> AsyncIterator[tuple[FastAPI, Settings]]:
+    """Yield a started app on `bench_database(name)` and its settings (`bench_settings`, `fields` included)."""
     async with bench_database(name) as url:
-        settings = Settings(
-            environment="test",
-            database_url=url,
-            service_secret=SecretStr(secrets.token_urlsafe(48)),
-            log_level="WARNING",
-        )
-        app = create_app(settings)
-        async with app.router.lifespan_context(app):
+        settings = bench_settings(url, **fields)
+        async with started_app(settings) as app:
             yield app, settings

@@ -34,8 +34,7 @@ import jwt
 from pydantic import SecretStr
 from tests.fixtures.provider_double import Behaviour, ProviderDouble
 
-from bench._pg import bench_database
-from chatbot.app import create_app
+from bench._pg import bench_database, bench_settings, started_app
 from chatbot.budgets.admin import BudgetTarget, set_budget
 from chatbot.budgets.service import Budgets
 from chatbot.config import Settings
@@ -49,7 +48,10 @@ QUESTION = "What does travel insurance cover for medical costs abroad?"
 
 
 def settings(url: str, **values: Any) -> Settings:
-    return Settings(environment="test", service_secret=SecretStr(SECRET), database_url=url, **values)
+    # Tokens are signed here with SECRET; logs at the service's default level, as this bench always measured.
+    return bench_settings(
+        url, service_secret=SecretStr(SECRET), log_level=Settings.model_fields["log_level"].default, **values
+    )
 
 
 def token(tenant: str, user: str) -> str:
@@ -92,8 +94,7 @@ async def statements(url: str, calls: int) -> dict[str, Any]:
 
 
 async def runs(url: str, model: str, base_url: str | None, count: int) -> dict[str, Any]:
-    app = create_app(settings(url, model=model, model_base_url=base_url))
-    async with app.router.lifespan_context(app):
+    async with started_app(settings(url, model=model, model_base_url=base_url)) as app:
         service = app.state.services.runs
         checker = service.budgets
         pool = app.state.services.pool

@@ -22,11 +22,12 @@ import sys
 import tempfile
 from collections import defaultdict
 from pathlib import Path
-from typing import Any
 
 from bench._pg import bench_database
 from chatbot.config import Settings
 from chatbot.db.pool import make_pool
+from chatbot.evaluation.cases import Expectation
+from chatbot.evaluation.runner import Report
 from chatbot.evaluation.scoring import cites_expected
 from chatbot.evaluation.sections import knowledge_titles, section_hit_rates
 from chatbot.retrieval.ingest import ingest_paths
@@ -53,7 +54,7 @@ def _kind(case_id: str) -> str:
     return kind if kind in ("unknown", "human", "followup", "inject") else "answerable"
 
 
-def _print(report: dict[str, Any]) -> None:
+def _print(report: Report) -> None:
     sections = section_hit_rates(report, knowledge_titles([KB]))
     for model in report["models"]:
         print(f"model {model['model']}: {model['cases']} cases")
@@ -65,7 +66,7 @@ def _print(report: dict[str, Any]) -> None:
     groups: dict[str, list[tuple[bool, bool | None]]] = defaultdict(list)
     wrong = []
     for case in report["cases"]:
-        expect, result = case["expect"] or {}, case["results"][0]
+        expect, result = case["expect"] or Expectation(status=None, citations=[]), case["results"][0]
         right = result["status"] == expect.get("status")
         hit = cites_expected(result["citations"], expect["citations"]) if expect.get("citations") else None
         groups[_kind(case["id"])].append((right, hit))

@@ -23,7 +23,6 @@ import argparse
 import asyncio
 import itertools
 import json
-import secrets
 import statistics
 import time
 import uuid
@@ -34,17 +33,14 @@ from typing import Any
 import httpx
 from langchain_core.messages import HumanMessage
 from langgraph.constants import START
-from pydantic import SecretStr
 
-from bench._pg import bench_database
+from bench._pg import bench_app
 from chatbot.agent.collaborators import AgentDeps
 from chatbot.agent.context import Context
 from chatbot.agent.graph import build_graph
 from chatbot.agent.state import META_KEY, user_turn
-from chatbot.app import create_app
 from chatbot.caller import CallerContext
 from chatbot.cli.common import mint_token
-from chatbot.config import Settings
 from chatbot.db.pool import Pool
 from chatbot.db.saver import PooledPostgresSaver
 from chatbot.ids import RunId, TenantId, ThreadId, UserId
@@ -143,38 +139,28 @@ async def measure(
 async def main(depths: Sequence[int], samples: int) -> None:
     """Build the threads, measure them and print the table."""
     begun = time.perf_counter()
-    async with bench_database("bench_messages") as url:
-        settings = Settings(
-            environment="test",
-            database_url=url,
-            service_secret=SecretStr(secrets.token_urlsafe(48)),
-            log_level="WARNING",
-            pool_min_size=2,
-            pool_max_size=8,
+    async with bench_app("bench_messages", pool_min_size=2, pool_max_size=8) as (app, settings):
+        pool: Pool = app.state.services.pool
+        await ingest_paths(pool, TENANT, [KB])
+        writer = build_graph(AgentDeps(retriever=cached_retriever(pool))).compile(
+            checkpointer=PooledPostgresSaver(pool)  # no store: memory plays no part in a transcript read
         )
-        app = create_app(settings)
-        async with app.router.lifespan_context(app):
-            pool: Pool = app.state.services.pool
-            await ingest_paths(pool, TENANT, [KB])
-            writer = build_graph(AgentDeps(retriever=cached_retriever(pool))).compile(
-                checkpointer=PooledPostgresSaver(pool)  # no store: memory plays no part in a transcript read
-            )
-            run = uuid.uuid4().hex[:8]
-            threads = {depth: f"bench-messages-{run}-{depth}" for depth in depths}
-            questions = load_questions()
-            try:
+        run = uuid.uuid4().hex[:8]
+        threads = {depth: f"bench-messages-{run}-{depth}" for depth in depths}
+        questions = load_questions()
+        try:
+            for depth, thread in threads.items():
+                seconds = await build_thread(writer, thread, depth, questions)
+                print(f"built {depth:>5} turns in {seconds:6.1f} s ({seconds / depth * 1000:.0f} ms/turn)")
+            token = mint_token(settings, tenant=TENANT, user="u1", locale="en-US", ttl=3600)
+            headers = {"Authorization": f"Bearer {token}"}
+            transport = httpx.ASGITransport(app=app)
+            rows = []
+            async with httpx.AsyncClient(transport=transport, base_url="http://bench") as client:
                 for depth, thread in threads.items():
-                    seconds = await build_thread(writer, thread, depth, questions)
-                    print(f"built {depth:>5} turns in {seconds:6.1f} s ({seconds / depth * 1000:.0f} ms/turn)")
-                token = mint_token(settings, tenant=TENANT, user="u1", locale="en-US", ttl=3600)
-                headers = {"Authorization": f"Bearer {token}"}
-                transport = httpx.ASGITransport(app=app)
-                rows = []
-                async with httpx.AsyncClient(transport=transport, base_url="http://bench") as client:
-                    for depth, thread in threads.items():
-                        rows.append((depth, *await measure(client, app, thread, headers, samples)))
-            finally:
-                await delete_threads(pool, list(threads.values()))
+                    rows.append((depth, *await measure(client, app, thread, headers, samples)))
+        finally:
+            await delete_threads(pool, list(threads.values()))
     print()
     print(f"newest page (limit {PAGE}), {samples} samples each, in-process; ms")
     print(

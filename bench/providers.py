@@ -21,7 +21,8 @@ import json
 import os
 import statistics
 import time
-from contextlib import AbstractAsyncContextManager
+from collections.abc import AsyncIterator
+from contextlib import AsyncExitStack, asynccontextmanager
 from typing import Any
 
 import httpx
@@ -29,8 +30,7 @@ from fastapi import FastAPI
 from pydantic import SecretStr
 from tests.fixtures.provider_double import Behaviour, ProviderDouble, persian_answer
 
-from bench._pg import bench_database
-from chatbot.app import create_app
+from bench._pg import bench_database, bench_settings, started_app
 from chatbot.config import Settings
 
 SECRET = "bench-secret-" + "q7" * 24
@@ -38,7 +38,10 @@ STATEMENTS = {3: "من یک پژو ۲۰۶ دارم و در اصفهان زندگ
 
 
 def settings(url: str, **values: Any) -> Settings:
-    return Settings(environment="test", service_secret=SecretStr(SECRET), database_url=url, **values)
+    # Tokens are signed here with SECRET; logs at the service's default level, as this bench always measured.
+    return bench_settings(
+        url, service_secret=SecretStr(SECRET), log_level=Settings.model_fields["log_level"].default, **values
+    )
 
 
 def token(user: str) -> str:
@@ -66,30 +69,29 @@ async def run(client: httpx.AsyncClient, thread: str, content: str, user: str) -
     return terminal, first
 
 
-async def in_app(values: Settings) -> tuple[FastAPI, AbstractAsyncContextManager[Any], httpx.AsyncClient]:
-    app = create_app(values)
-    context = app.router.lifespan_context(app)
-    await context.__aenter__()
-    client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1", timeout=60)
-    return app, context, client
+@asynccontextmanager
+async def in_app(values: Settings) -> AsyncIterator[tuple[FastAPI, httpx.AsyncClient]]:
+    """Yield a started app of `values` and an in-process client of it."""
+    async with (
+        started_app(values) as app,
+        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1", timeout=60) as client,
+    ):
+        yield app, client
 
 
 async def calls_per_turn(url: str, double: ProviderDouble, turns: int) -> dict[str, Any]:
     double.reset()
     double.default = Behaviour(answer=persian_answer(1500), text="- مشتری درباره بیمه سفر پرسید")
-    app, context, client = await in_app(
-        settings(url, model="openai:gpt-4o-mini", model_base_url=double.openai_base_url)
-    )
-    try:
+    async with in_app(settings(url, model="openai:gpt-4o-mini", model_base_url=double.openai_base_url)) as (
+        app,
+        client,
+    ):
         answered = 0
         for turn in range(turns):
             content = STATEMENTS.get(turn, f"بیمه سفر هزینه‌های درمان در خارج از کشور را پوشش می‌دهد؟ ({turn})")
             terminal, _ = await run(client, "calls-per-turn", content, "u-calls")
             answered += terminal == "end"
         await app.state.services.memory.drain(10)
-    finally:
-        await client.aclose()
-        await context.__aexit__(None, None, None)
     kinds = [r.kind for r in double.requests]
     return {
         "turns": turns,
@@ -111,20 +113,19 @@ async def fallback_ttft(url: str, double: ProviderDouble, runs: int) -> dict[str
         model_base_urls=f"{double.openai_base_url},{double.anthropic_base_url}",
     )
     alone = settings(url, model="anthropic:claude-haiku-4-5", model_base_url=double.anthropic_base_url)
-    apps = {name: await in_app(values) for name, values in (("fallback", chain), ("alone", alone))}
     ttft: dict[str, list[float]] = {"fallback": [], "alone": []}
-    try:
+    async with AsyncExitStack() as stack:
+        clients = {
+            name: (await stack.enter_async_context(in_app(values)))[1]
+            for name, values in (("fallback", chain), ("alone", alone))
+        }
         for i in range(runs):
             for name in ("fallback", "alone") if i % 2 else ("alone", "fallback"):
                 if name == "fallback":
                     double.script("gpt-4o-mini", Behaviour(http_status=503))
-                terminal, first = await run(apps[name][2], f"ttft-{name}-{i}", "بیمه سفر چه چیزی را پوشش می‌دهد؟", "u")
+                terminal, first = await run(clients[name], f"ttft-{name}-{i}", "بیمه سفر چه چیزی را پوشش می‌دهد؟", "u")
                 if terminal == "end" and first is not None:
                     ttft[name].append(first * 1000)
-    finally:
-        for _, context, client in apps.values():
-            await client.aclose()
-            await context.__aexit__(None, None, None)
     medians = {name: round(statistics.median(values), 1) for name, values in ttft.items()}
     return {
         "runs": runs,

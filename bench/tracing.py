@@ -37,13 +37,11 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.memory import InMemorySaver
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
-from pydantic import SecretStr
 
-from bench._pg import bench_database
+from bench._pg import bench_database, bench_settings, started_app
 from chatbot.agent.collaborators import AgentDeps
 from chatbot.agent.context import Context
 from chatbot.agent.graph import build_graph
-from chatbot.app import create_app
 from chatbot.cli.common import mint_token
 from chatbot.config import Settings
 from chatbot.db.pool import make_pool
@@ -123,8 +121,7 @@ async def app_client(
     settings: Settings, provider: TracerProvider | None, tracing: Tracing | None = None
 ) -> AsyncIterator[httpx.AsyncClient]:
     """Run an app's lifespan and yield an in-process client of it (`tracing` replaces its tracer)."""
-    app = create_app(settings, tracer_provider=provider)
-    async with app.router.lifespan_context(app):
+    async with started_app(settings, tracer_provider=provider) as app:
         if tracing is not None:
             app.state.services.runs.tracing = tracing
         transport = httpx.ASGITransport(app=app)
@@ -214,14 +211,7 @@ async def graph_only(runs: int, slices: int, provider: TracerProvider) -> None:
 async def main(args: argparse.Namespace) -> None:
     """Measure both sides at each concurrency and print them with their ratio."""
     async with bench_database("tracing") as url:
-        settings = Settings(
-            environment="test",
-            database_url=url,
-            service_secret=SecretStr(secrets.token_urlsafe(48)),
-            model="offline",
-            log_level="WARNING",
-            pool_max_size=16,
-        )
+        settings = bench_settings(url, model="offline", pool_max_size=16)
         pool = make_pool(url, settings, name="bench", min_size=1, max_size=2)
         await pool.open(wait=True)
         try:

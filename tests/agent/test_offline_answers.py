@@ -18,6 +18,7 @@ from chatbot.caller import CallerContext
 from chatbot.ids import RunId, TenantId, ThreadId, UserId
 from chatbot.memory.items import StoredItem
 from chatbot.memory.read import Remembered
+from chatbot.models.chunks import QuotedChunk
 from chatbot.models.offline import offline_reply, rank_candidates
 from chatbot.models.reply import Reply
 from chatbot.retrieval.chunking import split_document
@@ -26,8 +27,8 @@ from chatbot.retrieval.search import RetrievedChunk
 DEMO_FA = Path(__file__).resolve().parents[2] / "knowledge" / "demo" / "fa"
 
 
-def chunk(chunk_id: str, title: str, text: str, language: str = "en") -> dict[str, Any]:
-    return {"chunk_id": chunk_id, "version": 1, "title": title, "text": text, "language": language}
+def chunk(chunk_id: str, title: str, text: str, language: str = "en") -> QuotedChunk:
+    return {"chunk_id": chunk_id, "title": title, "text": text, "language": language}
 
 
 CAR_BODY = "Car body insurance"
@@ -67,7 +68,7 @@ HEALTH_FA = chunk(
 )
 
 
-def answer(question: str, chunks: list[dict[str, Any]], *, language: str, thread: Sequence[str] = ()) -> Reply:
+def answer(question: str, chunks: list[QuotedChunk], *, language: str, thread: Sequence[str] = ()) -> Reply:
     """The offline responder as the graph runs it: candidates ranked, then the answer."""
     ranked = rank_candidates(question, chunks, language=language, thread=thread)
     return offline_reply(question, ranked, language=language, unanswered_streak=0)
@@ -102,7 +103,7 @@ def test_a_follow_up_stays_on_the_threads_topic() -> None:
     assert followed.citations == ["fa/safar#1"]
 
 
-def _demo_sections(name: str, title: str) -> list[dict[str, Any]]:
+def _demo_sections(name: str, title: str) -> list[QuotedChunk]:
     text = (DEMO_FA / name).read_text(encoding="utf-8")
     return [chunk(c.chunk_id, c.title, c.text, "fa") for c in split_document(f"fa/{name}", title, text)]
 

@@ -59,7 +59,7 @@ def test_a_runaway_summary_cut_from_the_whole_system_text_is_rebuilt_too() -> No
         profile={},
         facts=[],
         summary="خلاصه " * 3000,
-        chunks=[{"chunk_id": "kb-1", "title": "t", "text": "متن " * 50}],
+        chunks=[{"chunk_id": "kb-1", "title": "t", "text": "متن " * 50, "language": "fa"}],
         history=[],
         question=HumanMessage("فرانشیز چیست؟"),
     )

@@ -13,6 +13,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 from chatbot.agent._prompts import system_prompt
 from chatbot.agent._tokens import TokenCounter, token_counter_for
 from chatbot.agent._window import Window, WindowInputs, build_window, format_system_prompt
+from chatbot.models.chunks import QuotedChunk
 from tests.fixtures.token_corpus import ENGLISH_PARAGRAPHS, PERSIAN_PARAGRAPHS
 
 COUNTERS = {"o200k": token_counter_for("openai:gpt-4o-mini"), "approximate": token_counter_for("offline")}
@@ -51,8 +52,9 @@ def random_history(rng: random.Random, turns: int, *, broken: bool = False) -> l
 def make_inputs(rng: random.Random, history: Sequence[BaseMessage], *, language: str = "fa") -> WindowInputs:
     """Return window inputs around `history` with a profile, facts, summary and three chunks."""
     source = PERSIAN_PARAGRAPHS if language == "fa" else ENGLISH_PARAGRAPHS
-    chunks = [
-        {"chunk_id": f"kb-{k}", "title": f"Article {k}", "text": " ".join(rng.sample(source, 3))} for k in range(3)
+    chunks: list[QuotedChunk] = [
+        {"chunk_id": f"kb-{k}", "title": f"Article {k}", "text": " ".join(rng.sample(source, 3)), "language": language}
+        for k in range(3)
     ]
     return WindowInputs(
         system_prompt=system_prompt(language),

@@ -10,10 +10,10 @@ import re
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
+from chatbot.evaluation.runner import Report
 from chatbot.evaluation.sections import cited_section, knowledge_titles, section_hit_rates
 from tests.fixtures.knowledge import DEMO_KB
 
@@ -23,7 +23,7 @@ README_EXAMPLE = "How do I cancel my car body policy?"
 
 
 @pytest.fixture(scope="module")
-def report(kb_database_url: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+def report(kb_database_url: str, tmp_path_factory: pytest.TempPathFactory) -> Report:
     out = tmp_path_factory.mktemp("demo-eval")
     command = [sys.executable, "-m", "chatbot.cli", "eval", "--dataset", str(DEMO_KB / "eval.jsonl"),
                "--model", "offline", "--tenant", "acme", "--out", str(out)]  # fmt: skip
@@ -31,7 +31,8 @@ def report(kb_database_url: str, tmp_path_factory: pytest.TempPathFactory) -> di
         command, env={**os.environ, "CHATBOT_DATABASE_URL": kb_database_url}, capture_output=True, text=True
     )
     assert done.returncode == 0, done.stderr
-    return dict(json.loads((out / "report.json").read_text(encoding="utf-8")))
+    parsed: Report = json.loads((out / "report.json").read_text(encoding="utf-8"))
+    return parsed
 
 
 def test_every_answerable_case_names_its_section_in_both_languages() -> None:
@@ -43,7 +44,7 @@ def test_every_answerable_case_names_its_section_in_both_languages() -> None:
     assert any(c["question"] == README_EXAMPLE for c in labelled)
 
 
-def test_the_offline_responder_answers_from_the_right_section(report: dict[str, Any]) -> None:
+def test_the_offline_responder_answers_from_the_right_section(report: Report) -> None:
     titles = knowledge_titles([DEMO_KB])
     rates = section_hit_rates(report, titles)["offline"]
     assert rates["en"] is not None and rates["en"] >= 0.95, rates
@@ -54,7 +55,7 @@ def test_the_offline_responder_answers_from_the_right_section(report: dict[str, 
     )
 
 
-def test_the_readme_prints_the_baseline_eval_gives(report: dict[str, Any]) -> None:
+def test_the_readme_prints_the_baseline_eval_gives(report: Report) -> None:
     (model,) = report["models"]
     row = re.search(r"^\| offline \| (\d+) \| ([\d.]+) \| ([\d.]+) \| (\d+) \| (\d+) \|", README, re.MULTILINE)
     assert row, "the README's report table has no offline row"

@@ -10,6 +10,7 @@ from chatbot.memory.extraction import (
     MAX_LIST_ITEMS,
     MAX_TOPIC_COUNT,
     MAX_TOPICS,
+    Profile,
     extract_offline,
     merge_profile,
 )
@@ -198,7 +199,7 @@ def test_household_and_topics() -> None:
 
 
 def test_merge_profile_updates_in_place() -> None:
-    old = {
+    old: Profile = {
         "language": "fa",
         "products": ["third_party"],
         "household": ["single", "children"],
@@ -226,7 +227,7 @@ def test_merge_profile_updates_in_place() -> None:
 
 
 def test_merge_profile_is_bounded() -> None:
-    profile: dict[str, object] = {}
+    profile: Profile = {}
     for i in range(100):
         profile = merge_profile(profile, {"products": [f"p{i}"], "topics": {f"t{i}": 1, "claim": 50}})
     assert profile["products"] == [f"p{i}" for i in range(100 - MAX_LIST_ITEMS, 100)]

@@ -10,7 +10,8 @@ from langchain_core.messages import BaseMessage
 
 from chatbot.memory import _profile_sources as profile_sources
 from chatbot.memory._consolidation import StoredFact, consolidate
-from chatbot.memory.extraction import FactCandidate, extract_offline, merge_profile
+from chatbot.memory._profile_sources import ProfileSources
+from chatbot.memory.extraction import FactCandidate, Profile, extract_offline, merge_profile
 from chatbot.responses import UserMemory
 from tests.fixtures.app import running_app, services_of
 from tests.fixtures.messages import send_for_answer
@@ -21,7 +22,9 @@ TURN_A = {"thread_id": "t", "run_id": "a"}
 TURN_B = {"thread_id": "t", "run_id": "b"}
 
 
-def _turn(message: str, turn: dict[str, str], profile: dict[str, Any], sources: dict[str, Any], fact_id: str) -> Any:
+def _turn(
+    message: str, turn: dict[str, str], profile: Profile, sources: ProfileSources, fact_id: str
+) -> tuple[Profile, ProfileSources]:
     found = extract_offline(message)
     facts = [(fact_id, fact) for fact in found.facts]
     merged = merge_profile(profile, found.profile_updates)

@@ -12,9 +12,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from functools import partial
-from typing import Any
+from typing import Any, TypedDict
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage
+from langchain_core.messages.tool import InvalidToolCall, ToolCall
+from pydantic import JsonValue
 
 from chatbot.agent._prompts import TRUNCATION_MARKERS
 from chatbot.agent._tokens import TokenCounter
@@ -25,6 +27,7 @@ from chatbot.agent.system_message import (
     format_system_prompt,
     shorten_question,
 )
+from chatbot.models.chunks import QuotedChunk
 from chatbot.text import looks_persian
 
 __all__ = [
@@ -54,10 +57,10 @@ class WindowInputs:
     """Everything the window is built from; nothing in it is modified."""
 
     system_prompt: str
-    profile: Mapping[str, Any]
+    profile: Mapping[str, JsonValue]
     facts: Sequence[str]
     summary: str
-    chunks: Sequence[Mapping[str, Any]]
+    chunks: Sequence[QuotedChunk]
     history: Sequence[BaseMessage]
     question: HumanMessage
 
@@ -151,13 +154,21 @@ def _repaired_backwards(history: Sequence[BaseMessage]) -> Iterator[_Entry]:
         i -= 1
 
 
+class _CallsKept(TypedDict, total=False):
+    """What `_prepare` replaces in a copied AI message: its calls, and its content blocks when it has them."""
+
+    tool_calls: list[ToolCall]
+    invalid_tool_calls: list[InvalidToolCall]
+    content: list[str | dict[Any, Any]]
+
+
 def _prepare(entry: _Entry) -> BaseMessage:
     """Copy one history message for the provider: metadata stripped, unanswered calls removed."""
     message = entry.message
     if entry.keep_calls is None or not isinstance(message, AIMessage):
         return strip_metadata(message)
     keep = entry.keep_calls
-    update: dict[str, Any] = {
+    update: _CallsKept = {
         "tool_calls": [c for c in message.tool_calls if c.get("id") in keep],
         "invalid_tool_calls": [c for c in message.invalid_tool_calls if c.get("id") in keep],
     }

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from langchain_core.messages import AIMessage, HumanMessage
@@ -38,6 +38,7 @@ from chatbot.memory.extraction import MemoryCandidates, extract_offline
 from chatbot.memory.jobs import MemoryJob
 from chatbot.memory.namespaces import PROFILE_KEY, facts_namespace, profile_namespace, user_prefix
 from chatbot.models.chain import ChainEntry
+from chatbot.models.chunks import QuotedChunk
 from chatbot.models.offline import MemoryRequest, leans_on_thread, offline_reply, rank_candidates, split_tokens
 from chatbot.models.reply import Reply
 from chatbot.responses import HandoffContext, ModelCallUsage, RoleMessage
@@ -122,7 +123,7 @@ class Nodes:
             seen = {c.chunk_id for c in chunks}
             chunks = chunks + [c for c in found if c.chunk_id not in seen]
         by_id = {c.chunk_id: c for c in chunks}
-        ranked = rank_candidates(question, _as_mappings(chunks), language=ctx.language, thread=earlier)
+        ranked = rank_candidates(question, _quoted(chunks), language=ctx.language, thread=earlier)
         return [by_id[str(c["chunk_id"])] for c in ranked]
 
     async def generate(self, state: ConversationState, runtime: Runtime[Context]) -> ConversationState:
@@ -139,8 +140,9 @@ class Nodes:
         prompt_sha = prompt_sha256(prompt)
         if self.deps.prompt_registry is not None:
             await self.deps.prompt_registry(prompt_sha, prompt)
-        window, summary, update = await self._window_and_summary(state, history, question, chunks, turns, ctx)
-        recalled = await self._recall(state, history, question, summary, chunks, window, ctx)
+        parts, window, update = await self._window_and_summary(state, history, question, chunks, turns, ctx)
+        summary = parts.summary
+        recalled = await self._recall(parts, window, ctx)
         window = recalled.window
         ctx.result.recalled = recalled.turns
         if self.deps.window_observer is not None:
@@ -154,7 +156,7 @@ class Nodes:
             ctx.result.memory_candidates = candidates
             reply = offline_reply(
                 str(question.text),
-                _as_mappings(chunks),
+                _quoted(chunks),
                 language=ctx.language,
                 unanswered_streak=streak,
                 memory_request=_memory_request(candidates),
@@ -326,28 +328,30 @@ class Nodes:
         chunks: list[RetrievedChunk],
         turns: int,
         ctx: Context,
-    ) -> tuple[Window, str, ConversationState]:
+    ) -> tuple[TurnWindowParts, Window, ConversationState]:
         """Build the model window, folding what left it into the summary when a batch is due."""
         summary = state.get("summary", "")
-        window = self._window(state, history, question, summary, chunks, ctx.language)
+        parts = TurnWindowParts(state, history, question, summary, chunks, ctx.language)
+        window = self._window(parts)
         start, end = self._fold_range(history, state.get("summarized_through"), window)
         # Folded a batch at a time, whatever the turn count: turns leave the window by its
         # token budget long before the recent list is full when answers are long, and a
         # window must not lose the conversation's beginning (docs/api.md). One summariser
         # call (and one window rebuild) per FOLD_BATCH messages, at most four turns behind.
         if end - start < FOLD_BATCH:
-            return window, summary, ConversationState()
+            return parts, window, ConversationState()
         try:
             folded = await self._fold(summary, history[start:end], ctx)
         except BudgetExhausted:
             # Skipped, not failed: the same messages are folded on a later turn that fits.
             metrics.SUMMARY_FOLDS.labels("over_budget").inc()
-            return window, summary, ConversationState()
+            return parts, window, ConversationState()
         metrics.SUMMARY_FOLDS.labels("ok" if folded != summary else "unchanged").inc()
         if folded == summary:  # a failed fold keeps the old summary; a later turn retries
-            return window, summary, ConversationState()
-        window = self._window(state, history, question, folded, chunks, ctx.language)
-        return window, folded, ConversationState(summary=folded, summarized_through=str(history[end - 1].id))
+            return parts, window, ConversationState()
+        parts = replace(parts, summary=folded)
+        window = self._window(parts)
+        return parts, window, ConversationState(summary=folded, summarized_through=str(history[end - 1].id))
 
     async def _fold(self, summary: str, dropped: list[Any], ctx: Context) -> str:
         """Fold `dropped` into the summary; with budgets, under a reservation of the fold's worst case."""
@@ -387,19 +391,11 @@ class Nodes:
             # Not found: it has left the recent list, so everything in it is newer.
         return messages_to_fold(len(history), start, end)
 
-    async def _recall(
-        self,
-        state: ConversationState,
-        history: list[Any],
-        question: HumanMessage,
-        summary: str,
-        chunks: list[RetrievedChunk],
-        window: Window,
-        ctx: Context,
-    ) -> Recalled:
+    async def _recall(self, parts: TurnWindowParts, window: Window, ctx: Context) -> Recalled:
         """Add the thread's earlier turns the question needs to the window, when it left some out (agent/_recall.py)."""
         if self.deps.recall is None:
             return Recalled(window)
+        history = parts.history
         return await recall_into_window(
             self.deps.recall,
             settings=self.settings,
@@ -407,33 +403,25 @@ class Nodes:
             thread_id=ctx.thread_id,
             history=history,
             # The recent list holds the whole thread until it first fills up.
-            whole=len(state["messages"]) < RECENT_MESSAGES and len(history) <= WINDOW_HISTORY,
-            question=question,
+            whole=len(parts.state["messages"]) < RECENT_MESSAGES and len(history) <= WINDOW_HISTORY,
+            question=parts.question,
             window=window,
             language=ctx.language,
-            rebuild=lambda budget: self._window(state, history, question, summary, chunks, ctx.language, budget),
+            rebuild=lambda budget: self._window(parts, budget),
         )
 
-    def _window(
-        self,
-        state: ConversationState,
-        history: list[Any],
-        question: HumanMessage,
-        summary: str,
-        chunks: list[RetrievedChunk],
-        language: str,
-        budget: int | None = None,
-    ) -> Window:
+    def _window(self, parts: TurnWindowParts, budget: int | None = None) -> Window:
+        state = parts.state
         inputs = WindowInputs(
-            system_prompt=system_prompt(language),
+            system_prompt=system_prompt(parts.language),
             profile=state.get("profile") or {},
             facts=state.get("facts") or [],
-            summary=summary,
-            chunks=_as_mappings(chunks),
+            summary=parts.summary,
+            chunks=_quoted(parts.chunks),
             # Never the oldest messages of the recent list: they are folded into the summary
             # before the list drops them (see state.py).
-            history=history[-WINDOW_HISTORY:],
-            question=question,
+            history=parts.history[-WINDOW_HISTORY:],
+            question=parts.question,
         )
         window = build_window(inputs, budget=budget or self.settings.context_tokens, counter=self.counter)
         if window.chunks_shortened:
@@ -487,9 +475,9 @@ def _events(ctx: Context) -> EventSink:
     return ctx.events if ctx.events is not None else custom_stream_sink(get_stream_writer())
 
 
-def _as_mappings(chunks: list[RetrievedChunk]) -> list[dict[str, Any]]:
+def _quoted(chunks: list[RetrievedChunk]) -> list[QuotedChunk]:
     """Return the chunks as the window and the offline responder read them (models/ imports no retrieval)."""
-    return [c.to_state() for c in chunks]
+    return [QuotedChunk(chunk_id=c.chunk_id, title=c.title, text=c.text, language=c.language) for c in chunks]
 
 
 def _memory_request(candidates: MemoryCandidates) -> MemoryRequest | None:
@@ -497,3 +485,15 @@ def _memory_request(candidates: MemoryCandidates) -> MemoryRequest | None:
     if candidates.rejected:
         return "refused"
     return "noted" if candidates.facts else None
+
+
+@dataclass(frozen=True, slots=True)
+class TurnWindowParts:
+    """What one turn's model window is built from, beside the token budget (`Nodes._window`)."""
+
+    state: ConversationState
+    history: list[Any]
+    question: HumanMessage
+    summary: str
+    chunks: list[RetrievedChunk]
+    language: str

@@ -10,7 +10,6 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from pydantic import JsonValue
 
@@ -126,12 +125,12 @@ def _drop_role_colon(match: re.Match[str]) -> str:
 _IDENTIFIER = re.compile(r"[^\W_][\w:\-]{0,63}")
 
 
-def _render_plain(value: Any) -> str:
+def _render_plain(value: JsonValue) -> str:
     """Render a profile value as memory format 1 did (no quoting)."""
     return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
 
 
-def _render_value(value: Any) -> str:
+def _render_value(value: JsonValue) -> str:
     if isinstance(value, str):
         bare = _IDENTIFIER.fullmatch(value) and _ROLE_MARKER.sub(_drop_role_colon, value) == value
         return value if bare else quote_memory(value)
@@ -145,7 +144,7 @@ def _render_value(value: Any) -> str:
 
 
 def _memory_sections(
-    labels: SectionLabels, profile: Mapping[str, Any], facts: Sequence[str], memory_format: int
+    labels: SectionLabels, profile: Mapping[str, JsonValue], facts: Sequence[str], memory_format: int
 ) -> list[str]:
     """Return the profile and facts sections: quoted data (format 2), or plain lines (format 1)."""
     quoted = memory_format >= 2
@@ -169,10 +168,10 @@ def _memory_sections(
 def format_system_prompt(
     system_prompt: str,
     *,
-    profile: Mapping[str, Any],
+    profile: Mapping[str, JsonValue],
     facts: Sequence[str],
     summary: str,
-    chunks: Sequence[Mapping[str, Any]],
+    chunks: Sequence[Mapping[str, object]],
     language: str | None = None,
     chunks_omitted: bool = False,
     memory_format: int = 2,
@@ -202,16 +201,21 @@ def format_system_prompt(
 def compose_system_text(
     system_prompt: str,
     *,
-    profile: Mapping[str, Any],
+    profile: Mapping[str, JsonValue],
     facts: Sequence[str],
     summary: str,
-    chunks: Sequence[Mapping[str, Any]],
+    chunks: Sequence[Mapping[str, object]],
     cuts: SystemCuts,
 ) -> str:
-    """Return the system message text the window sends, from its parts and how they were cut."""
+    """Return the system message text the window sends, from its parts and how they were cut.
+
+    `chunks` are read by key (`chunk_id`, `title`, `text`, each shown as text), whoever made
+    them: the window's `models.chunks.QuotedChunk`, or a run record's chunk, whose text is
+    None once pruned (threads/record.py).
+    """
     lang = "fa" if looks_persian(system_prompt) else "en"
     marker = TRUNCATION_MARKERS[lang]
-    kept = []
+    kept: list[Mapping[str, object]] = []
     for chunk in chunks[: cuts.chunks_kept]:
         text = str(chunk.get("text") or "")
         kept.append({**chunk, "text": cut_text(text, len(text) * cuts.chunk_permille // 1000, marker)})

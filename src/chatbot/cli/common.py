@@ -9,7 +9,7 @@ import time
 from collections.abc import AsyncIterator, Coroutine
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import jwt
 import typer
@@ -95,7 +95,7 @@ async def open_pool_and_locks(settings: Settings) -> AsyncIterator[tuple[Pool, L
             await locks.close()
 
 
-def fail(message: str, code: int = 1) -> None:
+def fail(message: str, code: int = 1) -> NoReturn:
     """Print an error and exit."""
     print(message, file=sys.stderr)
     raise typer.Exit(code)

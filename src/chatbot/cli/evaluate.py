@@ -22,7 +22,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from chatbot.cli import common
 from chatbot.config import Settings
-from chatbot.evaluation.scoring import NUMERIC_METRICS
+from chatbot.evaluation.scoring import NUMERIC_METRICS, ModelSummary, NumericMetric
 from chatbot.ids import TenantId
 from chatbot.threads.export import parse_since
 
@@ -31,16 +31,18 @@ if TYPE_CHECKING:
     from chatbot.evaluation.candidates import Candidate
     from chatbot.evaluation.cases import Case
     from chatbot.evaluation.dry_run import CaseResult
+    from chatbot.evaluation.runner import Report
+    from chatbot.models.prices import Price
     from chatbot.retrieval.retriever import KnowledgeRetriever
 
-Threshold = tuple[str, float]
+Threshold = tuple[NumericMetric, float]
 
 
 def parse_threshold(raw: str) -> Threshold:
     """Return (metric, value) of a `--fail-under METRIC=VALUE`; exit 2 naming what is wrong."""
-    metric, sep, value = raw.partition("=")
-    metric = metric.strip()
-    if not sep or metric not in NUMERIC_METRICS:
+    name, sep, value = raw.partition("=")
+    metric = next((m for m in NUMERIC_METRICS if m == name.strip()), None)
+    if not sep or metric is None:
         common.fail(f"--fail-under {raw!r}: the metric must be one of {', '.join(NUMERIC_METRICS)} (METRIC=VALUE)", 2)
     try:
         number = float(value)
@@ -51,7 +53,7 @@ def parse_threshold(raw: str) -> Threshold:
     return metric, number
 
 
-def misses(models: Sequence[Mapping[str, Any]], thresholds: Sequence[Threshold]) -> list[str]:
+def misses(models: Sequence[ModelSummary], thresholds: Sequence[Threshold]) -> list[str]:
     """Return one line per (model, metric) under its threshold; a metric with no value (null) misses too."""
     lines = []
     for model in models:
@@ -177,7 +179,7 @@ def evaluate_command(
             common.fail(str(exc), 2)
     check_out(out)
 
-    async def _go() -> dict[str, Any]:
+    async def _go() -> Report:
         from chatbot.retrieval.ingest import document_count
 
         async with common.open_pool_and_locks(settings) as (pool, locks):
@@ -229,9 +231,9 @@ async def _run(
     settings: Settings,
     pool: Any,
     concurrency: int,
-    prices: Mapping[str, Any],
+    prices: Mapping[str, Price],
     budgets: Any = None,
-) -> dict[str, Any]:
+) -> Report:
     from chatbot.evaluation.runner import build_report, evaluate
 
     with progress_bar(len(cases) * len(candidates)) as advance:

@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, NotRequired, TypedDict
 
+from pydantic import JsonValue
+
 from chatbot.recall.service import RecalledTurn
 from chatbot.text import looks_persian
 
@@ -35,9 +37,9 @@ class RecordedWindow:
     """What a past run's model was given, besides its history: read back from its run record."""
 
     summary: str
-    profile: Mapping[str, Any]
+    profile: Mapping[str, JsonValue]
     facts: tuple[str, ...]
-    chunks: tuple[Mapping[str, Any], ...]
+    chunks: tuple[Mapping[str, JsonValue], ...]
     """The retrieved chunks as they read then, in rank order (chunk_id, document_id, version, title, text, language)."""
     context_tokens: int | None
     """The window budget the run was built with; None: today's setting."""

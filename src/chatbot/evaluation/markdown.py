@@ -8,11 +8,16 @@ reordering the cells around it. The file stays plain text.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
-from chatbot.evaluation.scoring import cites_expected
+from chatbot.evaluation.scoring import ModelSummary, Percentiles, cites_expected
 from chatbot.text import cut_at_word, looks_persian
+
+if TYPE_CHECKING:
+    from chatbot.evaluation.cases import Expectation
+    from chatbot.evaluation.dry_run import ResultReport
+    from chatbot.evaluation.runner import CaseReport, Report
 
 RLI, PDI = "\u2067", "\u2069"
 CELL_CHARS = 160
@@ -42,11 +47,11 @@ def _cost(value: float | None) -> str:
     return "–" if value is None else f"{value:.6f}"
 
 
-def _pair(value: Mapping[str, Any]) -> str:
+def _pair(value: Percentiles) -> str:
     return f"{_figure(value['p50'], 1)} / {_figure(value['p95'], 1)}"
 
 
-def _summary_table(models: Sequence[Mapping[str, Any]]) -> list[str]:
+def _summary_table(models: Sequence[ModelSummary]) -> list[str]:
     lines = [
         "| model | cases | status accuracy | citation hit rate | failed | incomplete "
         "| latency p50 / p95 ms | first token p50 / p95 ms | tokens in / out / cached | cost USD |",
@@ -64,8 +69,17 @@ def _summary_table(models: Sequence[Mapping[str, Any]]) -> list[str]:
     return lines
 
 
-def _verdict(case: Mapping[str, Any], result: Mapping[str, Any]) -> str:
-    expect = case["expect"] or {}
+def _expected(expect: Expectation | None) -> str:
+    """Return the expected status and citations as one line (empty when the case expects nothing)."""
+    if expect is None:
+        return ""
+    return " ".join(filter(None, [expect.get("status"), *expect.get("citations", [])]))
+
+
+def _verdict(case: CaseReport, result: ResultReport) -> str:
+    expect = case["expect"]
+    if expect is None:
+        return "–"
     marks = []
     if expect.get("status"):
         marks.append("status ✓" if result["status"] == expect["status"] else "status ✗")
@@ -74,7 +88,7 @@ def _verdict(case: Mapping[str, Any], result: Mapping[str, Any]) -> str:
     return ", ".join(marks) or "–"
 
 
-def _model_table(index: int, model: str, cases: Sequence[Mapping[str, Any]]) -> list[str]:
+def _model_table(index: int, model: str, cases: Sequence[CaseReport]) -> list[str]:
     lines = [
         f"## {cell(model)}",
         "",
@@ -83,8 +97,7 @@ def _model_table(index: int, model: str, cases: Sequence[Mapping[str, Any]]) -> 
     ]
     for case in cases:
         result = case["results"][index]
-        expect = case["expect"] or {}
-        expected = " ".join(filter(None, [expect.get("status"), *expect.get("citations", [])])) or None
+        expected = _expected(case["expect"]) or None
         lines.append(
             f"| {cell(case['id'])} | {cell(case['question'], 80)} | {cell(expected)} | {result['status']} "
             f"| {cell(' '.join(result['citations']) or None)} | {_verdict(case, result)} | {cell(result['error'])} |"
@@ -92,16 +105,15 @@ def _model_table(index: int, model: str, cases: Sequence[Mapping[str, Any]]) -> 
     return lines
 
 
-def _disagree(case: Mapping[str, Any]) -> bool:
+def _disagree(case: CaseReport) -> bool:
     results = case["results"]
     return len({(r["status"], tuple(sorted(r["citations"]))) for r in results}) > 1
 
 
-def _case_block(case: Mapping[str, Any]) -> list[str]:
-    expect = case["expect"] or {}
+def _case_block(case: CaseReport) -> list[str]:
     lines = [f"### {cell(case['id'])}", "", f"Question: {cell(case['question'], 600)}", ""]
-    if expect:
-        lines += [f"Expected: {cell(' '.join(filter(None, [expect.get('status'), *expect.get('citations', [])])))}", ""]
+    if case["expect"]:
+        lines += [f"Expected: {cell(_expected(case['expect']))}", ""]
     lines += ["| model | status | citations | answer |", "|---|---|---|---|"]
     if case["reference"] is not None:
         lines.append(f"| (recorded) | – | – | {cell(case['reference'], 300)} |")
@@ -113,7 +125,7 @@ def _case_block(case: Mapping[str, Any]) -> list[str]:
     return [*lines, ""]
 
 
-def render_markdown(report: Mapping[str, Any]) -> str:
+def render_markdown(report: Report) -> str:
     """Return report.md for a report.json object."""
     models, cases = report["models"], report["cases"]
     lines = ["# Evaluation report", "", f"{len(cases)} cases, {len(models)} model(s).", "", *_summary_table(models), ""]

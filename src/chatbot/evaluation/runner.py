@@ -4,18 +4,39 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TypedDict
 
 from chatbot.budgets.service import Budgets
 from chatbot.config import Settings
 from chatbot.evaluation.candidates import Candidate
-from chatbot.evaluation.cases import Case
-from chatbot.evaluation.dry_run import CaseResult, Search, run_case
-from chatbot.evaluation.scoring import model_summary
+from chatbot.evaluation.cases import Case, Expectation
+from chatbot.evaluation.dry_run import CaseResult, ResultReport, Search, run_case
+from chatbot.evaluation.scoring import ModelSummary, model_summary
 from chatbot.ids import TenantId
 from chatbot.models.prices import Price
 
 Progress = Callable[[CaseResult], None]
+
+
+class CaseReport(TypedDict):
+    """One case of report.json `cases`: the question, what was expected, every model's result."""
+
+    id: str
+    question: str
+    expect: Expectation | None
+    reference: str | None
+    """The recorded answer of a `--from-feedback` case, else None."""
+    results: list[ResultReport]
+    """One per model, in the order of report.json `models`."""
+
+
+class Report(TypedDict):
+    """report.json: one summary per model, then every case."""
+
+    models: list[ModelSummary]
+    cases: list[CaseReport]
+
+
 """Called after each (case, model) run, in completion order."""
 
 
@@ -47,7 +68,7 @@ async def evaluate(
 
 def build_report(
     cases: Sequence[Case], candidates: Sequence[Candidate], results: Sequence[CaseResult], prices: Mapping[str, Price]
-) -> dict[str, Any]:
+) -> Report:
     """Return report.json: `models` (one summary per candidate), then `cases` with every model's result."""
     by_pair = {(r.case_id, r.model): r for r in results}
     models = [model_summary(c.name, cases, [by_pair[(case.id, c.name)] for case in cases], prices) for c in candidates]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Literal, TypedDict
 
 if TYPE_CHECKING:
     from chatbot.evaluation.cases import Case
@@ -12,6 +12,39 @@ if TYPE_CHECKING:
     from chatbot.models.prices import Price
 
 INCOMPLETE = "model_incomplete"
+
+
+class Percentiles(TypedDict):
+    """p50 and p95 of a timing in milliseconds (None: no value to rank)."""
+
+    p50: float | None
+    p95: float | None
+
+
+class TokenTotals(TypedDict):
+    """Tokens of every call a model made over the cases."""
+
+    input: int
+    output: int
+    cached_input: int
+
+
+class ModelSummary(TypedDict):
+    """One model's entry of report.json `models`."""
+
+    model: str
+    cases: int
+    status_accuracy: float | None
+    citation_hit_rate: float | None
+    incomplete: int
+    failed: int
+    latency_ms: Percentiles
+    ttft_ms: Percentiles
+    tokens: TokenTotals
+    cost_usd: float | None
+
+
+NumericMetric = Literal["cases", "status_accuracy", "citation_hit_rate", "incomplete", "failed", "cost_usd"]
 
 
 def cites_expected(citations: Sequence[str], expected: Sequence[str]) -> bool:
@@ -24,14 +57,14 @@ def cites_expected(citations: Sequence[str], expected: Sequence[str]) -> bool:
     return any(c in wanted or c.partition("#")[0] in wanted for c in citations)
 
 
-def percentiles(values: Sequence[float]) -> dict[str, float | None]:
+def percentiles(values: Sequence[float]) -> Percentiles:
     """Return p50 and p95 by nearest rank (None for no values)."""
     ordered = sorted(values)
 
     def rank(q: float) -> float | None:
         return ordered[max(0, math.ceil(q * len(ordered)) - 1)] if ordered else None
 
-    return {"p50": rank(0.50), "p95": rank(0.95)}
+    return Percentiles(p50=rank(0.50), p95=rank(0.95))
 
 
 def _ratio(hits: int, total: int) -> float | None:
@@ -56,7 +89,7 @@ def _cost(results: Sequence[CaseResult], prices: Mapping[str, Price]) -> float |
 
 def model_summary(
     model: str, cases: Sequence[Case], results: Sequence[CaseResult], prices: Mapping[str, Price]
-) -> dict[str, Any]:
+) -> ModelSummary:
     """Return one model's entry of report.json `models`; `results` are this model's, one per case."""
     by_case = {r.case_id: r for r in results}
     with_status = [c for c in cases if c.expect_status is not None]
@@ -82,5 +115,12 @@ def model_summary(
     }
 
 
-NUMERIC_METRICS = ("cases", "status_accuracy", "citation_hit_rate", "incomplete", "failed", "cost_usd")
+NUMERIC_METRICS: tuple[NumericMetric, ...] = (
+    "cases",
+    "status_accuracy",
+    "citation_hit_rate",
+    "incomplete",
+    "failed",
+    "cost_usd",
+)
 """The top-level numeric keys of every model's entry, in report order."""

@@ -11,10 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from chatbot.retrieval.ingest import section_titles
 from chatbot.text import looks_persian, normalize_persian
+
+if TYPE_CHECKING:
+    from chatbot.evaluation.runner import Report
 
 
 def knowledge_titles(paths: Sequence[Path]) -> dict[str, str]:
@@ -27,13 +30,14 @@ def cited_section(citations: Sequence[str], titles: Mapping[str, str]) -> str | 
     return titles.get(citations[0]) if citations else None
 
 
-def section_hit_rates(report: Mapping[str, Any], titles: Mapping[str, str]) -> dict[str, dict[str, float | None]]:
+def section_hit_rates(report: Report, titles: Mapping[str, str]) -> dict[str, dict[str, float | None]]:
     """Return, per model of the report, the share of labelled cases answered from their section, by language."""
     rates: dict[str, dict[str, float | None]] = {}
     for position, entry in enumerate(report["models"]):
         counts: dict[str, list[int]] = {"en": [0, 0], "fa": [0, 0]}
         for case in report["cases"]:
-            wanted = (case.get("expect") or {}).get("section")
+            expect = case.get("expect")
+            wanted = expect.get("section") if expect else None
             if not wanted:
                 continue
             language = "fa" if looks_persian(wanted) else "en"

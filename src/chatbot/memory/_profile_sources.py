@@ -17,20 +17,44 @@ the newest MAX_SOURCES sources.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Literal, TypedDict, cast
 
-from chatbot.memory.extraction import FactCandidate, extract_offline
+from pydantic import JsonValue
+
+from chatbot.memory.extraction import FactCandidate, Profile, extract_offline
+
+Scalar = Literal["language", "formality"]
+Collection = Literal["products", "household", "topics"]
+Source = dict[str, str]
+"""A turn that gave an entry: `thread_id`, `run_id`, and `fact_id` when a fact's words gave it."""
 
 MAX_SOURCES = 5
-_SCALARS = ("language", "formality")
-_COLLECTIONS = ("products", "household", "topics")
+_SCALARS: tuple[Scalar, ...] = ("language", "formality")
+_COLLECTIONS: tuple[Collection, ...] = ("products", "household", "topics")
 # What a fact's own words can give: the subject of the statement, not how it was written.
-_FROM_FACTS = ("products", "household")
-
-Source = dict[str, str]
+_FROM_FACTS: tuple[Collection, ...] = ("products", "household")
 
 
-def _entries(profile: Mapping[str, Any], name: str) -> list[str]:
+class ProfileSources(TypedDict, total=False):
+    """The sources item: for each profile entry, the newest MAX_SOURCES turns that gave it."""
+
+    language: list[Source]
+    formality: list[Source]
+    products: dict[str, list[Source]]
+    household: dict[str, list[Source]]
+    topics: dict[str, list[Source]]
+
+
+def stored_sources(value: Mapping[str, JsonValue]) -> ProfileSources:
+    """Return a stored sources item as `ProfileSources`, as it was stored (only `record` and `forget` write it).
+
+    Read unvalidated, like the profile (`stored_profile`): the readers here skip a source
+    that is not an object, as they always did.
+    """
+    return cast(ProfileSources, dict(value))
+
+
+def _entries(profile: Profile, name: Collection) -> list[str]:
     value = profile.get(name)
     if isinstance(value, Mapping):
         return [str(k) for k in value]
@@ -45,71 +69,69 @@ def _given_by(fact: FactCandidate) -> dict[str, set[str]]:
     return {name: {str(v) for v in updates.get(name) or []} for name in _FROM_FACTS}
 
 
-def _by_entry(sources: Mapping[str, Any], name: str) -> Mapping[str, Any]:
+def _by_entry(sources: ProfileSources, name: Collection) -> Mapping[str, list[Source]]:
     value = sources.get(name)
     return value if isinstance(value, Mapping) else {}
 
 
-def _add(sources: list[Any], source: Source) -> list[Source]:
+def _add(sources: Sequence[object], source: Source) -> list[Source]:
     kept = [s for s in sources if isinstance(s, dict) and s != source]
     return [*kept, source][-MAX_SOURCES:]
 
 
 def record(
-    old: Mapping[str, Any],
-    updates: Mapping[str, Any],
+    old: ProfileSources,
+    updates: Profile,
     facts: Sequence[tuple[str, FactCandidate]],
     turn: Source,
-    profile: Mapping[str, Any],
-) -> dict[str, Any]:
+    profile: Profile,
+) -> ProfileSources:
     """Return the sources after a turn's `updates` merged into `profile` (the merged profile).
 
     `facts` are the turn's written facts with their ids: an entry one of them gives is
     sourced to that fact, any other to the turn alone. Sources of entries the merge dropped go.
     """
     given = [(fact_id, _given_by(fact)) for fact_id, fact in facts]
-    sources: dict[str, Any] = {}
-    for name in _SCALARS:
-        kept = list(old.get(name) or [])
-        if updates.get(name) is not None:
+    sources = ProfileSources()
+    for scalar in _SCALARS:
+        kept: list[Source] = list(old.get(scalar) or [])
+        if updates.get(scalar) is not None:
             kept = _add(kept, turn)
-        if profile.get(name) is not None and kept:
-            sources[name] = kept
-    for name in _COLLECTIONS:
-        previous = _by_entry(old, name)
-        present = set(_entries(profile, name))
+        if profile.get(scalar) is not None and kept:
+            sources[scalar] = kept
+    for collection in _COLLECTIONS:
+        previous = _by_entry(old, collection)
+        present = set(_entries(profile, collection))
         entries = {k: list(v) for k, v in previous.items() if k in present}
-        for entry in _entries(updates, name):
-            from_facts: list[str | None] = [fact_id for fact_id, cues in given if entry in cues.get(name, set())]
+        for entry in _entries(updates, collection):
+            from_facts: list[str | None] = [fact_id for fact_id, cues in given if entry in cues.get(collection, set())]
             for fact_id in from_facts or [None]:
                 source = turn if fact_id is None else {**turn, "fact_id": fact_id}
                 entries[entry] = _add(entries.get(entry, []), source)
         if entries:
-            sources[name] = entries
+            sources[collection] = entries
     return sources
 
 
-def forget(
-    profile: Mapping[str, Any], sources: Mapping[str, Any], fact_id: str
-) -> tuple[dict[str, Any], dict[str, Any]]:
+def forget(profile: Profile, sources: ProfileSources, fact_id: str) -> tuple[Profile, ProfileSources]:
     """Return the profile and sources without what came only from the fact `fact_id`.
 
     An entry whose sources all named the fact goes from the profile; an entry with another
     source stays. Entries without recorded sources (written before sources were kept) stay.
     """
-    new_profile = dict(profile)
-    new_sources: dict[str, Any] = {}
-    for name in _SCALARS:
-        listed = [s for s in sources.get(name) or [] if isinstance(s, dict)]
+    new_profile = profile.copy()
+    new_sources = ProfileSources()
+    for scalar in _SCALARS:
+        listed = [s for s in sources.get(scalar) or [] if isinstance(s, dict)]
         left = [s for s in listed if s.get("fact_id") != fact_id]
         if listed and not left:
-            new_profile.pop(name, None)
+            new_profile.pop(scalar, None)
         elif left:
-            new_sources[name] = left
-    for name in _COLLECTIONS:
-        by_entry = _by_entry(sources, name)
+            new_sources[scalar] = left
+    for collection in _COLLECTIONS:
+        by_entry = _by_entry(sources, collection)
         gone: set[str] = set()
-        kept: dict[str, Any] = {}
+        kept: dict[str, list[Source]] = {}
         for entry, listed in by_entry.items():
             left = [s for s in listed if isinstance(s, dict) and s.get("fact_id") != fact_id]
             if left:
@@ -117,13 +139,23 @@ def forget(
             else:
                 gone.add(entry)
         if kept:
-            new_sources[name] = kept
-        if gone and name in new_profile:
-            value = new_profile[name]
-            if isinstance(value, Mapping):
-                new_profile[name] = {k: v for k, v in value.items() if str(k) not in gone}
-            elif isinstance(value, list):
-                new_profile[name] = [v for v in value if str(v) not in gone]
-            if not new_profile[name]:
-                del new_profile[name]
+            new_sources[collection] = kept
+        if gone and collection in new_profile:
+            _drop_entries(new_profile, collection, gone)
     return new_profile, new_sources
+
+
+def _drop_entries(profile: Profile, name: Collection, gone: set[str]) -> None:
+    """Remove the `gone` entries from the profile's collection `name`, and the collection when it is left empty."""
+    value = profile[name]
+    if isinstance(value, Mapping):
+        left: object = {k: v for k, v in value.items() if str(k) not in gone}
+    elif isinstance(value, list):
+        left = [v for v in value if str(v) not in gone]
+    else:
+        left = value
+    if left:
+        # One document of the stored shape: a collection keeps the kind (list or object) it had.
+        cast(dict[str, object], profile)[name] = left
+    else:
+        del profile[name]

@@ -13,7 +13,9 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Final, TypedDict, cast
+
+from pydantic import JsonValue
 
 from chatbot.memory._extraction_terms import (
     DEFAULT_PRODUCTS,
@@ -34,16 +36,45 @@ __all__ = [
     "MAX_FACT_CHARS",
     "FactCandidate",
     "MemoryCandidates",
+    "Profile",
     "compile_products",
     "cut_fact",
     "extract_offline",
     "merge_profile",
+    "stored_profile",
 ]
 
 MAX_FACT_CHARS = 300
 MAX_LIST_ITEMS = 20
 MAX_TOPICS = 20
 MAX_TOPIC_COUNT = 1000
+
+
+class Profile(TypedDict, total=False):
+    """The user's profile document, and what one message gives it (only the slots it informs)."""
+
+    language: str
+    """"fa" or "en": the language the user writes in (a model extractor may propose another code)."""
+    formality: str
+    """"formal" or "informal"."""
+    products: list[str]
+    """Product keys of the tenant's vocabulary, newest last."""
+    household: list[str]
+    """Household entries ("married", "children:2"), newest last."""
+    topics: dict[str, int]
+    """How often each topic came up."""
+
+
+_LIST_SLOTS: Final = ("products", "household")
+
+
+def stored_profile(value: Mapping[str, JsonValue]) -> Profile:
+    """Return a stored profile document as a `Profile`, as it was stored.
+
+    Only `merge_profile`'s result is written under the profile key, so the document is read
+    back unvalidated: an entry of another shape passes through the merge as it always did.
+    """
+    return cast(Profile, dict(value))
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +93,7 @@ class FactCandidate:
 class MemoryCandidates:
     """What one user message offers to the user's memory."""
 
-    profile_updates: dict[str, Any] = field(default_factory=dict)
+    profile_updates: Profile = field(default_factory=lambda: Profile())
     """language, formality, products, household, topics: only the keys this message informs."""
     facts: list[FactCandidate] = field(default_factory=list)
     """Explicit "remember" statements that passed the PII guard."""
@@ -265,7 +296,7 @@ def extract_offline(
     checkable = whole is not None
     norm = whole if whole is not None else normalize_for_pii(text, limit=MAX_CHECKED_CHARS)[:MAX_CHECKED_CHARS]
     norm = re.sub(r"\s+", " ", norm)
-    updates: dict[str, Any] = {}
+    updates = Profile()
     language = _language(text, locale)
     if language:
         updates["language"] = language
@@ -300,23 +331,25 @@ def _merge_list(old: Sequence[str], new: Sequence[str], *, household: bool) -> l
     return merged[-MAX_LIST_ITEMS:]
 
 
-def merge_profile(old: Mapping[str, Any], updates: Mapping[str, Any]) -> dict[str, Any]:
+def merge_profile(old: Profile, updates: Profile) -> Profile:
     """Return `old` updated by `updates`: scalars replaced, lists deduped and bounded, topics counted.
 
     The profile is one document updated in place, not a log: the newest value of a scalar
     wins, lists keep their newest MAX_LIST_ITEMS entries, topic counts stop at
     MAX_TOPIC_COUNT and only the MAX_TOPICS most frequent topics stay. Neither input is mutated.
     """
-    merged = dict(old)
-    for name, value in updates.items():
-        if name in {"products", "household"}:
-            merged[name] = _merge_list(old.get(name) or [], list(value), household=name == "household")
-        elif name == "topics":
-            counts = {str(k): int(v) for k, v in (old.get("topics") or {}).items()}
-            for topic, n in dict(value).items():
-                counts[topic] = min(MAX_TOPIC_COUNT, counts.get(topic, 0) + int(n))
-            top = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:MAX_TOPICS]
-            merged["topics"] = dict(top)
-        elif value is not None:
-            merged[name] = value
+    merged = old.copy()
+    for name in _LIST_SLOTS:
+        if name in updates:
+            merged[name] = _merge_list(old.get(name) or [], list(updates[name]), household=name == "household")
+    if "topics" in updates:
+        counts = {str(k): int(v) for k, v in (old.get("topics") or {}).items()}
+        for topic, n in dict(updates["topics"]).items():
+            counts[topic] = min(MAX_TOPIC_COUNT, counts.get(topic, 0) + int(n))
+        top = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:MAX_TOPICS]
+        merged["topics"] = dict(top)
+    if updates.get("language") is not None:
+        merged["language"] = updates["language"]
+    if updates.get("formality") is not None:
+        merged["formality"] = updates["formality"]
     return merged

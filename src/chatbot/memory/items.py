@@ -11,12 +11,13 @@ before read here unchanged, and its TTL sweeper still deletes expired ones.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from psycopg import AsyncConnection
+from pydantic import JsonValue
 
 from chatbot.db import langgraph_tables
 
@@ -32,7 +33,7 @@ class StoredItem:
     """One store row as the memory feature reads it."""
 
     key: str
-    value: dict[str, Any]
+    value: dict[str, JsonValue]
     created_at: datetime
     updated_at: datetime
 
@@ -88,16 +89,16 @@ async def refresh(conn: Conn, prefix: str, lifetime: Lifetime, now: datetime) ->
 
 
 async def put(
-    conn: Conn, namespace: tuple[str, ...], values: Sequence[tuple[str, dict[str, Any]]], lifetime: Lifetime
+    conn: Conn, namespace: tuple[str, ...], values: Sequence[tuple[str, Mapping[str, object]]], lifetime: Lifetime
 ) -> None:
-    """Insert or replace items of `namespace` (key, value), stamped with the replica's clock."""
+    """Insert or replace items of `namespace` (key, value: a JSON object), stamped with the replica's clock."""
     if not values:
         return
     now = utcnow()
     await langgraph_tables.upsert_store_items(
         conn,
         prefix_of(namespace),
-        values,
+        [(key, dict(value)) for key, value in values],
         now=now,
         expires_at=lifetime.expires_at(now),
         ttl_minutes=lifetime.ttl_minutes,
@@ -116,11 +117,18 @@ async def delete_namespace(conn: Conn, namespace: tuple[str, ...]) -> int:
     return await langgraph_tables.delete_store_prefix(conn, prefix_of(namespace))
 
 
-def _item(row: dict[str, Any]) -> StoredItem:
+def _item(row: Mapping[str, object]) -> StoredItem:
     value = row["value"]
     return StoredItem(
-        key=row["key"],
+        key=str(row["key"]),
         value=dict(value) if isinstance(value, dict) else {},
-        created_at=row["created_at"],
-        updated_at=row["updated_at"],
+        created_at=_moment(row["created_at"]),
+        updated_at=_moment(row["updated_at"]),
     )
+
+
+def _moment(value: object) -> datetime:
+    """Return a `timestamptz` column's value (psycopg reads it as an aware datetime)."""
+    if not isinstance(value, datetime):
+        raise TypeError(f"expected a datetime, got {type(value).__name__}")
+    return value

@@ -199,7 +199,7 @@ async def _count_usage(pool: Pool | None, job: MemoryJob, name: str, usage: Any,
 
 
 def _merge(baseline: MemoryCandidates, proposed: ExtractedMemory) -> MemoryCandidates:
-    updates = dict(baseline.profile_updates)
+    updates = baseline.profile_updates.copy()
     if proposed.language:
         updates.setdefault("language", proposed.language)
     if proposed.formality:

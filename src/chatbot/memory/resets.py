@@ -20,7 +20,7 @@ job's age) are no longer written; erasure still deletes any left.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from psycopg import AsyncConnection
@@ -31,6 +31,7 @@ from chatbot.db.pool import Pool
 from chatbot.ids import TenantId, UserId
 from chatbot.memory import _profile_sources as profile_sources
 from chatbot.memory import items, queries
+from chatbot.memory.extraction import stored_profile
 from chatbot.memory.namespaces import (
     PROFILE_KEY,
     PROFILE_SOURCES_KEY,
@@ -96,8 +97,10 @@ async def _forget_derived(
     sources = await items.read_one(conn, profile_ns, PROFILE_SOURCES_KEY, lifetime)
     if profile is None or sources is None:
         return
-    kept_profile, kept_sources = profile_sources.forget(profile.value, sources.value, fact_id)
-    puts = [
+    kept_profile, kept_sources = profile_sources.forget(
+        stored_profile(profile.value), profile_sources.stored_sources(sources.value), fact_id
+    )
+    puts: list[tuple[str, Mapping[str, object]]] = [
         (key, value)
         for key, value, old in (
             (PROFILE_KEY, kept_profile, profile.value),

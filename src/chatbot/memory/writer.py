@@ -23,12 +23,13 @@ import random
 import socket
 import uuid
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypedDict
 
 from langgraph.store.base import TTLConfig
 from psycopg import AsyncConnection
+from pydantic import JsonValue
 
 from chatbot import metrics
 from chatbot.budgets.service import BudgetExhausted
@@ -39,7 +40,14 @@ from chatbot.memory import _profile_sources as profile_sources
 from chatbot.memory import items, jobs, queries
 from chatbot.memory._consolidation import StoredFact, consolidate
 from chatbot.memory._instructions import instruction_kind
-from chatbot.memory.extraction import FactCandidate, MemoryCandidates, extract_offline, merge_profile
+from chatbot.memory.extraction import (
+    FactCandidate,
+    MemoryCandidates,
+    Profile,
+    extract_offline,
+    merge_profile,
+    stored_profile,
+)
 from chatbot.memory.jobs import MemoryJob
 from chatbot.memory.namespaces import (
     PROFILE_KEY,
@@ -285,7 +293,7 @@ class MemoryWriter:
         return outcome
 
     async def _apply(
-        self, conn: AsyncConnection[Any], job: MemoryJob, facts: list[FactCandidate], updates: dict[str, Any]
+        self, conn: AsyncConnection[Any], job: MemoryJob, facts: list[FactCandidate], updates: Profile
     ) -> None:
         profile_ns = profile_namespace(job.tenant_id, job.user_id)
         # Every fact this turn writes, new or merged into a stored one, names this run: the
@@ -296,9 +304,10 @@ class MemoryWriter:
             return
         current = await items.read_one(conn, profile_ns, PROFILE_KEY, self.lifetime)
         known = await items.read_one(conn, profile_ns, PROFILE_SOURCES_KEY, self.lifetime)
-        merged = merge_profile(dict(current.value) if current else {}, updates)
-        sources = profile_sources.record(known.value if known else {}, updates, written, turn, merged)
-        puts = []
+        merged = merge_profile(stored_profile(current.value) if current else Profile(), updates)
+        old_sources = profile_sources.stored_sources(known.value) if known else profile_sources.ProfileSources()
+        sources = profile_sources.record(old_sources, updates, written, turn, merged)
+        puts: list[tuple[str, Mapping[str, object]]] = []
         if current is None or merged != current.value:
             puts.append((PROFILE_KEY, merged))
         if known is None or sources != known.value:
@@ -340,7 +349,7 @@ class MemoryWriter:
         return plan.puts
 
     async def _keep_history(
-        self, conn: AsyncConnection[Any], history_ns: tuple[str, ...], closed: list[tuple[str, dict[str, Any]]]
+        self, conn: AsyncConnection[Any], history_ns: tuple[str, ...], closed: list[tuple[str, ClosedFact]]
     ) -> None:
         """Add closed versions to the user's fact history, keeping its newest MAX_HISTORY."""
         await items.put(conn, history_ns, closed, self.lifetime)
@@ -354,9 +363,24 @@ def valid_from(item: items.StoredItem) -> str:
     return since if isinstance(since, str) and since else rfc3339(item.created_at, timespec="microseconds")
 
 
-def closed_version(item: items.StoredItem, now: str, turn: dict[str, str]) -> tuple[str, dict[str, Any]]:
+class ClosedFact(TypedDict):
+    """A fact's version that a later fact of the same kind replaced, as the user's fact history keeps it."""
+
+    fact_id: str
+    text: str
+    category: str
+    key: str
+    source: JsonValue
+    """The turn that wrote the version (`{"thread_id", "run_id"}`), as the fact stored it."""
+    valid_from: str
+    valid_until: str
+    closed_by: dict[str, str]
+    """The turn whose fact replaced it."""
+
+
+def closed_version(item: items.StoredItem, now: str, turn: dict[str, str]) -> tuple[str, ClosedFact]:
     """Return the history entry (key, value) of a stored fact a later one of the same kind replaced."""
-    value = {
+    value: ClosedFact = {
         "fact_id": item.key,
         "text": str(item.value.get("text", "")),
         "category": str(item.value.get("category", "general")),
@@ -402,9 +426,7 @@ def split_values(stored: list[StoredFact], facts: list[FactCandidate]) -> tuple[
     return [f for f in kept if f is not None], halves
 
 
-def worth_writing(
-    candidates: MemoryCandidates, *, count: bool = True
-) -> tuple[list[FactCandidate], dict[str, Any]] | None:
+def worth_writing(candidates: MemoryCandidates, *, count: bool = True) -> tuple[list[FactCandidate], Profile] | None:
     """Return the facts and profile updates that pass the instruction and PII guards, or None when nothing does.
 
     `count` counts what the guard drops (never logged with its value); off for a look ahead.
@@ -432,9 +454,9 @@ def worth_writing(
     return (facts, updates) if facts or updates else None
 
 
-def _safe_profile_updates(updates: dict[str, Any]) -> dict[str, Any]:
+def _safe_profile_updates(updates: Profile) -> Profile:
     # Free-text profile entries (household) go through the same guard as facts.
-    safe = dict(updates)
+    safe = updates.copy()
     household = [h for h in safe.get("household", []) if rejection_reason(str(h)) is None]
     if "household" in safe:
         safe["household"] = household

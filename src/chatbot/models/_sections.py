@@ -19,12 +19,12 @@ from __future__ import annotations
 import math
 import re
 from bisect import bisect_left
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from collections.abc import Set as AbstractSet
 from functools import lru_cache
 from itertools import pairwise
-from typing import Any
 
+from chatbot.models.chunks import QuotedChunk
 from chatbot.text import normalize_persian
 
 HEADING, DOCUMENT_TITLE, TEXT = 3.0, 3.0, 1.0
@@ -134,15 +134,13 @@ def _holds(have: _Vocabulary, term: str) -> bool:
     return any(term[:end] in have.words for end in range(PREFIX_MIN, len(term)))
 
 
-def rank_sections(
-    question: str, chunks: Sequence[Mapping[str, Any]], *, thread: Sequence[str] = ()
-) -> list[Mapping[str, Any]]:
+def rank_sections(question: str, chunks: Sequence[QuotedChunk], *, thread: Sequence[str] = ()) -> list[QuotedChunk]:
     """Return the chunks best section first (retrieval's order among equals)."""
     scores = section_scores(question, chunks, thread=thread)
     return [chunks[i] for i in sorted(range(len(chunks)), key=lambda i: -scores[i])]
 
 
-def section_scores(question: str, chunks: Sequence[Mapping[str, Any]], *, thread: Sequence[str] = ()) -> list[float]:
+def section_scores(question: str, chunks: Sequence[QuotedChunk], *, thread: Sequence[str] = ()) -> list[float]:
     """Return each chunk's score for `question`, in the chunks' order."""
     asked, aside = _asked(question)
     asked_pairs = pairs(words(question))
@@ -181,7 +179,7 @@ def section_scores(question: str, chunks: Sequence[Mapping[str, Any]], *, thread
     return [score(index) for index in range(count)]
 
 
-def _places(chunk: Mapping[str, Any]) -> tuple[_Vocabulary, _Vocabulary, _Vocabulary]:
+def _places(chunk: QuotedChunk) -> tuple[_Vocabulary, _Vocabulary, _Vocabulary]:
     """Return the words of the chunk's own heading, of its document's title, and of its text."""
     path = str(chunk.get("title") or "").split(" › ")
     heading = _vocabulary(path[-1]) if len(path) > 1 else _Vocabulary(())

@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from typing import Literal
+
+from pydantic import JsonValue
 
 from chatbot.models._sections import rank_sections
+from chatbot.models.chunks import QuotedChunk
 from chatbot.models.reply import Reply
 from chatbot.text import looks_persian, normalize_persian
 
@@ -97,7 +100,7 @@ def answer_language(question: str, token_language: str) -> str:
     return token_language
 
 
-def _pick_chunk(chunks: Sequence[Mapping[str, Any]], language: str) -> Mapping[str, Any]:
+def _pick_chunk(chunks: Sequence[QuotedChunk], language: str) -> QuotedChunk:
     # The chunks come ranked (`rank_candidates`): the first in the answer's language.
     for chunk in chunks:
         if chunk.get("language") == language:
@@ -124,8 +127,8 @@ def leans_on_thread(question: str) -> bool:
 
 
 def rank_candidates(
-    question: str, chunks: Sequence[Mapping[str, Any]], *, language: str, thread: Sequence[str] = ()
-) -> list[Mapping[str, Any]]:
+    question: str, chunks: Sequence[QuotedChunk], *, language: str, thread: Sequence[str] = ()
+) -> list[QuotedChunk]:
     """Return retrieved chunks in the order the offline responder values them.
 
     Chunks in the answer's language first, each group best section first: the graph keeps
@@ -138,7 +141,7 @@ def rank_candidates(
     return rank_sections(question, same, thread=thread) + rank_sections(question, other, thread=thread)
 
 
-def _about_self(texts: Mapping[str, str], profile: Mapping[str, Any], facts: Sequence[str]) -> str:
+def _about_self(texts: Mapping[str, str], profile: Mapping[str, JsonValue], facts: Sequence[str]) -> str:
     lines = [f"- {key}: {value}" for key, value in profile.items() if value not in (None, "", [], {})]
     lines += [f"- {fact}" for fact in facts]
     return texts["about_me"] + "\n" + "\n".join(lines) if lines else texts["nothing_about_me"]
@@ -179,12 +182,12 @@ _TEXTS = {
 
 def offline_reply(
     question: str,
-    chunks: Sequence[Mapping[str, Any]],
+    chunks: Sequence[QuotedChunk],
     *,
     language: str,
     unanswered_streak: int,
     memory_request: MemoryRequest | None = None,
-    profile: Mapping[str, Any] | None = None,
+    profile: Mapping[str, JsonValue] | None = None,
     facts: Sequence[str] = (),
 ) -> Reply:
     """Decide the answer, status and citations for one user message.

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from datetime import datetime
+from typing import Any, TypedDict
 
 from psycopg import AsyncConnection
+from psycopg.rows import DictRow
 
 Conn = AsyncConnection[Any]
 
@@ -139,6 +141,45 @@ where thread_id = %s and message_id = any(%s::text[])
 POSITION_OF = "select position from thread_turns where thread_id = %s and message_id = %s"
 
 
+class SearchParams(TypedDict):
+    """SEARCH_TURNS' parameters (NEAREST_TURNS takes them too, with `QueryVector`'s)."""
+
+    thread: str
+    first: str | None
+    """The message id of the window's oldest message: the search's bound (None: `before` is)."""
+    before: int
+    words: list[str]
+    weights: list[float]
+    candidates: int
+    k1: float
+    b: float
+    novelty: float
+    limit: int
+
+
+class QueryVector(TypedDict):
+    """NEAREST_TURNS' own parameters: the question's embedding (pgvector text) and its dimension."""
+
+    vector: str
+    dim: int
+
+
+class IndexedTurn(TypedDict):
+    """A row of TURNS_BY_ID: one indexed turn."""
+
+    position: int
+    message_id: str
+    role: str
+    created_at: datetime | None
+    content: str
+
+
+class FoundTurn(IndexedTurn):
+    """A row of SEARCH_TURNS or NEAREST_TURNS: a hit with its score, or a hit's neighbour (score None)."""
+
+    score: float | None
+
+
 @dataclass(frozen=True, slots=True)
 class TurnRow:
     """One turn to index, in INSERT_TURN's order."""
@@ -165,18 +206,18 @@ class Searched:
     """The position of the window's oldest message, None when it is not indexed (or not named)."""
     held: dict[str, int]
     """How many indexed turns hold each of the terms asked about."""
-    lexical: list[dict[str, Any]]
+    lexical: list[FoundTurn]
     """SEARCH_TURNS' rows: the hits (with a score) and their neighbours (score None)."""
-    nearest: list[dict[str, Any]]
+    nearest: list[FoundTurn]
     """NEAREST_TURNS' rows likewise (none without a query vector)."""
 
 
 async def search(
     conn: Conn,
-    params: dict[str, Any],
+    params: SearchParams,
     *,
     held_terms: Sequence[str],
-    vector: dict[str, Any] | None,
+    vector: QueryVector | None,
 ) -> Searched:
     """Run a search in one round trip (one pipeline): the index's state, term counts, BM25 and nearest turns.
 
@@ -196,9 +237,23 @@ async def search(
         newest=None if newest_row is None else (int(newest_row["position"]), str(newest_row["message_id"])),
         first=None if position_row is None else int(position_row["position"]),
         held={str(r["term"]): int(r["turns"]) for r in await held.fetchall()} if held is not None else {},
-        lexical=list(await lexical.fetchall()) if lexical is not None else [],
-        nearest=list(await nearest.fetchall()) if nearest is not None else [],
+        lexical=[_found(r) for r in await lexical.fetchall()] if lexical is not None else [],
+        nearest=[_found(r) for r in await nearest.fetchall()] if nearest is not None else [],
     )
+
+
+def _indexed(row: DictRow) -> IndexedTurn:
+    return IndexedTurn(
+        position=row["position"],
+        message_id=row["message_id"],
+        role=row["role"],
+        created_at=row["created_at"],
+        content=row["content"],
+    )
+
+
+def _found(row: DictRow) -> FoundTurn:
+    return FoundTurn(**_indexed(row), score=row["score"])
 
 
 async def write_turns(conn: Conn, rows: Sequence[TurnRow], counts: Mapping[str, int]) -> None:
@@ -235,6 +290,6 @@ async def term_turns(conn: Conn, thread_id: str, terms: Sequence[str]) -> dict[s
     return {str(r["term"]): int(r["turns"]) for r in rows}
 
 
-async def turns_by_id(conn: Conn, thread_id: str, message_ids: Sequence[str]) -> list[dict[str, Any]]:
+async def turns_by_id(conn: Conn, thread_id: str, message_ids: Sequence[str]) -> list[IndexedTurn]:
     """Return the thread's turns with these message ids (in no order)."""
-    return await (await conn.execute(TURNS_BY_ID, (thread_id, list(message_ids)))).fetchall()
+    return [_indexed(r) for r in await (await conn.execute(TURNS_BY_ID, (thread_id, list(message_ids)))).fetchall()]

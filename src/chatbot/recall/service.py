@@ -119,7 +119,7 @@ def is_conversation_message(message: BaseMessage) -> bool:
     return isinstance(message, HumanMessage) or (isinstance(message, AIMessage) and not message.tool_calls)
 
 
-def _turn(row: Mapping[str, Any]) -> RecalledTurn:
+def _turn(row: queries.IndexedTurn) -> RecalledTurn:
     return RecalledTurn(
         str(row["message_id"]), int(row["position"]), str(row["role"]), row["created_at"], str(row["content"])
     )
@@ -166,7 +166,7 @@ class ThreadRecall:
                 searched = await queries.search(conn, params, held_terms=[], vector=vector)
         return _hits(searched, query.hits)
 
-    def _params(self, query: RecallQuery, *, first: str | None, before: int) -> dict[str, Any]:
+    def _params(self, query: RecallQuery, *, first: str | None, before: int) -> queries.SearchParams:
         # Twice as many as asked: a turn said again word for word counts once (`_hits`).
         return {
             "thread": query.thread_id,
@@ -189,7 +189,7 @@ class ThreadRecall:
             rows = await queries.turns_by_id(conn, thread_id, message_ids)
         return {str(r["message_id"]): _turn(r) for r in rows}
 
-    async def _query_vector(self, question: str) -> dict[str, Any] | None:
+    async def _query_vector(self, question: str) -> queries.QueryVector | None:
         """Return NEAREST_TURNS' own parameters for the question (None without an embeddings model)."""
         if self.embeddings is None or not question.strip():
             return None
@@ -333,7 +333,7 @@ def _hits(searched: queries.Searched, hits: int) -> list[RecallHit]:
     return out[:hits]
 
 
-def _ranking(rows: Sequence[Mapping[str, Any]]) -> list[int]:
+def _ranking(rows: Sequence[queries.FoundTurn]) -> list[int]:
     """Return the positions of the rows that are hits (a score), best first."""
     scored = [(float(r["score"]), int(r["position"])) for r in rows if r["score"] is not None]
     return [position for _, position in sorted(scored, key=lambda x: (-x[0], -x[1]))]
