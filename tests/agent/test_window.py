@@ -253,7 +253,7 @@ def test_runaway_system_text_is_cut_and_tiny_budgets_refused() -> None:
 
 
 def test_system_prompt_sections_follow_the_prompt_language() -> None:
-    chunks = [{"chunk_id": "kb-7", "title": "Deductible", "text": "Ten percent."}]
+    chunks = [QuotedChunk(chunk_id="kb-7", title="Deductible", text="Ten percent.", language="en")]
     fa = format_system_prompt(
         system_prompt("fa"),
         profile={"city": "تهران"},

@@ -293,6 +293,7 @@ async def test_a_recorded_window_reaches_the_model_whole(double: ProviderDouble)
     from chatbot.evaluation.candidates import load_candidate
     from chatbot.evaluation.cases import Case, RecordedWindow, Turn
     from chatbot.evaluation.dry_run import run_case
+    from chatbot.models.chunks import QuotedChunk
 
     chunk: dict[str, Any] = {"chunk_id": "en/travel.md#abc", "document_id": "en/travel.md", "version": 3,
                              "title": "Travel", "text": "Lost baggage: up to €1,000 (as read then).",
@@ -317,8 +318,9 @@ async def test_a_recorded_window_reaches_the_model_whole(double: ProviderDouble)
     assert (result.status, result.citations, result.error) == ("answered", [chunk["chunk_id"]], None)
     (request,) = double.requests
     system, *messages = request.body["messages"]
+    quoted = QuotedChunk(chunk_id=chunk["chunk_id"], title=chunk["title"], text=chunk["text"], language="en")
     expected = format_system_prompt(system_prompt("en"), profile=window.profile, facts=window.facts,
-                                    summary=window.summary, chunks=[chunk], language="en")  # fmt: skip
+                                    summary=window.summary, chunks=[quoted], language="en")  # fmt: skip
     assert system["content"] == expected
     assert [m["content"] for m in messages] == ["Hi, I am going abroad.", "How can I help?", case.question]
 

@@ -15,6 +15,7 @@ from pydantic import JsonValue
 
 from chatbot.agent._prompts import SECTION_LABELS, TRUNCATION_MARKERS, SectionLabels, language_key
 from chatbot.memory.pii import normalize_for_pii
+from chatbot.models.chunks import QuotedChunk
 from chatbot.text import cut_at_word, looks_persian
 
 __all__ = [
@@ -171,7 +172,7 @@ def format_system_prompt(
     profile: Mapping[str, JsonValue],
     facts: Sequence[str],
     summary: str,
-    chunks: Sequence[Mapping[str, object]],
+    chunks: Sequence[QuotedChunk],
     language: str | None = None,
     chunks_omitted: bool = False,
     memory_format: int = 2,
@@ -190,9 +191,9 @@ def format_system_prompt(
         parts.append(f"## {labels.summary}\n{summary.strip()}")
     rendered = []
     for chunk in chunks:
-        title = str(chunk.get("title") or "").strip()
-        header = f"[chunk:{chunk.get('chunk_id', '?')}]" + (f" {title}" if title else "")
-        rendered.append(f"{header}\n{str(chunk.get('text') or '').strip()}".rstrip())
+        title = chunk["title"].strip()
+        header = f"[chunk:{chunk['chunk_id']}]" + (f" {title}" if title else "")
+        rendered.append(f"{header}\n{chunk['text'].strip()}".rstrip())
     empty = labels.chunks_omitted if chunks_omitted else labels.no_chunks
     parts.append(f"## {labels.chunks}\n" + ("\n\n".join(rendered) if rendered else empty))
     return "\n\n".join(parts)
@@ -204,21 +205,20 @@ def compose_system_text(
     profile: Mapping[str, JsonValue],
     facts: Sequence[str],
     summary: str,
-    chunks: Sequence[Mapping[str, object]],
+    chunks: Sequence[QuotedChunk],
     cuts: SystemCuts,
 ) -> str:
     """Return the system message text the window sends, from its parts and how they were cut.
 
-    `chunks` are read by key (`chunk_id`, `title`, `text`, each shown as text), whoever made
-    them: the window's `models.chunks.QuotedChunk`, or a run record's chunk, whose text is
-    None once pruned (threads/record.py).
+    The window gives its chunks; a run record rebuilding the message gives the versions it
+    cites (threads/record.py `CitedChunk.quoted`).
     """
     lang = "fa" if looks_persian(system_prompt) else "en"
     marker = TRUNCATION_MARKERS[lang]
-    kept: list[Mapping[str, object]] = []
+    kept: list[QuotedChunk] = []
     for chunk in chunks[: cuts.chunks_kept]:
-        text = str(chunk.get("text") or "")
-        kept.append({**chunk, "text": cut_text(text, len(text) * cuts.chunk_permille // 1000, marker)})
+        text = chunk["text"]
+        kept.append(chunk | {"text": cut_text(text, len(text) * cuts.chunk_permille // 1000, marker)})
     full = format_system_prompt(
         system_prompt,
         profile=profile,

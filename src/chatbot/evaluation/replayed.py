@@ -10,13 +10,14 @@ things an evaluation compares.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Literal
+
+from pydantic import JsonValue
 
 from chatbot.db.locks import Locks
 from chatbot.db.pool import Pool
 from chatbot.evaluation.cases import Case, RecordedWindow, Turn, default_locale
 from chatbot.ids import TenantId
-from chatbot.retrieval.normalize import detect_language
 from chatbot.threads.export import rated_runs_of_tenant
 from chatbot.threads.record import CitedChunk, ResolvedRun, read_run_record
 
@@ -79,15 +80,15 @@ def _locale(record: ResolvedRun, question: str) -> str:
     return "fa-IR" if language == "fa" else "en-US" if language == "en" else default_locale(question)
 
 
-def _chunk(cited: CitedChunk) -> dict[str, Any]:
-    """Return a cited chunk as the graph takes it: with the title and language the record's body leaves out."""
-    text = str(cited.chunk.text)
+def _chunk(cited: CitedChunk) -> dict[str, JsonValue]:
+    """Return a cited chunk as the graph takes it back (retrieval.search.RetrievedChunk.from_state)."""
+    quoted = cited.quoted()
     return {
-        "chunk_id": cited.chunk.chunk_id,
+        "chunk_id": quoted["chunk_id"],
         "document_id": cited.chunk.document_id,
         "version": cited.chunk.version,
-        "title": cited.title,
-        "text": text,
-        "language": detect_language(text),  # a chunk version's row has no language
+        "title": quoted["title"],
+        "text": quoted["text"],
+        "language": quoted["language"],
         "score": 1.0,
     }

@@ -27,6 +27,7 @@ from chatbot.db.locks import Locks, thread_locked
 from chatbot.db.pool import Pool
 from chatbot.db.run_record import ChunkVersion, RecordedRun, WindowByIds
 from chatbot.ids import RunId, TenantId, ThreadId
+from chatbot.models.chunks import QuotedChunk
 from chatbot.recall.block import recalled_section
 from chatbot.recall.service import RecalledTurn, ThreadRecall
 from chatbot.responses import (
@@ -38,6 +39,7 @@ from chatbot.responses import (
     RunContext,
     RunRecord,
 )
+from chatbot.retrieval.normalize import detect_language
 from chatbot.retrieval.versions import read_chunk_versions
 from chatbot.threads import queries
 
@@ -83,9 +85,10 @@ class CitedChunk:
     chunk: RetrievedChunk
     title: str
 
-    def for_system_message(self) -> dict[str, JsonValue]:
-        """Return the chunk as the system message is composed from it (agent/system_message.py)."""
-        return {**self.chunk.model_dump(), "title": self.title}
+    def quoted(self) -> QuotedChunk:
+        """Return the chunk as the system message quoted it (its text: this is called only when not pruned)."""
+        text = self.chunk.text or ""
+        return QuotedChunk(chunk_id=self.chunk.chunk_id, title=self.title, text=text, language=detect_language(text))
 
 
 @dataclass(frozen=True, slots=True)
@@ -277,7 +280,7 @@ def _system_message(
         profile=context.profile,
         facts=context.facts,
         summary=context.summary,
-        chunks=[c.for_system_message() for c in chunks],
+        chunks=[c.quoted() for c in chunks],
         cuts=SystemCuts.from_stored(cuts),
     ) + recalled_section(recalled, language)
 
