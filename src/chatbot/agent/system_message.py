@@ -199,6 +199,11 @@ def format_system_prompt(
     return "\n\n".join(parts)
 
 
+def quote(chunk_id: str, title: str, text: str) -> QuotedChunk:
+    """Return a chunk as the system message quotes it: a run record's cited version, to rebuild the message."""
+    return QuotedChunk(chunk_id=chunk_id, title=title, text=text, language="")
+
+
 def compose_system_text(
     system_prompt: str,
     *,

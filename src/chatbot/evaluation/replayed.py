@@ -18,6 +18,7 @@ from chatbot.db.locks import Locks
 from chatbot.db.pool import Pool
 from chatbot.evaluation.cases import Case, RecordedWindow, Turn, default_locale
 from chatbot.ids import TenantId
+from chatbot.retrieval.normalize import detect_language
 from chatbot.threads.export import rated_runs_of_tenant
 from chatbot.threads.record import CitedChunk, ResolvedRun, read_run_record
 
@@ -82,13 +83,13 @@ def _locale(record: ResolvedRun, question: str) -> str:
 
 def _chunk(cited: CitedChunk) -> dict[str, JsonValue]:
     """Return a cited chunk as the graph takes it back (retrieval.search.RetrievedChunk.from_state)."""
-    quoted = cited.quoted()
+    text = cited.chunk.text or ""  # called for versions not pruned
     return {
-        "chunk_id": quoted["chunk_id"],
+        "chunk_id": cited.chunk.chunk_id,
         "document_id": cited.chunk.document_id,
         "version": cited.chunk.version,
-        "title": quoted["title"],
-        "text": quoted["text"],
-        "language": quoted["language"],
+        "title": cited.title,
+        "text": text,
+        "language": detect_language(text),  # a chunk version's row has no language
         "score": 1.0,
     }

@@ -21,13 +21,12 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from pydantic import JsonValue
 
 from chatbot.agent.state import message_meta
-from chatbot.agent.system_message import SystemCuts, compose_system_text, shorten_question
+from chatbot.agent.system_message import SystemCuts, compose_system_text, quote, shorten_question
 from chatbot.db.checkpoints import ChannelVersions, Checkpoints, RecordCheckpoint
 from chatbot.db.locks import Locks, thread_locked
 from chatbot.db.pool import Pool
 from chatbot.db.run_record import ChunkVersion, RecordedRun, WindowByIds
 from chatbot.ids import RunId, TenantId, ThreadId
-from chatbot.models.chunks import QuotedChunk
 from chatbot.recall.block import recalled_section
 from chatbot.recall.service import RecalledTurn, ThreadRecall
 from chatbot.responses import (
@@ -39,7 +38,6 @@ from chatbot.responses import (
     RunContext,
     RunRecord,
 )
-from chatbot.retrieval.normalize import detect_language
 from chatbot.retrieval.versions import read_chunk_versions
 from chatbot.threads import queries
 
@@ -84,11 +82,6 @@ class CitedChunk:
 
     chunk: RetrievedChunk
     title: str
-
-    def quoted(self) -> QuotedChunk:
-        """Return the chunk as the system message quoted it (its text: this is called only when not pruned)."""
-        text = self.chunk.text or ""
-        return QuotedChunk(chunk_id=self.chunk.chunk_id, title=self.title, text=text, language=detect_language(text))
 
 
 @dataclass(frozen=True, slots=True)
@@ -280,7 +273,7 @@ def _system_message(
         profile=context.profile,
         facts=context.facts,
         summary=context.summary,
-        chunks=[c.quoted() for c in chunks],
+        chunks=[quote(c.chunk.chunk_id, c.title, c.chunk.text or "") for c in chunks],
         cuts=SystemCuts.from_stored(cuts),
     ) + recalled_section(recalled, language)
 
