@@ -33,7 +33,7 @@ from chatbot.config import Settings
 from chatbot.db.pool import make_pool
 from chatbot.db.saver import PooledPostgresSaver
 from chatbot.ids import RunId, TenantId, ThreadId, UserId
-from chatbot.retrieval.search import RetrievedChunk
+from chatbot.retrieval.search import FoundChunk
 from chatbot.timestamps import now_rfc3339
 
 CHUNKS = [
@@ -54,8 +54,8 @@ select coalesce((select sum(pg_column_size(c.*)) from checkpoints c where thread
 """
 
 
-async def _chunks(_: CallerContext, __: str) -> list[RetrievedChunk]:
-    return [RetrievedChunk.from_state(c) for c in CHUNKS]
+async def _chunks(_: CallerContext, __: str) -> list[FoundChunk]:
+    return [FoundChunk.from_state(c) for c in CHUNKS]
 
 
 async def run_turn(graph: Any, thread: str, turn: int) -> float:

@@ -58,7 +58,7 @@ from chatbot.db.saver import PooledPostgresSaver
 from chatbot.ids import RunId, TenantId, ThreadId, UserId
 from chatbot.memory.writer import MemoryWriter
 from chatbot.retrieval.ingest import ingest_paths
-from chatbot.retrieval.search import RetrievedChunk, search_knowledge
+from chatbot.retrieval.search import FoundChunk, search_knowledge
 from chatbot.timestamps import now_rfc3339
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -326,7 +326,7 @@ async def main(args: argparse.Namespace) -> None:
             store = AsyncPostgresStore(pool)
             memory = MemoryWriter(pool=pool, locks=locks, max_facts=settings.memory_max_facts)
 
-            async def retriever(caller: CallerContext, query: str) -> list[RetrievedChunk]:
+            async def retriever(caller: CallerContext, query: str) -> list[FoundChunk]:
                 return await search_knowledge(pool, caller, query)
 
             deps = AgentDeps(settings=settings, retriever=retriever, memory_sink=memory.submit)

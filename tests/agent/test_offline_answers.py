@@ -22,7 +22,7 @@ from chatbot.models.chunks import QuotedChunk
 from chatbot.models.offline import offline_reply, rank_candidates
 from chatbot.models.reply import Reply
 from chatbot.retrieval.chunking import split_document
-from chatbot.retrieval.search import RetrievedChunk
+from chatbot.retrieval.search import FoundChunk
 
 DEMO_FA = Path(__file__).resolve().parents[2] / "knowledge" / "demo" / "fa"
 
@@ -169,11 +169,11 @@ async def _graph_turns(messages: Sequence[str], deps: AgentDeps) -> dict[str, An
 async def test_the_graph_gives_the_offline_responder_the_thread_and_the_users_memory() -> None:
     searched: list[str] = []
 
-    async def retrieve(_: CallerContext, query: str) -> list[RetrievedChunk]:
+    async def retrieve(_: CallerContext, query: str) -> list[FoundChunk]:
         searched.append(query)
         # The follow-up alone finds health insurance; with the question before it, travel too.
         found = [HEALTH_FA, TRAVEL_FA] if "مسافرتی" in query else [HEALTH_FA]
-        return [RetrievedChunk.from_state(c) for c in found]
+        return [FoundChunk.from_state(c) for c in found]
 
     now = datetime.now(UTC)
 

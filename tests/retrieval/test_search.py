@@ -11,7 +11,7 @@ from chatbot.caller import CallerContext
 from chatbot.db.pool import Pool
 from chatbot.ids import TenantId, UserId
 from chatbot.retrieval.ingest import ingest_paths
-from chatbot.retrieval.search import RetrievedChunk, search_knowledge
+from chatbot.retrieval.search import FoundChunk, search_knowledge
 from tests.fixtures.retrieval_kb import HashingEmbeddings, chunk_ids, write_docs
 
 DEMO_KB = Path(__file__).resolve().parents[2] / "knowledge" / "demo"
@@ -178,7 +178,7 @@ async def test_results_are_best_first_with_scores_and_k(pool: Pool, two_tenants:
         "score": found[0].score,
         "version": 1,
     }
-    assert isinstance(found[0], RetrievedChunk)
+    assert isinstance(found[0], FoundChunk)
 
 
 async def test_a_misspelt_word_still_finds_its_document(pool: Pool, two_tenants: tuple[str, str]) -> None:

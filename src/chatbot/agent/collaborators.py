@@ -15,14 +15,14 @@ from chatbot.memory.jobs import MemorySink, drop_memory_job
 from chatbot.memory.read import MemoryReader
 from chatbot.models.chain import ChainEntry
 from chatbot.recall.service import Recaller
-from chatbot.retrieval.search import RetrievedChunk
+from chatbot.retrieval.search import FoundChunk
 
-Retriever = Callable[[CallerContext, str], Awaitable[Sequence[RetrievedChunk]]]
+Retriever = Callable[[CallerContext, str], Awaitable[Sequence[FoundChunk]]]
 PromptRegistry = Callable[[str, str], Awaitable[None]]
 """Called as `registry(sha256, text)` before a system prompt is used: stores its text once."""
 
 
-async def no_retrieval(_: CallerContext, __: str) -> Sequence[RetrievedChunk]:
+async def no_retrieval(_: CallerContext, __: str) -> Sequence[FoundChunk]:
     """Return no chunks (a graph built without a knowledge base)."""
     return []
 

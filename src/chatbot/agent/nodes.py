@@ -42,7 +42,7 @@ from chatbot.models.chunks import QuotedChunk
 from chatbot.models.offline import MemoryRequest, leans_on_thread, offline_reply, rank_candidates, split_tokens
 from chatbot.models.reply import Reply
 from chatbot.responses import HandoffContext, ModelCallUsage, RoleMessage
-from chatbot.retrieval.search import RetrievedChunk
+from chatbot.retrieval.search import FoundChunk
 from chatbot.timestamps import now_rfc3339
 
 RECENT_IN_HANDOFF = 10
@@ -108,8 +108,8 @@ class Nodes:
         return ConversationState(retrieved=refs, record=partial.dump())
 
     async def _offline_chunks(
-        self, state: ConversationState, ctx: Context, question: str, chunks: list[RetrievedChunk]
-    ) -> list[RetrievedChunk]:
+        self, state: ConversationState, ctx: Context, question: str, chunks: list[FoundChunk]
+    ) -> list[FoundChunk]:
         """Order the candidates for the offline responder, the thread's topic included.
 
         A model reads the thread and resolves "and for the premium plan?" itself; the offline
@@ -214,7 +214,7 @@ class Nodes:
         question: HumanMessage,
         recalled: Recalled,
         prompt_sha: str,
-        chunks: list[RetrievedChunk],
+        chunks: list[FoundChunk],
         history: list[Any],
     ) -> ConversationState:
         """Return the update of a turn whose model failed: the reason and what was shown, no answer.
@@ -255,7 +255,7 @@ class Nodes:
         return tuple(call.model_dump() for call in calls)
 
     @staticmethod
-    def _chunks(state: ConversationState, ctx: Context) -> list[RetrievedChunk]:
+    def _chunks(state: ConversationState, ctx: Context) -> list[FoundChunk]:
         """Return this run's retrieved chunks, text included, from the run's own memory."""
         wanted = [tuple(ref) for ref in state.get("retrieved") or []]
         # Only what `retrieve` recorded for this run: the ids in state are the authority.
@@ -268,7 +268,7 @@ class Nodes:
         question: HumanMessage,
         recalled: Recalled,
         prompt_sha: str,
-        chunks: list[RetrievedChunk],
+        chunks: list[FoundChunk],
         history: list[Any],
     ) -> str:
         """Return the run record: how it ended, and what the model was given, by id (agent/record.py)."""
@@ -325,7 +325,7 @@ class Nodes:
         state: ConversationState,
         history: list[Any],
         question: HumanMessage,
-        chunks: list[RetrievedChunk],
+        chunks: list[FoundChunk],
         turns: int,
         ctx: Context,
     ) -> tuple[TurnWindowParts, Window, ConversationState]:
@@ -437,7 +437,7 @@ class Nodes:
             if delay:
                 await asyncio.sleep(delay)
 
-    async def _ask_model(self, window: Window, chunks: list[RetrievedChunk], ctx: Context) -> ModelAnswer:
+    async def _ask_model(self, window: Window, chunks: list[FoundChunk], ctx: Context) -> ModelAnswer:
         emit = _events(ctx)
         settings = self.settings
         return await ask_model(
@@ -475,7 +475,7 @@ def _events(ctx: Context) -> EventSink:
     return ctx.events if ctx.events is not None else custom_stream_sink(get_stream_writer())
 
 
-def _quoted(chunks: list[RetrievedChunk]) -> list[QuotedChunk]:
+def _quoted(chunks: list[FoundChunk]) -> list[QuotedChunk]:
     """Return the chunks as the window and the offline responder read them (models/ imports no retrieval)."""
     return [QuotedChunk(chunk_id=c.chunk_id, title=c.title, text=c.text, language=c.language) for c in chunks]
 
@@ -495,5 +495,5 @@ class TurnWindowParts:
     history: list[Any]
     question: HumanMessage
     summary: str
-    chunks: list[RetrievedChunk]
+    chunks: list[FoundChunk]
     language: str

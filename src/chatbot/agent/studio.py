@@ -24,7 +24,7 @@ from chatbot.caller import CallerContext
 from chatbot.ids import RunId, TenantId, ThreadId, UserId
 from chatbot.retrieval.chunking import document_title, split_document
 from chatbot.retrieval.normalize import detect_language, search_form
-from chatbot.retrieval.search import RetrievedChunk
+from chatbot.retrieval.search import FoundChunk
 
 # The repository's demo knowledge base (absent from an installed wheel: then nothing is found).
 DEMO_KNOWLEDGE = Path(__file__).resolve().parents[3] / "knowledge" / "demo"
@@ -84,7 +84,7 @@ def _demo_chunks(root: Path) -> tuple[dict[str, Any], ...]:
 def demo_retriever(root: Path = DEMO_KNOWLEDGE) -> Any:
     """Return a retriever over a folder of Markdown files, ranked by the share of question words a chunk has."""
 
-    async def retrieve(caller: CallerContext, question: str) -> Sequence[RetrievedChunk]:
+    async def retrieve(caller: CallerContext, question: str) -> Sequence[FoundChunk]:
         asked = _words(question)
         if not asked:
             return []
@@ -94,7 +94,7 @@ def demo_retriever(root: Path = DEMO_KNOWLEDGE) -> Any:
             if share >= MIN_SHARE:
                 scored.append({k: v for k, v in chunk.items() if k != "words"} | {"score": share})
         scored.sort(key=lambda c: c["score"], reverse=True)
-        return [RetrievedChunk.from_state(c) for c in scored[:TOP]]
+        return [FoundChunk.from_state(c) for c in scored[:TOP]]
 
     return retrieve
 

@@ -36,9 +36,9 @@ from chatbot.memory.jobs import drop_memory_job
 from chatbot.memory.namespaces import PROFILE_KEY, facts_namespace, profile_namespace
 from chatbot.recall.service import RecordedRecall
 from chatbot.responses import ModelCallUsage
-from chatbot.retrieval.search import RetrievedChunk
+from chatbot.retrieval.search import FoundChunk
 
-Search = Callable[[CallerContext, str], Awaitable[Sequence[RetrievedChunk]]]
+Search = Callable[[CallerContext, str], Awaitable[Sequence[FoundChunk]]]
 EVAL_USER = UserId("eval")
 """The user every case runs as: its memory is the in-memory store of that one run."""
 
@@ -103,9 +103,9 @@ def _retriever(case: Case, search: Search) -> Search:
     window = case.window
     if window is None:
         return search
-    chunks = [RetrievedChunk.from_state(c) for c in window.chunks]
+    chunks = [FoundChunk.from_state(c) for c in window.chunks]
 
-    async def recorded(_: CallerContext, __: str) -> Sequence[RetrievedChunk]:
+    async def recorded(_: CallerContext, __: str) -> Sequence[FoundChunk]:
         return chunks
 
     return recorded

@@ -82,7 +82,7 @@ def _locale(record: ResolvedRun, question: str) -> str:
 
 
 def _chunk(cited: CitedChunk) -> dict[str, JsonValue]:
-    """Return a cited chunk as the graph takes it back (retrieval.search.RetrievedChunk.from_state)."""
+    """Return a cited chunk as the graph takes it back (retrieval.search.FoundChunk.from_state)."""
     text = cited.chunk.text or ""  # called for versions not pruned
     return {
         "chunk_id": cited.chunk.chunk_id,

@@ -38,7 +38,7 @@ from psycopg_pool import AsyncConnectionPool
 from pydantic import ConfigDict
 
 from chatbot.caller import CallerContext
-from chatbot.responses import RetrievedChunk as RecordedChunk
+from chatbot.responses import RetrievedChunk
 from chatbot.retrieval import queries
 from chatbot.retrieval.normalize import detect_language, query_words, search_form, ts_config
 
@@ -59,7 +59,7 @@ VECTOR_CANDIDATES = 50
 RERANK = 50
 
 
-class RetrievedChunk(RecordedChunk):
+class FoundChunk(RetrievedChunk):
     """One knowledge chunk found for a query: the chunk a run record cites (`responses.RetrievedChunk`,
     the same type), with what the search adds: its title, language and fused relevance score.
 
@@ -89,7 +89,7 @@ class RetrievedChunk(RecordedChunk):
         }
 
     @classmethod
-    def from_state(cls, chunk: Mapping[str, object]) -> RetrievedChunk:
+    def from_state(cls, chunk: Mapping[str, object]) -> FoundChunk:
         """Return the chunk a recorded run or a demo gave as a mapping (one may lack the score,
         the document or the language: they read as 0, empty)."""
         return cls(
@@ -114,7 +114,7 @@ async def search_knowledge(
     *,
     k: int = 5,
     embeddings: Embeddings | None = None,
-) -> list[RetrievedChunk]:
+) -> list[FoundChunk]:
     """Return the caller's tenant's `k` most relevant chunks for `query`, best first.
 
     The tenant comes from `caller` only. An empty list means nothing relevant was found.
@@ -150,7 +150,7 @@ async def search_knowledge(
     async with pool.connection() as conn:
         rows = await queries.search_rows(conn, params)
     return [
-        RetrievedChunk(
+        FoundChunk(
             chunk_id=row["chunk_id"],
             document_id=row["document_id"],
             title=row["title"],
