@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Final, TypedDict, cast
+from typing import TypedDict, cast
 
 from pydantic import JsonValue
 
@@ -63,9 +63,6 @@ class Profile(TypedDict, total=False):
     """Household entries ("married", "children:2"), newest last."""
     topics: dict[str, int]
     """How often each topic came up."""
-
-
-_LIST_SLOTS: Final = ("products", "household")
 
 
 def stored_profile(value: Mapping[str, JsonValue]) -> Profile:
@@ -339,17 +336,25 @@ def merge_profile(old: Profile, updates: Profile) -> Profile:
     MAX_TOPIC_COUNT and only the MAX_TOPICS most frequent topics stay. Neither input is mutated.
     """
     merged = old.copy()
-    for name in _LIST_SLOTS:
-        if name in updates:
-            merged[name] = _merge_list(old.get(name) or [], list(updates[name]), household=name == "household")
-    if "topics" in updates:
-        counts = {str(k): int(v) for k, v in (old.get("topics") or {}).items()}
-        for topic, n in dict(updates["topics"]).items():
-            counts[topic] = min(MAX_TOPIC_COUNT, counts.get(topic, 0) + int(n))
-        top = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:MAX_TOPICS]
-        merged["topics"] = dict(top)
-    if updates.get("language") is not None:
-        merged["language"] = updates["language"]
-    if updates.get("formality") is not None:
-        merged["formality"] = updates["formality"]
+    # In the update's order: a slot new to the document is stored (and shown to the model)
+    # where the extractor named it, as it always was.
+    for name in updates:
+        if name == "products":
+            merged["products"] = _merge_list(old.get("products") or [], list(updates["products"]), household=False)
+        elif name == "household":
+            merged["household"] = _merge_list(old.get("household") or [], list(updates["household"]), household=True)
+        elif name == "topics":
+            merged["topics"] = _count_topics(old.get("topics") or {}, updates["topics"])
+        elif name == "language" and updates["language"] is not None:
+            merged["language"] = updates["language"]
+        elif name == "formality" and updates["formality"] is not None:
+            merged["formality"] = updates["formality"]
     return merged
+
+
+def _count_topics(old: Mapping[str, int], new: Mapping[str, int]) -> dict[str, int]:
+    """Return the topic counts with `new` added: each bounded, the MAX_TOPICS most frequent kept."""
+    counts = {str(k): int(v) for k, v in old.items()}
+    for topic, n in new.items():
+        counts[topic] = min(MAX_TOPIC_COUNT, counts.get(topic, 0) + int(n))
+    return dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:MAX_TOPICS])
