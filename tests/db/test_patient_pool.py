@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 
 import pytest
 from psycopg_pool import PoolTimeout
@@ -15,11 +17,20 @@ from tests.fixtures.wait import wait_until
 OUTAGE_AFTER = 0.3
 
 
-async def test_a_request_queued_past_the_outage_bound_still_gets_a_connection(migrated_database_url: str) -> None:
-    settings = settings_for(migrated_database_url, pool_timeout_seconds=OUTAGE_AFTER)
-    pool = make_pool(migrated_database_url, settings, name="patient", min_size=1, max_size=1)
+@asynccontextmanager
+async def _one_connection_pool(url: str, name: str) -> AsyncIterator[Pool]:
+    """Yield an open pool of one connection that gives a request up after OUTAGE_AFTER without an answer."""
+    settings = settings_for(url, pool_timeout_seconds=OUTAGE_AFTER)
+    pool = make_pool(url, settings, name=name, min_size=1, max_size=1)
     await pool.open(wait=True)
     try:
+        yield pool
+    finally:
+        await pool.close()
+
+
+async def test_a_request_queued_past_the_outage_bound_still_gets_a_connection(migrated_database_url: str) -> None:
+    async with _one_connection_pool(migrated_database_url, "patient") as pool:
         async with pool.connection() as busy:
             queued = asyncio.create_task(_borrow_and_ask(pool))
             # Hold the only connection until the queued request has waited past the outage
@@ -29,8 +40,6 @@ async def test_a_request_queued_past_the_outage_bound_still_gets_a_connection(mi
             assert not queued.done()
             await busy.execute("select 1")
         assert await queued == 1
-    finally:
-        await pool.close()
 
 
 def _probed(pool: Pool) -> bool | None:
@@ -73,33 +82,23 @@ async def test_a_queue_that_moves_is_waited_out_when_the_probe_cannot_connect(
     # A probe that misses its bound while Postgres answers: what a replica's event loop,
     # saturated by a burst of runs, does to a fresh connection's round trips. Connections
     # coming back from their statements are the answer then.
-    settings = settings_for(migrated_database_url, pool_timeout_seconds=OUTAGE_AFTER)
-    pool = make_pool(migrated_database_url, settings, name="moving", min_size=1, max_size=1)
-    await pool.open(wait=True)
-    monkeypatch.setattr(pool, "_connect_once", _probe_fails)
-    try:
+    async with _one_connection_pool(migrated_database_url, "moving") as pool:
+        monkeypatch.setattr(pool, "_connect_once", _probe_fails)
         # Ten requests on one connection, each holding it a third of the outage bound: the
         # last ones wait three times the bound, while a connection comes back every 0.1 s.
         answers = await asyncio.gather(*(_borrow_and_hold(pool, OUTAGE_AFTER / 3) for _ in range(10)))
         assert answers == [1] * 10
-    finally:
-        await pool.close()
 
 
 async def test_a_queue_that_stands_still_is_an_outage_when_the_probe_cannot_connect(
     migrated_database_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    settings = settings_for(migrated_database_url, pool_timeout_seconds=OUTAGE_AFTER)
-    pool = make_pool(migrated_database_url, settings, name="still", min_size=1, max_size=1)
-    await pool.open(wait=True)
-    monkeypatch.setattr(pool, "_connect_once", _probe_fails)
-    try:
+    async with _one_connection_pool(migrated_database_url, "still") as pool:
+        monkeypatch.setattr(pool, "_connect_once", _probe_fails)
         assert await _borrow_and_ask(pool) == 1  # came back whole, before the request below waits
         async with pool.connection():  # held, and never answered while the request waits
             with pytest.raises(PoolTimeout):
                 await _borrow_and_ask(pool)
-    finally:
-        await pool.close()
 
 
 async def _borrow_and_hold(pool: object, seconds: float) -> int:
