@@ -45,7 +45,9 @@ FOUNDATION = frozenset(
         "tasks",  # stopping a background asyncio task
     }
 )
-FEATURES = frozenset({"agent", "models", "memory", "recall", "retrieval", "threads", "tracing", "client", "budgets"})
+FEATURES = frozenset(
+    {"agent", "models", "memory", "recall", "retrieval", "documents", "threads", "tracing", "client", "budgets"}
+)
 COMPOSITION = frozenset({"app", "services", "cli", "ops", "evaluation"})
 RANK = {**dict.fromkeys(FOUNDATION, 0), **dict.fromkeys(FEATURES, 1), **dict.fromkeys(COMPOSITION, 2)}
 
@@ -63,7 +65,9 @@ FEATURE_IMPORTS: Mapping[str, frozenset[str]] = {
     "memory": frozenset({"budgets"}),
     "budgets": frozenset({"models"}),
     "models": frozenset(),
-    "retrieval": frozenset(),
+    # Ingest chunks what a document reader returns; no part of retrieval knows a file format.
+    "retrieval": frozenset({"documents"}),
+    "documents": frozenset(),
     "client": frozenset(),
 }
 
