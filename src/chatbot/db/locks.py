@@ -28,6 +28,7 @@ import logging
 import os
 import uuid
 from collections import Counter
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
@@ -192,6 +193,29 @@ async def hold_threads_rows(conn: AsyncConnection[Any], thread_ids: list[str]) -
 
 
 PING_SECONDS = 1.0
+
+
+_FENCE_LOST = "CB001"  # SQLSTATE raised by chatbot_hold_fence (migration 0005)
+_HOLD_FENCE = "select chatbot_hold_fence(%s, %s)"
+
+
+@contextlib.asynccontextmanager
+async def fenced_transaction(conn: AsyncConnection[Any], fence: Fence) -> AsyncIterator[AsyncConnection[Any]]:
+    """Run the statements inside as one transaction that only commits while `fence` is current.
+
+    Every write of a run (its checkpoints, its recall rows) goes through here: the fence check
+    is the transaction's first statement, in the same pipeline as the writes, and share-locks
+    the thread's fence row, so a new holder's token update waits for a write already under
+    way and a write after it fails with `LeaseLost` having written nothing.
+    """
+    try:
+        async with conn.pipeline(), conn.transaction():
+            await conn.execute(_HOLD_FENCE, (fence.thread_id, fence.token))
+            yield conn
+    except psycopg.Error as exc:
+        if exc.sqlstate == _FENCE_LOST:
+            raise LeaseLost("the run's thread lock passed to another holder") from exc
+        raise
 
 
 class LeaseLost(Exception):

@@ -35,7 +35,6 @@ from contextlib import asynccontextmanager
 from contextvars import ContextVar
 from typing import Any, Literal, TypeVar
 
-import psycopg
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
     ChannelVersions,
@@ -54,7 +53,7 @@ from psycopg_pool import AsyncConnectionPool
 
 from chatbot.db import langgraph_tables
 from chatbot.db.checkpoints import SERDE
-from chatbot.db.locks import Fence, LeaseLost
+from chatbot.db.locks import Fence, fenced_transaction
 
 T = TypeVar("T")
 
@@ -270,7 +269,6 @@ class PooledPostgresSaver(AsyncPostgresSaver):
 # Where a run's config carries its thread lease's fence (db/locks.py). Keys starting with
 # "__" are never copied into checkpoint metadata by the library.
 FENCE_KEY = "__chatbot_fence__"
-_FENCE_LOST = "CB001"  # SQLSTATE raised by chatbot_hold_fence (migration 0005)
 _writing_under: ContextVar[Fence | None] = ContextVar("chatbot_fence", default=None)
 
 
@@ -313,8 +311,7 @@ class FencedPostgresSaver(PooledPostgresSaver):
             async with super()._cursor(pipeline=pipeline) as cur:
                 yield cur
             return
-        async with self.conn.connection() as conn, conn.pipeline(), conn.transaction():
-            await conn.execute("select chatbot_hold_fence(%s, %s)", (fence.thread_id, fence.token))
+        async with self.conn.connection() as conn, fenced_transaction(conn, fence):
             async with conn.cursor(binary=True, row_factory=dict_row) as cur:
                 yield cur
 
@@ -325,9 +322,5 @@ async def _fenced_write(config: RunnableConfig) -> AsyncIterator[None]:
     token = _writing_under.set(config["configurable"].get(FENCE_KEY))
     try:
         yield
-    except psycopg.Error as exc:
-        if exc.sqlstate == _FENCE_LOST:
-            raise LeaseLost("the run's thread lock passed to another holder") from exc
-        raise
     finally:
         _writing_under.reset(token)
