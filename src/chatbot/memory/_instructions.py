@@ -13,8 +13,8 @@ Prompt shapes are also looked for in the raw text: a heading or a fence is a lin
 that normalisation keeps, but role markers in angle brackets are easier to see unfolded.
 
 What stays allowed on purpose: first-person habits ("I always pay in cash", "من همیشه
-نقدی پرداخت می‌کنم"), contact preferences ("don't call me before 10", "you can reach me
-after 5"), and the assistant's own words in a quoted product name do not occur in facts.
+نقدی پرداخت می‌کنم") and contact preferences ("don't call me before 10", "you can reach me
+after 5"): they mention the assistant's conduct only as the user's own habit or wish.
 """
 
 from __future__ import annotations
