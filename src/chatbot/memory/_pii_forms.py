@@ -55,18 +55,18 @@ _CONFUSABLES = str.maketrans(
 )
 # Digits spelled as words, English and Persian. Only a run of them that makes a long number
 # is read as digits ("one two three four five six …"), so "two children" stays words.
-_NUMBER_WORD_VALUES = {
+NUMBER_WORD_VALUES = {
     **{w: str(i) for i, w in enumerate("zero one two three four five six seven eight nine".split())},
     **{w: str(i) for i, w in enumerate("صفر یک دو سه چهار پنج شش هفت هشت نه".split())},
     "شیش": "6",
     "oh": "0",
 }
-_NUMBER_WORD = "|".join(sorted(_NUMBER_WORD_VALUES, key=len, reverse=True))
+NUMBER_WORDS = "|".join(sorted(NUMBER_WORD_VALUES, key=len, reverse=True))
 # Possessive, and a digit group only from its first digit: a run of digits is never retried
 # from each of its positions (which made 4,000 digits cost a second).
-_NUMBER_TOKEN = rf"(?:(?<![^\W\d_])(?:{_NUMBER_WORD})(?![^\W\d_])|(?<![0-9])[0-9]++)"
+_NUMBER_TOKEN = rf"(?:(?<![^\W\d_])(?:{NUMBER_WORDS})(?![^\W\d_])|(?<![0-9])[0-9]++)"
 _NUMBER_WORD_RUN = re.compile(rf"{_NUMBER_TOKEN}(?:[\s,،\-./+_]++{_NUMBER_TOKEN})+")
-_NUMBER_WORD_ONLY = re.compile(rf"(?<![^\W\d_])(?:{_NUMBER_WORD})(?![^\W\d_])")
+_NUMBER_WORD_ONLY = re.compile(rf"(?<![^\W\d_])(?:{NUMBER_WORDS})(?![^\W\d_])")
 _WORDS_MAKE_A_NUMBER = 6  # digits in a run with number words in it before it counts as one number
 # Letters written one by one ("d i a b e t e s", "d-i-a-b-e-t-e-s"): at least four, joined.
 _SPACED_LETTERS = re.compile(r"(?<![^\W\d_])[^\W\d_](?:[\s.\-_*·]{1,2}[^\W\d_](?![^\W\d_])){3,}")
@@ -116,7 +116,7 @@ def _digits_of_number_words(run: re.Match[str]) -> str:
     words = _NUMBER_WORD_ONLY.findall(run.group())
     if not words:
         return run.group()
-    as_digits = _NUMBER_WORD_ONLY.sub(lambda m: _NUMBER_WORD_VALUES[m.group()], run.group())
+    as_digits = _NUMBER_WORD_ONLY.sub(lambda m: NUMBER_WORD_VALUES[m.group()], run.group())
     return as_digits if sum(c.isdigit() for c in as_digits) >= _WORDS_MAKE_A_NUMBER else run.group()
 
 

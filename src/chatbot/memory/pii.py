@@ -7,12 +7,14 @@ categories only: the matched value is never returned, logged or put in an except
 because the guard's own output ends up in metrics and logs.
 
 Its parts: the one form every decision reads, and how much of a text is read
-(`_pii_forms.py`); numbers and their labels (`_pii_numbers.py`); the keyword patterns of
-secrets and health terms (`_pii_terms.py`).
+(`_pii_forms.py`); numbers and their labels (`_pii_numbers.py`); values split over two
+messages (`_pii_split.py`); the keyword patterns of secrets and health terms (`_pii_terms.py`).
 
 Decisions worth knowing:
 - A value split over two messages passes in each; `joined_rejection_reason` reads two texts
-  together (the memory writer asks it about each new fact after the user's recent facts).
+  together (the memory writer asks it about each new fact after the user's recent facts),
+  putting their digits side by side only with evidence that they are one value
+  (`_pii_split.py`): two readings of one mileage are a changed fact, not a national ID.
 - Health-insurance product words ("بیمه تکمیلی", "health plan") are not health information;
   conditions, medications, diagnoses, pregnancy and procedures are (see _pii_terms.py).
 """
@@ -23,7 +25,8 @@ import re
 
 from chatbot.memory._pii_category import PiiCategory
 from chatbot.memory._pii_forms import MAX_CHECKED_CHARS, checkable_forms, fold_for_pii, normalize_for_pii
-from chatbot.memory._pii_numbers import LABELS, loose_digits, number_categories
+from chatbot.memory._pii_numbers import LABELS, number_categories
+from chatbot.memory._pii_split import digits_read_together, words_read_together
 from chatbot.memory._pii_terms import (
     EXPIRY_PATTERN,
     HEALTH_ACRONYMS_PATTERN,
@@ -116,34 +119,35 @@ def rejection_reason(text: str, *, category: str | None = None) -> PiiCategory |
     return found[0] if found else None
 
 
-def _number_label(norm: str) -> str | None:
-    """Return the last label naming a national ID, card or Sheba in `norm`; "" when another kind's label is there."""
-    found = [(m.lastgroup, m.group()) for m in LABELS.finditer(norm)]
-    if any(kind == "other" for kind, _ in found):
-        return ""
-    return found[-1][1] if found else None
+# Between two texts read together: no digit run, number-word run, spaced-letter run or
+# multi-word term crosses it (each is read across the boundary only as `_pii_split` allows),
+# while a label before it still names a number after it.
+_WALL = " \x00 "
 
 
 def joined_rejection_reason(earlier: str, later: str) -> PiiCategory | None:
     """Return why two texts a user wrote one after the other must not both be kept, or None.
 
-    A value split over two messages ("my national ID starts 00123" then "… and ends 45679",
-    "I have dia" then "betes") passes the guard in each; read together, with or without a
-    space between them, and with their digits side by side after the label that named them,
-    it does not. Each text alone is expected to pass already.
+    A value split over two messages ("my national ID starts 00123" then "it ends in 45679",
+    "type 2 dia" then "it ends in betes") passes the guard in each. Read together, a label in
+    one naming a number in the other, digits that are one value by the evidence
+    `_pii_split` asks for, and a health word cut at the boundary or around a continuation
+    cue, do not. Two values of one ordinary kind are a changed fact, not a split value.
+    Each text alone is expected to pass already.
     """
-    reason = rejection_reason(f"{earlier} {later}") or rejection_reason(f"{earlier}{later}")
-    if reason is not None:
-        return reason
     first, second = checkable_form(earlier), checkable_form(later)
     if first is None or second is None:
         return PiiCategory.UNCHECKED
-    label = _number_label(first)
-    label = _number_label(second) if label is None else label
-    digits_first, digits_second = loose_digits(first), loose_digits(second)
-    if label == "" or not digits_first or not digits_second:
-        return None
-    return rejection_reason(f"{label or ''} {digits_first} {digits_second}")
+    reason = rejection_reason(f"{earlier}{_WALL}{later}")
+    if reason is not None:
+        return reason
+    together = digits_read_together(first, second)
+    reason = rejection_reason(together) if together is not None else None
+    if reason is not None:
+        return reason
+    if any(HEALTH_PATTERN.search(words) for words in words_read_together(first, second)):
+        return PiiCategory.HEALTH
+    return None
 
 
 def is_safe_for_memory(text: str, *, category: str | None = None) -> bool:
