@@ -30,6 +30,7 @@ chance, which is why only they need the evidence above.
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Iterator
 
@@ -71,9 +72,10 @@ _LETTER = re.compile(r"[^\W\d_]")
 _WORD = re.compile(r"[^\W\d_]+")
 # Two or more digits spelled as words: read as digits here, where the other half may hold the rest
 # (one message reads such a run as a number only from six digits on).
-_SPELLED_RUN = re.compile(rf"(?<![^\W\d_])(?:{NUMBER_WORDS})(?:[\s,،\-./+_]+(?:{NUMBER_WORDS}))+(?![^\W\d_])")
+_SPELLED_RUN = re.compile(rf"(?<![^\W\d_])(?:{NUMBER_WORDS})(?:[\s,،\-./+_]++(?:{NUMBER_WORDS}))+(?![^\W\d_])")
 _SPELLED_WORD = re.compile(rf"(?<![^\W\d_])(?:{NUMBER_WORDS})(?![^\W\d_])")
 _WORDS_AROUND_A_CUE = 2  # words read on each side of a cue, and at each end of a message
+_CUES_READ = 4  # cues around which words are joined: a message of nothing but cues costs no more
 _WORDS_BEFORE_THE_END = 3  # with a cue, the cut word may sit before the earlier message's last ("من دیا دارم")
 
 
@@ -152,7 +154,7 @@ def words_read_together(first: str, second: str) -> Iterator[str]:
     if not tail or not says_it_goes_on(first, second):
         return
     around: list[str] = []
-    for cue in _CONTINUES.finditer(second):
+    for cue in itertools.islice(_CONTINUES.finditer(second), _CUES_READ):
         around += _WORD.findall(second[max(0, cue.start() - 200) : cue.start()])[-_WORDS_AROUND_A_CUE:]
         around += _WORD.findall(second[cue.end() : cue.end() + 200])[:_WORDS_AROUND_A_CUE]
     for end in _WORD.findall(first[-200:])[-_WORDS_BEFORE_THE_END:]:
