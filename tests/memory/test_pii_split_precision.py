@@ -39,6 +39,8 @@ CUED_SPLITS = [
     (f"شماره کارتم {fa(CARD[:8])} است", f"بقیه‌اش {fa(CARD[8:])} است", PiiCategory.CARD_NUMBER),
     ("وضعیت من نوع ۲ دیا", "ادامه‌اش بت است", PiiCategory.HEALTH),
     ("مشکل من دیا", "و با بت تمام می‌شود", PiiCategory.HEALTH),
+    (f"my national ID begins {NID[:5]}", f"the last five digits are {NID[5:]}", PiiCategory.NATIONAL_ID),
+    (f"کد ملی من {fa(NID[:5])} است", f"ادامه: {fa(NID[5:])}", PiiCategory.NATIONAL_ID),
 ]
 NEEDLES = (NID[:5], NID[5:], CARD[:8], CARD[8:], "dia", "betes", "دیا", "بت")
 # One change per kind and language through the app: values whose digits, read side by side,
