@@ -9,12 +9,15 @@ is", «آخرش», «بقیه‌اش», «ادامه‌اش») leaves nothing in
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx
 import psycopg
 import pytest
 
+from chatbot.memory._consolidation import StoredFact, consolidate
+from chatbot.memory.extraction import extract_offline
 from chatbot.memory.pii import PiiCategory, find_pii, joined_rejection_reason, normalize_for_pii
 from tests.fixtures.app import running_app, services_of
 from tests.fixtures.memory_pii_corpus import contains_needle, fa, luhn_card, national_id
@@ -139,3 +142,20 @@ async def test_split_values_leave_nothing_in_the_store_nor_in_the_next_runs_wind
     for needle in NEEDLES:
         assert not contains_needle(stored, needle), needle
         assert not contains_needle(given, needle), needle
+
+
+@pytest.mark.parametrize(
+    ("own", "other"),
+    [
+        ("سن من ۳۴ سال است", "سن پسرم ۱۲ سال است"),
+        ("سال تولدم ۱۳۶۵ است", "پسرم متولد ۱۳۹۰ است"),
+        ("آدرس من پلاک ۱۲ خیابان ۳۴۵ است", "آدرس دفتر بیمه خیابان ولیعصر پلاک ۷ است"),
+        ("I was born in 1985", "my son was born in 2010"),
+    ],
+)
+def test_a_number_about_someone_else_does_not_replace_the_users_own(own: str, other: str) -> None:
+    (stored,) = extract_offline(_trigger(own) + own).facts
+    (new,) = extract_offline(_trigger(other) + other).facts
+    moment = datetime(2026, 1, 1, tzinfo=UTC)
+    plan = consolidate([StoredFact("own", stored.text, stored.category, stored.key, moment)], [new])
+    assert plan.closes == [] and "own" not in [fact_id for fact_id, _ in plan.puts]
