@@ -12,7 +12,13 @@ Part 2 (`--stall`, needs Postgres) runs the app in-process, sends `--runs` such 
 runs (JSON), and meanwhile measures the event loop's longest stall (a 5 ms ticker's worst
 lateness) and the slowest `/healthz` answer, until the memory writer is idle.
 
-    .venv/bin/python -m bench.pii [--repeat 5] [--stall] [--runs 10]
+Part 3 (no database) measures the split-value check's false refusals: `--changes` random
+changes of an ordinary number (mileage, street number, premium, year, age; English and
+Persian wordings, `tests/fixtures/number_changes.py`), each run through the memory writer's
+steps after the user's old value and two other facts. It prints the share refused, and the
+share whose old value did not go to the history, by kind and language.
+
+    .venv/bin/python -m bench.pii [--repeat 5] [--stall] [--runs 10] [--changes 2000] [--seed N]
 
 Uses CHATBOT_DATABASE_URL (migrated here) or starts an embedded Postgres in a temp dir.
 """
@@ -24,9 +30,11 @@ import asyncio
 import re
 import statistics
 import time
+from collections import Counter
 from collections.abc import Callable
 
 import httpx
+from tests.fixtures.number_changes import KINDS, TRIGGERS, random_changes, writer_decision
 
 from bench._pg import bench_app
 from chatbot.cli.common import mint_token
@@ -74,6 +82,27 @@ def cost_table(repeat: int) -> None:
         print(f"{name:40s} {guard:9.1f} {old:12.1f} {extraction:14.1f}")
 
 
+def false_refusals(count: int, seed: int) -> None:
+    """Print how many benign number changes the writer refuses, and how many leave no history."""
+    refused: Counter[tuple[str, str]] = Counter()
+    unclosed: Counter[tuple[str, str]] = Counter()
+    drawn: Counter[tuple[str, str]] = Counter()
+    for change, others in random_changes(count, seed):
+        decision = writer_decision(change, others)
+        key = (change.kind, change.language)
+        drawn[key] += 1
+        refused[key] += decision.refused
+        unclosed[key] += not decision.refused and not decision.closed
+    print(f"\n{count} random number changes (seed {seed}): refused, and kept without the old value in the history")
+    print(f"{'kind':10s} {'language':8s} {'changes':>8s} {'refused':>8s} {'no history':>11s}")
+    for kind in KINDS:
+        for language in TRIGGERS:
+            key = (kind, language)
+            print(f"{kind:10s} {language:8s} {drawn[key]:8d} {refused[key]:8d} {unclosed[key]:11d}")
+    total, bad = sum(drawn.values()), sum(refused.values())
+    print(f"false refusals: {bad} of {total} ({100 * bad / total:.2f} %); no history: {sum(unclosed.values())}")
+
+
 async def stall(runs: int) -> None:
     """Print the worst event-loop stall and /healthz latency while adversarial runs are processed."""
     async with bench_app("pii") as (app, settings):
@@ -119,8 +148,12 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--stall", action="store_true", help="also measure the loop stall in the app (Postgres)")
     parser.add_argument("--runs", type=int, default=10)
+    parser.add_argument("--changes", type=int, default=2000, help="benign number changes to judge (0: none)")
+    parser.add_argument("--seed", type=int, default=20261206)
     args = parser.parse_args()
     cost_table(args.repeat)
+    if args.changes:
+        false_refusals(args.changes, args.seed)
     if args.stall:
         asyncio.run(stall(args.runs))
 

@@ -46,7 +46,7 @@ from bench.runs import KB, SERVER_PIDS, server
 from chatbot.cli.common import mint_token
 from chatbot.config import Settings
 from chatbot.db.pool import make_pool
-from chatbot.memory import pii
+from chatbot.memory import _pii_numbers, pii
 from chatbot.memory.extraction import extract_offline
 from chatbot.models.offline import _is_vague, wants_human
 from chatbot.retrieval.ingest import ingest_paths
@@ -81,11 +81,11 @@ def _clean_digits(count: int, rng: random.Random) -> str:
     while len(digits) < count:
         for d in rng.sample("0123456789", 10):
             tail = digits + d
-            if len(tail) >= 10 and len(set(tail[-10:])) > 1 and pii._national_id_checksum_ok(tail[-10:]):
+            if len(tail) >= 10 and len(set(tail[-10:])) > 1 and _pii_numbers._national_id_checksum_ok(tail[-10:]):
                 continue
-            if len(tail) >= 16 and len(set(tail[-16:])) > 1 and pii._luhn_ok(tail[-16:]):
+            if len(tail) >= 16 and len(set(tail[-16:])) > 1 and _pii_numbers._luhn_ok(tail[-16:]):
                 continue
-            if len(tail) >= 24 and pii._iban_ok("ir" + tail[-24:]):
+            if len(tail) >= 24 and _pii_numbers._iban_ok("ir" + tail[-24:]):
                 continue
             digits = tail
             break

@@ -22,7 +22,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chatbot.memory import extraction, pii
+from chatbot.memory import _pii_numbers, extraction, pii
 from chatbot.memory.extraction import MAX_FACT_CHARS, extract_offline
 from chatbot.memory.pii import MAX_CHECKED_CHARS, PiiCategory, find_pii, normalize_for_pii
 from chatbot.models.offline import wants_human
@@ -33,7 +33,7 @@ TRIGGER = "remember that "
 CARD = "4111 1111 1111 1111"  # passes Luhn
 
 
-GUARD = ("_number_categories", "_has_health")  # the guard's patterns
+GUARD = ("number_categories", "_has_health")  # the guard's patterns
 PROFILE = ("_formality", "_household")  # the profile's cues
 
 
@@ -152,10 +152,10 @@ def test_digit_soup_up_to_the_cap_is_read_to_its_end() -> None:
 def _old_windows(run: str, offset: int) -> Iterator[tuple[str, int]]:
     """The scan before the fix: every window of every interesting length, one group at a time.
 
-    Any separators join groups (memory/pii.py reads mixed separators as one number).
+    Any separators join groups (memory/_pii_numbers.py reads mixed separators as one number).
     """
     lengths = frozenset({8, 9, 10, 15, 16, 17, 18, 19, 24})
-    matches = list(pii._GROUP.finditer(run))
+    matches = list(_pii_numbers._GROUP.finditer(run))
     digits = "".join(m.group() for m in matches)
     ends = list(itertools.accumulate(m.end() - m.start() for m in matches))
     for i, first in enumerate(matches):
@@ -176,22 +176,22 @@ _GROUPS = st.lists(st.tuples(st.from_regex(r"[0-9]{1,9}", fullmatch=True), _SEPA
 def test_the_bisecting_window_scan_yields_what_the_old_scan_did(groups: list[tuple[str, str]]) -> None:
     run = "".join(digits + sep for digits, sep in groups)[: -len(groups[-1][1])]
     every = frozenset({8, 9, 10, 15, 16, 17, 18, 19, 24})
-    assert sorted(pii._windows(run, 3, lambda _: every)) == sorted(_old_windows(run, 3))
+    assert sorted(_pii_numbers._windows(run, 3, lambda _: every)) == sorted(_old_windows(run, 3))
 
 
 @pytest.mark.parametrize("label", [None, "", "nid", "card", "iban", "other"])
 def test_every_length_a_rule_can_accept_is_scanned_for_its_label(label: str | None) -> None:
     # Windows of the lengths left out for a label must be ones no rule accepts after it.
     rng = random.Random(label or "none")
-    scanned = pii._LENGTHS_BY_LABEL.get(label, pii._UNLABELLED_LENGTHS)
+    scanned = _pii_numbers._LENGTHS_BY_LABEL.get(label, _pii_numbers._UNLABELLED_LENGTHS)
     for length in range(1, 25):
         if length in scanned:
             continue
         for _ in range(300):
             digits = "".join(rng.choice("0123456789") for _ in range(length))
-            assert not pii._is_national_id(digits, label)
-            assert not pii._is_card(digits, label)
-            assert not pii._is_bare_sheba(digits, label)
+            assert not _pii_numbers._is_national_id(digits, label)
+            assert not _pii_numbers._is_card(digits, label)
+            assert not _pii_numbers._is_bare_sheba(digits, label)
 
 
 # --- The two regexes that were quadratic on a legal message. ---

@@ -8,8 +8,9 @@ from collections.abc import Iterator
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from chatbot.memory._pii_numbers import _iban_candidates
 from chatbot.memory.extraction import extract_offline
-from chatbot.memory.pii import PiiCategory, _iban_candidates, find_pii
+from chatbot.memory.pii import PiiCategory, find_pii
 
 # The scan before the fix: one regex that backtracks through every way of cutting a long
 # word into 1-4 character groups. Kept here as the reference the linear scan must equal.

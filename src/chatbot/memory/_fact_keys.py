@@ -81,6 +81,29 @@ _OCCUPATION = re.compile(
     r"\bi\s+work\b|\bmy\s+(?:job|occupation|profession|employer)\b|\bi(?:'m|\s+am)\s+(?:self-employed|retired)\b"
     r"|شغلم|شغل\s*من|کار\s*می\s*کنم|بازنشسته"
 )
+# Subjects whose value is a number that changes (an age, an address), in the first person only
+# ("سن پسرم" is not the user's age): keyed as "my X is" keys them in English, so "I am 34
+# years old" and "سن من ۳۵ سال است" replace "my age is 33".
+_NUMBERED_SUBJECTS = (
+    (
+        "my:age",
+        re.compile(
+            r"\bmy\s+age\b|\bi(?:'m|\s+am)\s+(?:now\s+)?[0-9]+\s*(?:years?|yrs?)\s*old\b"
+            r"|(?<!\w)سن\s*(?:من|م)(?!\w)|[0-9]+\s*سال\s*(?:سن\s*)?دارم|[0-9]+\s*ساله?\s*(?:هستم|ام)(?!\w)"
+        ),
+    ),
+    (
+        "my:birth_year",
+        re.compile(
+            r"\b(?:i\s+was|i'm|i\s+am)\s+born\b|\bmy\s+(?:year\s+of\s+birth|birth\s*year)\b"
+            r"|سال\s*تولد\s*(?:من|م)(?!\w)|متولد\s*(?:سال\s*)?[0-9]+\s*(?:هستم|ام)(?!\w)"
+        ),
+    ),
+    (
+        "my:address",
+        re.compile(r"\bmy\s+(?:home\s+|postal\s+)?address\b|(?<!\w)(?:[آا]درس|نشانی)\s*(?:من|م|ام)(?!\w)"),
+    ),
+)
 _MY_X_IS = re.compile(r"\bmy\s+((?:[a-z'-]+\s+){0,2}?[a-z'-]+)\s+(?:is|are|was|were|will\s+be|has\s+been|=|:)")
 _ADJECTIVES = frozenset({"new", "old", "current", "previous", "present", "actual", "main"})
 
@@ -118,6 +141,9 @@ def classify_fact(statement: str, products: Mapping[str, Sequence[re.Pattern[str
         return "location", "residence"
     if _OCCUPATION.search(norm):
         return "personal", "occupation"
+    numbered = _first_class(norm, _NUMBERED_SUBJECTS, "")
+    if numbered:
+        return "note", numbered
     match = _MY_X_IS.search(norm)
     if match:
         words = [w for w in match.group(1).split() if w not in _ADJECTIVES]
