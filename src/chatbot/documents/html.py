@@ -1,0 +1,334 @@
+"""Read a web page (HTML) into a Document: the article only, with its headings, lists and tables.
+
+lxml's HTML parser (libxml2, BSD) is driven as a stream: it calls back on every start tag,
+end tag and run of text, and nothing builds a tree. So the cost of a page is bounded as it
+is read: its text by `max_text_chars`, tables nested past `max_nesting` and elements nested
+past `_MAX_ELEMENT_DEPTH` end the read (`too_complex`), and a page of one 50 MB line is just
+text arriving in pieces. Malformed markup is repaired by libxml2's recovering parser.
+
+What is dropped, by rules rather than a trained or scoring extractor (trafilatura, jusText
+and readability-lxml were measured: docs/measurements/office-html-extraction.md): scripts,
+styles, forms and other non-text elements; navigation, site header and footer, asides, cookie
+and consent banners, breadcrumbs, "related" and sharing boxes, by element, ARIA role, or a
+class or id naming them; and, when the page marks its article (`<article>`, `<main>`,
+`role="main"`, or a content id or class), everything outside it.
+"""
+
+from __future__ import annotations
+
+import codecs
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import NamedTuple
+
+from lxml import etree
+
+from chatbot.documents._sections import SectionBuilder, one_line
+from chatbot.documents.model import Block, Document, ListItem, Paragraph, ReadLimits, Table, Unreadable
+
+_FEED_BYTES = 1024 * 1024
+_SNIFF_BYTES = 4096
+_MAX_ELEMENT_DEPTH = 250
+"""Real pages nest a few dozen elements deep. libxml2 stops reading past 256, so a page that
+deep is refused here rather than read in part."""
+
+_NOT_TEXT = frozenset(
+    {"script", "style", "noscript", "template", "head", "svg", "math", "canvas", "iframe", "object", "embed"}
+    | {"form", "button", "select", "textarea", "input", "label", "option", "dialog", "nav", "aside", "menu"}
+)
+_PAGE_FRAME = frozenset({"header", "footer"})
+"""The site's header and footer: dropped outside the article, kept inside it (an article's own byline header)."""
+_DROP_ROLES = frozenset(
+    {"navigation", "banner", "contentinfo", "complementary", "search", "dialog", "alertdialog", "menu"}
+)
+_DROP_NAMES = re.compile(
+    r"(?:^|[\s_-])(?:nav|navbar|navigation|menu|cookies?|consent|gdpr|breadcrumbs?|related|share|sharing|social"
+    r"|newsletter|subscribe|advert|ads?|promo|sidebar|popup|modal|skip-link|comments?)(?:$|[\s_-])",
+    re.IGNORECASE,
+)
+_FRAME_NAMES = re.compile(
+    r"(?:^|[\s_-])(?:header|footer|masthead|banner|site-info|colophon)(?:$|[\s_-])", re.IGNORECASE
+)
+_ARTICLE_NAMES = frozenset(
+    {"content", "main", "main-content", "article", "article-body", "post", "post-content", "entry", "entry-content"}
+)
+"""Whole id or class tokens that mark the article on a page built of divs."""
+_HEADINGS = {f"h{n}": n for n in range(1, 7)}
+_BLOCKS = frozenset(
+    {"p", "div", "section", "article", "main", "blockquote", "pre", "dl", "dt", "dd", "figure", "figcaption"}
+    | {"address", "center", "details", "summary", "hr", "br", "ul", "ol", "tr", "body", "html"}
+)
+_NO_ATTRIBUTES: dict[str, str] = {}
+_META_CHARSET = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?\s*([A-Za-z0-9_:.-]+)""", re.IGNORECASE)
+
+
+def read_html(path: Path, limits: ReadLimits) -> Document:
+    """Read an HTML file, or raise Unreadable saying why it is not taken."""
+    if path.stat().st_size > limits.max_bytes:
+        raise Unreadable("too_large", f"file is over {limits.max_bytes} bytes")
+    page = _Page(limits)
+    parser = etree.HTMLParser(target=page, encoding="utf-8", recover=True, no_network=True, remove_comments=True)
+    try:
+        with path.open("rb") as raw:
+            encoding, mark = page_encoding(raw.read(_SNIFF_BYTES))
+            raw.seek(mark)
+            # decoded piece by piece, so a 50 MB page is never held as bytes and text at once
+            decoder = codecs.getincrementaldecoder(encoding)("replace")
+            while (chunk := raw.read(_FEED_BYTES)) and page.refused is None:
+                parser.feed(decoder.decode(chunk).encode("utf-8", "replace"))
+            parser.feed(decoder.decode(b"", final=True).encode("utf-8", "replace"))
+        parser.close()
+    except etree.XMLSyntaxError as error:
+        if page.refused is None:
+            raise Unreadable("corrupt", "markup libxml2 cannot recover from") from error
+    if page.refused is not None:
+        raise page.refused
+    return page.document()
+
+
+def page_encoding(head: bytes) -> tuple[str, int]:
+    """Return a page's encoding and its byte-order mark's length: by the mark, else `<meta charset>`, else UTF-8."""
+    for mark, encoding in (
+        (codecs.BOM_UTF8, "utf-8"),
+        (codecs.BOM_UTF16_LE, "utf-16-le"),
+        (codecs.BOM_UTF16_BE, "utf-16-be"),
+    ):
+        if head.startswith(mark):
+            return encoding, len(mark)
+    declared = _META_CHARSET.search(head)
+    if declared:
+        try:
+            return codecs.lookup(declared.group(1).decode("ascii")).name, 0
+        except LookupError:
+            pass  # a charset Python does not know: read as UTF-8, the web's default
+    return "utf-8", 0
+
+
+class _Frame(NamedTuple):
+    tag: str
+    dropped: bool
+    in_article: bool
+
+
+@dataclass
+class _TableBuild:
+    rows: list[list[str]] = field(default_factory=list)
+    cell: list[str] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Found:
+    """A heading or block met while streaming, and whether it was inside the page's article."""
+
+    in_article: bool
+    block: Block | None = None
+    heading: tuple[int, str] | None = None
+
+
+class _Page:
+    """The parser target: follows the open elements and turns text into headings and blocks."""
+
+    def __init__(self, limits: ReadLimits) -> None:
+        self._limits = limits
+        self._stack: list[_Frame] = []
+        self._dropped = 0
+        self._text: list[str] = []
+        self._text_kind: str | None = None  # "p", "li" or "h1".."h6": what the gathered text will become
+        self._tables: list[_TableBuild] = []
+        self._found: list[_Found] = []
+        self._chars = 0
+        self._elements = 0
+        self._blocks_seen = 0
+        self._title: list[str] | None = None
+        self._page_title: str | None = None
+        self.language: str | None = None
+        self.refused: Unreadable | None = None
+
+    # lxml's target interface
+
+    def start(self, tag: str, attributes: Mapping[str, str]) -> None:
+        if self.refused is not None:
+            return
+        stack = self._stack
+        self._elements += 1
+        if self._elements > self._limits.max_elements:
+            self.refused = Unreadable("too_complex", f"over {self._limits.max_elements} elements")
+            return
+        if len(stack) >= _MAX_ELEMENT_DEPTH:
+            self.refused = Unreadable("too_complex", f"elements nested over {_MAX_ELEMENT_DEPTH} deep")
+            return
+        in_article = stack[-1].in_article if stack else False
+        if self._dropped:
+            stack.append(_Frame(tag, True, in_article))
+            self._dropped += 1
+            return
+        # lxml's attribute view answers each lookup slowly; a page has millions of them to ask
+        attrs = dict(attributes) if attributes else _NO_ATTRIBUTES
+        if tag == "html":
+            self._language(attrs)
+        elif tag == "title" and self._page_title is None:
+            self._title = []
+        in_article = in_article or _marks_article(tag, attrs)
+        dropped = _is_boilerplate(tag, attrs, in_article)
+        stack.append(_Frame(tag, dropped, in_article))
+        if dropped:
+            self._dropped += 1
+        else:
+            self._open(tag)
+
+    def end(self, tag: str) -> None:
+        if self.refused is not None or not self._stack:
+            return
+        if tag == "title" and self._title is not None:
+            self._page_title = one_line("".join(self._title)) or None
+            self._title = None
+        frame = self._stack.pop()
+        if frame.dropped:
+            self._dropped -= 1
+            return
+        self._close(frame.tag, frame.in_article)
+
+    def data(self, text: str) -> None:
+        if self._title is not None:
+            self._title.append(text)
+        if self.refused is not None or self._dropped:
+            return
+        self._chars += len(text)
+        if self._chars > self._limits.max_text_chars:
+            self.refused = Unreadable("too_large", f"text runs over {self._limits.max_text_chars} characters")
+            return
+        table = self._tables[-1] if self._tables else None
+        if table is not None and table.cell is not None and self._text_kind is None:
+            table.cell.append(text)
+        else:
+            self._text.append(text)
+
+    def comment(self, text: str) -> None:
+        return None
+
+    def close(self) -> None:
+        if self.refused is None:
+            self._flush(in_article=bool(self._stack and self._stack[-1].in_article))
+
+    # building
+
+    def _open(self, tag: str) -> None:
+        if tag == "table":
+            self._flush(self._in_article())
+            if len(self._tables) >= self._limits.max_nesting:
+                self.refused = Unreadable("too_complex", f"tables nested over {self._limits.max_nesting} deep")
+                return
+            self._tables.append(_TableBuild())
+        elif tag in ("td", "th") and self._tables:
+            table = self._tables[-1]
+            if not table.rows:
+                table.rows.append([])
+            table.cell = []
+        elif tag == "tr" and self._tables:
+            self._count_block()
+            self._tables[-1].rows.append([])
+        elif tag in _HEADINGS or tag == "li":
+            self._flush(self._in_article())
+            self._text_kind = tag
+        elif tag in _BLOCKS:
+            self._flush(self._in_article())
+        elif tag == "br":
+            self.data(" ")
+
+    def _close(self, tag: str, in_article: bool) -> None:
+        if tag in _HEADINGS or tag == "li" or tag in _BLOCKS:
+            self._flush(in_article)
+        elif tag in ("td", "th") and self._tables and self._tables[-1].cell is not None:
+            self._flush(in_article)
+            table = self._tables[-1]
+            assert table.cell is not None
+            table.rows[-1].append(one_line("".join(table.cell)))
+            table.cell = None
+        elif tag == "table" and self._tables:
+            self._flush(in_article)
+            built = self._tables.pop()
+            rows = [tuple(row) for row in built.rows if any(row)]
+            if self._tables and self._tables[-1].cell is not None:
+                # a table inside a cell: its rows become that cell's text
+                self._tables[-1].cell.append(" " + " ".join(" ".join(row) for row in rows) + " ")
+            elif rows:
+                self._keep(_Found(in_article, block=Table(rows[0], tuple(rows[1:]))))
+
+    def _flush(self, in_article: bool) -> None:
+        """End the text gathered so far as the block its element makes (a table cell keeps gathering)."""
+        text = one_line("".join(self._text)) if self._text else ""
+        kind, self._text_kind, self._text = self._text_kind, None, []
+        if not text:
+            return
+        if self._tables and self._tables[-1].cell is not None:
+            self._tables[-1].cell.append(" " + text + " ")
+        elif kind in _HEADINGS:
+            self._keep(_Found(in_article, heading=(_HEADINGS[kind], text)))
+        elif kind == "li":
+            self._keep(_Found(in_article, block=ListItem(text)))
+        else:
+            self._keep(_Found(in_article, block=Paragraph(text)))
+
+    def _keep(self, found: _Found) -> None:
+        self._count_block()
+        self._found.append(found)
+
+    def _count_block(self) -> None:
+        self._blocks_seen += 1
+        if self._blocks_seen > self._limits.max_blocks:
+            self.refused = Unreadable("too_large", f"over {self._limits.max_blocks} paragraphs, items and table rows")
+
+    def _in_article(self) -> bool:
+        return bool(self._stack and self._stack[-1].in_article)
+
+    def _language(self, attributes: dict[str, str]) -> None:
+        declared = (attributes.get("lang") or attributes.get("xml:lang") or "").strip()
+        if declared:
+            self.language = declared.split("-")[0].split("_")[0].lower() or None
+
+    def document(self) -> Document:
+        """Return the article (or, on a page that marks none, everything not dropped) as a Document."""
+        has_article = any(found.in_article for found in self._found)
+        sections = SectionBuilder(self._limits)
+        first_h1: str | None = None
+        for found in self._found:
+            if has_article and not found.in_article:
+                continue
+            if found.heading is not None:
+                level, text = found.heading
+                if level == 1 and first_h1 is None:
+                    first_h1 = text
+                sections.heading(level, text)
+            elif found.block is not None:
+                sections.add(found.block)
+        return Document(title=self._page_title or first_h1, language=self.language, sections=sections.finish())
+
+
+def _marks_article(tag: str, attributes: dict[str, str]) -> bool:
+    if tag in ("article", "main"):
+        return True
+    if not attributes:
+        return False
+    if attributes.get("role", "").lower() in ("main", "article"):
+        return True
+    if tag not in ("div", "section"):
+        return False
+    names = f"{attributes.get('id', '')} {attributes.get('class', '')}".lower().split()
+    return not _ARTICLE_NAMES.isdisjoint(names)
+
+
+def _is_boilerplate(tag: str, attributes: dict[str, str], in_article: bool) -> bool:
+    if not attributes:
+        return tag in _NOT_TEXT or (tag in _PAGE_FRAME and not in_article)
+    if tag in _NOT_TEXT or "hidden" in attributes or attributes.get("aria-hidden", "").lower() == "true":
+        return True
+    if attributes.get("role", "").lower() in _DROP_ROLES and not (in_article and tag in _PAGE_FRAME):
+        return True
+    if tag in _PAGE_FRAME and not in_article:
+        return True
+    names = f"{attributes.get('id', '')} {attributes.get('class', '')}"
+    if not names.strip():
+        return False
+    return bool(_DROP_NAMES.search(names)) or (not in_article and bool(_FRAME_NAMES.search(names)))
