@@ -160,6 +160,8 @@ class _Page:
             self.refused = Unreadable("too_complex", f"elements nested over {_MAX_ELEMENT_DEPTH} deep")
             return
         in_article = stack[-1].in_article if stack else False
+        if tag == "title" and self._page_title is None:
+            self._title = []  # gathered even inside the dropped <head>
         if self._dropped:
             stack.append(_Frame(tag, True, in_article))
             self._dropped += 1
@@ -168,8 +170,6 @@ class _Page:
         attrs = dict(attributes) if attributes else _NO_ATTRIBUTES
         if tag == "html":
             self._language(attrs)
-        elif tag == "title" and self._page_title is None:
-            self._title = []
         in_article = in_article or _marks_article(tag, attrs)
         dropped = _is_boilerplate(tag, attrs, in_article)
         stack.append(_Frame(tag, dropped, in_article))
