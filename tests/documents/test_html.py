@@ -97,15 +97,17 @@ def _texts(doc: Document) -> list[str]:
     return [b.text for s in doc.sections for b in s.blocks if isinstance(b, Paragraph | ListItem)]
 
 
-def test_a_page_that_marks_no_article_keeps_its_body_and_still_drops_the_menu(tmp_path: Path) -> None:
+def test_a_page_that_marks_no_article_keeps_its_body_and_still_drops_the_menus(tmp_path: Path) -> None:
     page = _read_page(
         tmp_path,
         "<html><body><ul class='menu'><li>Home</li></ul><div role='navigation'>Products</div>"
-        "<h2>Claims</h2><p>Call us within five days.</p><div id='footer'>Copyright</div></body></html>",
+        "<ul><li><a href='/'>Blog</a></li><li><a href='/c'>Careers</a></li></ul>"
+        "<h2>Claims</h2><p>Call us within five days, or <a href='/claim'>claim online</a>.</p>"
+        "<div id='footer'>Copyright</div></body></html>",
     )
     assert page.language is None
     assert [s.headings for s in page.sections] == [("Claims",)]
-    assert _texts(page) == ["Call us within five days."]
+    assert _texts(page) == ["Call us within five days, or claim online."]
 
 
 def test_one_50_mb_line_is_read_in_bounded_time_and_memory(tmp_path: Path) -> None:

@@ -11,7 +11,8 @@ and readability-lxml were measured: docs/measurements/office-html-extraction.md)
 styles, forms and other non-text elements; navigation, site header and footer, asides, cookie
 and consent banners, breadcrumbs, "related" and sharing boxes, by element, ARIA role, or a
 class or id naming them; and, when the page marks its article (`<article>`, `<main>`,
-`role="main"`, or a content id or class), everything outside it.
+`role="main"`, or a content id or class), everything outside it. A page that marks none
+loses its paragraphs and items made of link text alone (menus, link lists) instead.
 """
 
 from __future__ import annotations
@@ -61,6 +62,8 @@ _BLOCKS = frozenset(
     | {"address", "center", "details", "summary", "hr", "br", "ul", "ol", "tr", "body", "html"}
 )
 _NO_ATTRIBUTES: dict[str, str] = {}
+_LINKED_SHARE = 0.9
+"""A block with at least this share of its characters inside links is a link, not prose."""
 _META_CHARSET = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?\s*([A-Za-z0-9_:.-]+)""", re.IGNORECASE)
 
 
@@ -124,6 +127,8 @@ class _Found:
 
     in_article: bool
     block: Block | None = None
+    linked: bool = False
+    """All its text is link text: a menu entry or a link list's item."""
     heading: tuple[int, str] | None = None
 
 
@@ -141,6 +146,8 @@ class _Page:
         self._chars = 0
         self._elements = 0
         self._blocks_seen = 0
+        self._links = 0  # <a> elements open around the text being gathered
+        self._link_chars = 0
         self._title: list[str] | None = None
         self._page_title: str | None = None
         self.language: str | None = None
@@ -204,6 +211,8 @@ class _Page:
             table.cell.append(text)
         else:
             self._text.append(text)
+            if self._links:
+                self._link_chars += len(text.strip())
 
     def comment(self, text: str) -> None:
         return None
@@ -236,9 +245,13 @@ class _Page:
             self._flush(self._in_article())
         elif tag == "br":
             self.data(" ")
+        elif tag == "a":
+            self._links += 1
 
     def _close(self, tag: str, in_article: bool) -> None:
-        if tag in _HEADINGS or tag == "li" or tag in _BLOCKS:
+        if tag == "a":
+            self._links = max(self._links - 1, 0)
+        elif tag in _HEADINGS or tag == "li" or tag in _BLOCKS:
             self._flush(in_article)
         elif tag in ("td", "th") and self._tables and self._tables[-1].cell is not None:
             self._flush(in_article)
@@ -260,6 +273,7 @@ class _Page:
         """End the text gathered so far as the block its element makes (a table cell keeps gathering)."""
         text = one_line("".join(self._text)) if self._text else ""
         kind, self._text_kind, self._text = self._text_kind, None, []
+        linked, self._link_chars = self._link_chars >= _LINKED_SHARE * len(text), 0
         if not text:
             return
         if self._tables and self._tables[-1].cell is not None:
@@ -267,9 +281,9 @@ class _Page:
         elif kind in _HEADINGS:
             self._keep(_Found(in_article, heading=(_HEADINGS[kind], text)))
         elif kind == "li":
-            self._keep(_Found(in_article, block=ListItem(text)))
+            self._keep(_Found(in_article, block=ListItem(text), linked=linked))
         else:
-            self._keep(_Found(in_article, block=Paragraph(text)))
+            self._keep(_Found(in_article, block=Paragraph(text), linked=linked))
 
     def _keep(self, found: _Found) -> None:
         self._count_block()
@@ -289,12 +303,16 @@ class _Page:
             self.language = declared.split("-")[0].split("_")[0].lower() or None
 
     def document(self) -> Document:
-        """Return the article (or, on a page that marks none, everything not dropped) as a Document."""
+        """Return the article as a Document.
+
+        On a page that marks no article, what is left after the dropped elements is taken,
+        less the paragraphs and items that are all link text: unmarked menus and link lists.
+        """
         has_article = any(found.in_article for found in self._found)
         sections = SectionBuilder(self._limits)
         first_h1: str | None = None
         for found in self._found:
-            if has_article and not found.in_article:
+            if (has_article and not found.in_article) or (not has_article and found.linked):
                 continue
             if found.heading is not None:
                 level, text = found.heading
