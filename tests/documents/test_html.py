@@ -110,6 +110,18 @@ def test_a_page_that_marks_no_article_keeps_its_body_and_still_drops_the_menus(t
     assert _texts(page) == ["Call us within five days, or claim online."]
 
 
+def test_items_keep_their_paragraphs_and_hidden_boxes_are_dropped(tmp_path: Path) -> None:
+    page = _read_page(
+        tmp_path,
+        "<article><h2>Documents</h2><ul><li><p>Policy number</p></li><li>Licence<ul><li>front</li>"
+        "<li>back</li></ul> both sides</li></ul><div style='display: none'>Subscribe now</div>"
+        "<dl><dt>Excess</dt><dd>The part of a claim you pay.</dd></dl></article>",
+    )
+    assert _items(page) == ["Policy number", "Licence", "front", "back", "both sides"]
+    assert _texts(page)[-2:] == ["Excess", "The part of a claim you pay."]
+    assert "Subscribe" not in document_text(page)
+
+
 def test_one_50_mb_line_is_read_in_bounded_time_and_memory(tmp_path: Path) -> None:
     paragraph = "<p>" + "بیمه‌نامه‌ها هزینه‌های کم‌ترین را پوشش می‌دهد " * 40 + "</p>"
     repeats = (50 * 1024 * 1024) // len(paragraph.encode("utf-8")) + 1

@@ -47,6 +47,12 @@ def _w(name: str) -> str:
     return f"{{{_W}}}{name}"
 
 
+_T = _w("t")
+_SPACES = frozenset({_w("tab"), _w("br"), _w("cr"), _w("ptab")})
+_NO_BREAK_HYPHEN = _w("noBreakHyphen")
+_FALLBACK = "{http://schemas.openxmlformats.org/markup-compatibility/2006}Fallback"
+
+
 def read_docx(path: Path, limits: ReadLimits) -> Document:
     """Read a DOCX file, or raise Unreadable saying why it is not taken."""
     if path.stat().st_size > limits.max_bytes:
@@ -240,16 +246,27 @@ def _numbered(properties: etree._Element | None) -> bool:
 
 
 def _paragraph_text(p: etree._Element) -> str:
-    """Return a paragraph's text in stored (logical) order: runs, hyperlinks, insertions; never deleted text."""
-    pieces = []
-    for node in p.iter(_w("t"), _w("tab"), _w("br"), _w("cr"), _w("noBreakHyphen")):
-        if node.tag == _w("t"):
-            pieces.append(node.text or "")
-        elif node.tag == _w("noBreakHyphen"):
-            pieces.append("-")
-        else:
-            pieces.append(" ")
+    """Return a paragraph's text in stored (logical) order: runs, hyperlinks, fields, insertions.
+
+    Deleted text (`w:delText`) is not `w:t`, so it is never read; of a drawing stored twice
+    (`mc:AlternateContent`), only the first choice is, so a text box is not read twice.
+    """
+    pieces: list[str] = []
+    _gather(p, pieces)
     return "".join(pieces)
+
+
+def _gather(element: etree._Element, pieces: list[str]) -> None:
+    for child in element:
+        tag = child.tag
+        if tag == _T:
+            pieces.append(child.text or "")
+        elif tag in _SPACES:
+            pieces.append(" ")
+        elif tag == _NO_BREAK_HYPHEN:
+            pieces.append("-")
+        elif tag != _FALLBACK:
+            _gather(child, pieces)
 
 
 def _cell_text(cell: etree._Element) -> str:

@@ -57,11 +57,16 @@ _ARTICLE_NAMES = frozenset(
 )
 """Whole id or class tokens that mark the article on a page built of divs."""
 _HEADINGS = {f"h{n}": n for n in range(1, 7)}
-_BLOCKS = frozenset(
+_CELLS = frozenset({"td", "th"})
+_BREAKS = frozenset(
     {"p", "div", "section", "article", "main", "blockquote", "pre", "dl", "dt", "dd", "figure", "figcaption"}
-    | {"address", "center", "details", "summary", "hr", "br", "ul", "ol", "tr", "body", "html"}
+    | {"address", "center", "details", "summary", "hr", "ul", "ol", "li", "body", "html", "table", "tr", "caption"}
+    | set(_HEADINGS)
+    | _CELLS
 )
+"""Elements that end the text gathered before them and start a block of their own."""
 _NO_ATTRIBUTES: dict[str, str] = {}
+_INVISIBLE = re.compile(r"display\s*:\s*none|visibility\s*:\s*hidden", re.IGNORECASE)
 _LINKED_SHARE = 0.9
 """A block with at least this share of its characters inside links is a link, not prose."""
 _META_CHARSET = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?\s*([A-Za-z0-9_:.-]+)""", re.IGNORECASE)
@@ -133,14 +138,18 @@ class _Found:
 
 
 class _Page:
-    """The parser target: follows the open elements and turns text into headings and blocks."""
+    """The parser target: follows the open elements and turns text into headings and blocks.
+
+    Text is gathered until an element that starts or ends a block; the block it makes is
+    read off the open elements then: inside a table cell it is the cell's text, else the
+    nearest open `li` or `h1`-`h6` makes it an item or a heading, else it is a paragraph.
+    """
 
     def __init__(self, limits: ReadLimits) -> None:
         self._limits = limits
         self._stack: list[_Frame] = []
         self._dropped = 0
         self._text: list[str] = []
-        self._text_kind: str | None = None  # "p", "li" or "h1".."h6": what the gathered text will become
         self._tables: list[_TableBuild] = []
         self._found: list[_Found] = []
         self._chars = 0
@@ -177,13 +186,13 @@ class _Page:
         attrs = dict(attributes) if attributes else _NO_ATTRIBUTES
         if tag == "html":
             self._language(attrs)
-        in_article = in_article or _marks_article(tag, attrs)
-        dropped = _is_boilerplate(tag, attrs, in_article)
-        stack.append(_Frame(tag, dropped, in_article))
+        inside = in_article or _marks_article(tag, attrs)
+        dropped = _is_boilerplate(tag, attrs, inside)
         if dropped:
             self._dropped += 1
         else:
-            self._open(tag)
+            self._open(tag, in_article)  # before the push: text gathered so far is the parent's
+        stack.append(_Frame(tag, dropped, inside))
 
     def end(self, tag: str) -> None:
         if self.refused is not None or not self._stack:
@@ -206,84 +215,89 @@ class _Page:
         if self._chars > self._limits.max_text_chars:
             self.refused = Unreadable("too_large", f"text runs over {self._limits.max_text_chars} characters")
             return
-        table = self._tables[-1] if self._tables else None
-        if table is not None and table.cell is not None and self._text_kind is None:
-            table.cell.append(text)
-        else:
-            self._text.append(text)
-            if self._links:
-                self._link_chars += len(text.strip())
+        self._text.append(text)
+        if self._links:
+            self._link_chars += len(text.strip())
 
     def comment(self, text: str) -> None:
         return None
 
     def close(self) -> None:
         if self.refused is None:
-            self._flush(in_article=bool(self._stack and self._stack[-1].in_article))
+            self._flush(self._in_article())
 
     # building
 
-    def _open(self, tag: str) -> None:
-        if tag == "table":
-            self._flush(self._in_article())
-            if len(self._tables) >= self._limits.max_nesting:
-                self.refused = Unreadable("too_complex", f"tables nested over {self._limits.max_nesting} deep")
-                return
-            self._tables.append(_TableBuild())
-        elif tag in ("td", "th") and self._tables:
-            table = self._tables[-1]
-            if not table.rows:
-                table.rows.append([])
-            table.cell = []
-        elif tag == "tr" and self._tables:
-            self._count_block()
-            self._tables[-1].rows.append([])
-        elif tag in _HEADINGS or tag == "li":
-            self._flush(self._in_article())
-            self._text_kind = tag
-        elif tag in _BLOCKS:
-            self._flush(self._in_article())
+    def _open(self, tag: str, in_article: bool) -> None:
+        if tag == "a":
+            self._links += 1
         elif tag == "br":
             self.data(" ")
-        elif tag == "a":
-            self._links += 1
+        elif tag in _BREAKS:
+            self._flush(in_article)
+            if tag == "table":
+                if len(self._tables) >= self._limits.max_nesting:
+                    self.refused = Unreadable("too_complex", f"tables nested over {self._limits.max_nesting} deep")
+                    return
+                self._tables.append(_TableBuild())
+            elif tag == "tr" and self._tables:
+                self._count_block()
+                self._tables[-1].rows.append([])
+            elif tag in _CELLS and self._tables:
+                table = self._tables[-1]
+                if not table.rows:
+                    table.rows.append([])
+                table.cell = []
 
     def _close(self, tag: str, in_article: bool) -> None:
         if tag == "a":
             self._links = max(self._links - 1, 0)
-        elif tag in _HEADINGS or tag == "li" or tag in _BLOCKS:
-            self._flush(in_article)
-        elif tag in ("td", "th") and self._tables and self._tables[-1].cell is not None:
-            self._flush(in_article)
-            table = self._tables[-1]
-            assert table.cell is not None
-            table.rows[-1].append(one_line("".join(table.cell)))
-            table.cell = None
-        elif tag == "table" and self._tables:
-            self._flush(in_article)
-            built = self._tables.pop()
-            rows = [tuple(row) for row in built.rows if any(row)]
-            if self._tables and self._tables[-1].cell is not None:
-                # a table inside a cell: its rows become that cell's text
-                self._tables[-1].cell.append(" " + " ".join(" ".join(row) for row in rows) + " ")
-            elif rows:
-                self._keep(_Found(in_article, block=Table(rows[0], tuple(rows[1:]))))
+        elif tag in _BREAKS:
+            self._flush(in_article, closing=tag)
+            if tag in _CELLS and self._tables and self._tables[-1].cell is not None:
+                table = self._tables[-1]
+                table.rows[-1].append(one_line("".join(table.cell or ())))
+                table.cell = None
+            elif tag == "table" and self._tables:
+                self._table_done(self._tables.pop(), in_article)
 
-    def _flush(self, in_article: bool) -> None:
-        """End the text gathered so far as the block its element makes (a table cell keeps gathering)."""
+    def _table_done(self, built: _TableBuild, in_article: bool) -> None:
+        rows = [tuple(row) for row in built.rows if any(row)]
+        if self._tables and self._tables[-1].cell is not None:
+            # a table inside a cell: its rows become that cell's text
+            self._tables[-1].cell.append(" " + " ".join(" ".join(row) for row in rows) + " ")
+        elif rows:
+            self._keep(_Found(in_article, block=Table(rows[0], tuple(rows[1:]))))
+
+    def _flush(self, in_article: bool, closing: str | None = None) -> None:
+        """End the text gathered so far as the block the open elements make of it.
+
+        `closing` is the element just closed, no longer on the stack: its text is its own.
+        """
         text = one_line("".join(self._text)) if self._text else ""
-        kind, self._text_kind, self._text = self._text_kind, None, []
+        self._text = []
         linked, self._link_chars = self._link_chars >= _LINKED_SHARE * len(text), 0
         if not text:
             return
         if self._tables and self._tables[-1].cell is not None:
             self._tables[-1].cell.append(" " + text + " ")
-        elif kind in _HEADINGS:
+            return
+        kind = closing if closing in _HEADINGS or closing == "li" else self._enclosing_block()
+        if kind in _HEADINGS:
             self._keep(_Found(in_article, heading=(_HEADINGS[kind], text)))
         elif kind == "li":
             self._keep(_Found(in_article, block=ListItem(text), linked=linked))
         else:
             self._keep(_Found(in_article, block=Paragraph(text), linked=linked))
+
+    def _enclosing_block(self) -> str | None:
+        """Return the nearest open `li` or heading, stopping at a table (its cells gather their own text)."""
+        for frame in reversed(self._stack):
+            if frame.tag in _HEADINGS or frame.tag == "li":
+                return frame.tag
+            if frame.tag == "table":
+                return None
+        return None
 
     def _keep(self, found: _Found) -> None:
         self._count_block()
@@ -341,6 +355,8 @@ def _is_boilerplate(tag: str, attributes: dict[str, str], in_article: bool) -> b
     if not attributes:
         return tag in _NOT_TEXT or (tag in _PAGE_FRAME and not in_article)
     if tag in _NOT_TEXT or "hidden" in attributes or attributes.get("aria-hidden", "").lower() == "true":
+        return True
+    if _INVISIBLE.search(attributes.get("style", "")):
         return True
     if attributes.get("role", "").lower() in _DROP_ROLES and not (in_article and tag in _PAGE_FRAME):
         return True
