@@ -122,6 +122,21 @@ def test_items_keep_their_paragraphs_and_hidden_boxes_are_dropped(tmp_path: Path
     assert "Subscribe" not in document_text(page)
 
 
+def test_a_page_laid_out_in_a_table_is_read_as_a_page(tmp_path: Path) -> None:
+    page = _read_page(
+        tmp_path,
+        "<html lang='fa'><body><table><tr><td><a href='/'>خانه</a></td><td><a href='/m'>محصولات</a></td></tr>"
+        "<tr><td colspan='2'><h1>بیمه بدنه</h1><p>پوشش‌های اصلی:</p><ul><li>تصادف</li><li>سرقت</li></ul>"
+        "<table><tr><th>پوشش</th><th>سقف</th></tr><tr><td>آتش‌سوزی</td><td>۱۰۰</td></tr></table>"
+        "</td></tr></table></body></html>",
+    )
+    assert page.title == "بیمه بدنه"
+    assert [s.headings for s in page.sections] == [("بیمه بدنه",)]
+    assert _items(page) == ["تصادف", "سرقت"]
+    assert _tables(page) == [Table(("پوشش", "سقف"), (("آتش‌سوزی", "۱۰۰"),))]
+    assert "خانه" not in document_text(page)
+
+
 def test_one_50_mb_line_is_read_in_bounded_time_and_memory(tmp_path: Path) -> None:
     paragraph = "<p>" + "بیمه‌نامه‌ها هزینه‌های کم‌ترین را پوشش می‌دهد " * 40 + "</p>"
     repeats = (50 * 1024 * 1024) // len(paragraph.encode("utf-8")) + 1

@@ -124,6 +124,11 @@ class _Frame(NamedTuple):
 class _TableBuild:
     rows: list[list[str]] = field(default_factory=list)
     cell: list[str] | None = None
+    cell_link_chars: int = 0
+    linked: list[bool] = field(default_factory=list)
+    """Per cell gathered, in reading order: all its text is link text."""
+    layout: bool = False
+    """A table that lays out a page (a heading in a cell): its cells hold blocks, not values."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,16 +239,18 @@ class _Page:
         elif tag == "br":
             self.data(" ")
         elif tag in _BREAKS:
+            if tag in _HEADINGS and self._tables and self._tables[-1].cell is not None:
+                self._unfold_layout_table(in_article)
             self._flush(in_article)
             if tag == "table":
                 if len(self._tables) >= self._limits.max_nesting:
                     self.refused = Unreadable("too_complex", f"tables nested over {self._limits.max_nesting} deep")
                     return
                 self._tables.append(_TableBuild())
-            elif tag == "tr" and self._tables:
+            elif tag == "tr" and self._tables and not self._tables[-1].layout:
                 self._count_block()
                 self._tables[-1].rows.append([])
-            elif tag in _CELLS and self._tables:
+            elif tag in _CELLS and self._tables and not self._tables[-1].layout:
                 table = self._tables[-1]
                 if not table.rows:
                     table.rows.append([])
@@ -256,12 +263,36 @@ class _Page:
             self._flush(in_article, closing=tag)
             if tag in _CELLS and self._tables and self._tables[-1].cell is not None:
                 table = self._tables[-1]
-                table.rows[-1].append(one_line("".join(table.cell or ())))
-                table.cell = None
+                text = one_line("".join(table.cell or ()))
+                table.rows[-1].append(text)
+                table.linked.append(bool(text) and table.cell_link_chars >= _LINKED_SHARE * len(text))
+                table.cell, table.cell_link_chars = None, 0
             elif tag == "table" and self._tables:
                 self._table_done(self._tables.pop(), in_article)
 
+    def _unfold_layout_table(self, in_article: bool) -> None:
+        """Turn the innermost table into a page layout: what its cells held so far becomes paragraphs.
+
+        Old sites lay a whole page out in a table; read as a table, the article would become
+        one row. A heading inside a cell is what tells such a table from one of values.
+        """
+        table = self._tables[-1]
+        gathered = zip((cell for row in table.rows for cell in row), table.linked, strict=False)
+        for text, linked in gathered:
+            if text:
+                self._keep(_Found(in_article, block=Paragraph(text), linked=linked))
+        current = one_line("".join(table.cell or ()))
+        if current:
+            self._keep(
+                _Found(
+                    in_article, block=Paragraph(current), linked=table.cell_link_chars >= _LINKED_SHARE * len(current)
+                )
+            )
+        table.rows, table.cell, table.linked, table.layout = [], None, [], True
+
     def _table_done(self, built: _TableBuild, in_article: bool) -> None:
+        if built.layout:
+            return
         rows = [tuple(row) for row in built.rows if any(row)]
         if self._tables and self._tables[-1].cell is not None:
             # a table inside a cell: its rows become that cell's text
@@ -281,6 +312,7 @@ class _Page:
             return
         if self._tables and self._tables[-1].cell is not None:
             self._tables[-1].cell.append(" " + text + " ")
+            self._tables[-1].cell_link_chars += len(text) if linked else 0
             return
         kind = closing if closing in _HEADINGS or closing == "li" else self._enclosing_block()
         if kind in _HEADINGS:
@@ -291,12 +323,10 @@ class _Page:
             self._keep(_Found(in_article, block=Paragraph(text), linked=linked))
 
     def _enclosing_block(self) -> str | None:
-        """Return the nearest open `li` or heading, stopping at a table (its cells gather their own text)."""
+        """Return the nearest open `li` or heading (a table of values has taken its cells' text before)."""
         for frame in reversed(self._stack):
             if frame.tag in _HEADINGS or frame.tag == "li":
                 return frame.tag
-            if frame.tag == "table":
-                return None
         return None
 
     def _keep(self, found: _Found) -> None:
