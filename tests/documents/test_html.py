@@ -137,6 +137,22 @@ def test_a_page_laid_out_in_a_table_is_read_as_a_page(tmp_path: Path) -> None:
     assert "خانه" not in document_text(page)
 
 
+def test_a_name_like_boilerplate_on_the_articles_wrapper_does_not_drop_the_article(tmp_path: Path) -> None:
+    page = _read_page(
+        tmp_path,
+        "<html><body class='home has-sidebar cookies-not-set'><div class='content-with-sidebar'>"
+        "<main><h1>Renewal</h1><p>Renew a month before the end date.</p>"
+        "<div class='post-share'>Share on social media</div></main>"
+        "<div class='sidebar-right'><p>Popular posts this week</p></div></div></body></html>",
+    )
+    assert [s.headings for s in page.sections] == [("Renewal",)]
+    assert _texts(page) == ["Renew a month before the end date."]
+    wrapped = _read_page(
+        tmp_path, "<body><div class='layout-with-sidebar'><h2>Claims</h2><p>Call within five days.</p></div></body>"
+    )
+    assert _texts(wrapped) == ["Call within five days."]
+
+
 def test_one_50_mb_line_is_read_in_bounded_time_and_memory(tmp_path: Path) -> None:
     paragraph = "<p>" + "بیمه‌نامه‌ها هزینه‌های کم‌ترین را پوشش می‌دهد " * 40 + "</p>"
     repeats = (50 * 1024 * 1024) // len(paragraph.encode("utf-8")) + 1

@@ -7,12 +7,17 @@ past `_MAX_ELEMENT_DEPTH` end the read (`too_complex`), and a page of one 50 MB 
 text arriving in pieces. Malformed markup is repaired by libxml2's recovering parser.
 
 What is dropped, by rules rather than a trained or scoring extractor (trafilatura, jusText
-and readability-lxml were measured: docs/measurements/office-html-extraction.md): scripts,
-styles, forms and other non-text elements; navigation, site header and footer, asides, cookie
-and consent banners, breadcrumbs, "related" and sharing boxes, by element, ARIA role, or a
-class or id naming them; and, when the page marks its article (`<article>`, `<main>`,
-`role="main"`, or a content id or class), everything outside it. A page that marks none
-loses its paragraphs and items made of link text alone (menus, link lists) instead.
+and readability-lxml were measured: docs/measurements/office-html-extraction.md):
+- scripts, styles, forms and other non-text elements; `nav`, `aside`, the site's `header`
+  and `footer` (not an article's own); ARIA navigation, banner, contentinfo, complementary,
+  search and dialog roles; anything `hidden`, `aria-hidden` or styled `display: none`;
+- boxes whose id or class names a menu, cookie or consent banner, breadcrumbs, "related"
+  or sharing box, newsletter, sidebar, popup, ad or comments, unless the article is inside
+  the box (a wrapper named `content-with-sidebar` is not a sidebar);
+- when the page marks its article (`<article>`, `<main>`, `role="main"`, or a content id
+  or class), everything outside it; on a page that marks none, the paragraphs and items
+  made of link text alone (menus, link lists).
+A table with a heading in a cell lays out a page (older sites): it is read as blocks.
 """
 
 from __future__ import annotations
@@ -44,14 +49,16 @@ _PAGE_FRAME = frozenset({"header", "footer"})
 _DROP_ROLES = frozenset(
     {"navigation", "banner", "contentinfo", "complementary", "search", "dialog", "alertdialog", "menu"}
 )
-_DROP_NAMES = re.compile(
-    r"(?:^|[\s_-])(?:nav|navbar|navigation|menu|cookies?|consent|gdpr|breadcrumbs?|related|share|sharing|social"
-    r"|newsletter|subscribe|advert|ads?|promo|sidebar|popup|modal|skip-link|comments?)(?:$|[\s_-])",
-    re.IGNORECASE,
+_BOX_WORDS = frozenset(
+    {"nav", "navbar", "navigation", "menu", "cookie", "cookies", "consent", "gdpr", "breadcrumb", "breadcrumbs"}
+    | {"related", "share", "sharing", "social", "newsletter", "subscribe", "advert", "ad", "ads", "promo"}
+    | {"sidebar", "popup", "modal", "skip", "comment", "comments", "widget", "widgets"}
 )
-_FRAME_NAMES = re.compile(
-    r"(?:^|[\s_-])(?:header|footer|masthead|banner|site-info|colophon)(?:$|[\s_-])", re.IGNORECASE
-)
+_FRAME_WORDS = frozenset({"header", "footer", "masthead", "banner", "colophon"})
+_STATE_PREFIXES = ("has-", "no-", "with-", "is-", "show-", "hide-")
+_TOKEN_PARTS = re.compile(r"[-_]+")
+_NEVER_BOXED = frozenset({"html", "body", "main", "article"})
+"""Elements whose classes describe the page, not a box in it (`<body class="has-sidebar">`)."""
 _ARTICLE_NAMES = frozenset(
     {"content", "main", "main-content", "article", "article-body", "post", "post-content", "entry", "entry-content"}
 )
@@ -114,10 +121,29 @@ def page_encoding(head: bytes) -> tuple[str, int]:
     return "utf-8", 0
 
 
+class _Where(NamedTuple):
+    """Where text is: depth of the outermost article marker, and of the innermost named box (-1: none)."""
+
+    article_at: int = -1
+    boxed_at: int = -1
+
+    @property
+    def in_article(self) -> bool:
+        return self.article_at >= 0
+
+    @property
+    def boxed(self) -> bool:
+        """Inside a box named like boilerplate (menu, sidebar, share...) that the article is not inside of."""
+        return self.boxed_at > self.article_at
+
+
+_NOWHERE = _Where()
+
+
 class _Frame(NamedTuple):
     tag: str
     dropped: bool
-    in_article: bool
+    where: _Where
 
 
 @dataclass
@@ -135,7 +161,7 @@ class _TableBuild:
 class _Found:
     """A heading or block met while streaming, and whether it was inside the page's article."""
 
-    in_article: bool
+    where: _Where
     block: Block | None = None
     linked: bool = False
     """All its text is link text: a menu entry or a link list's item."""
@@ -180,23 +206,27 @@ class _Page:
         if len(stack) >= _MAX_ELEMENT_DEPTH:
             self.refused = Unreadable("too_complex", f"elements nested over {_MAX_ELEMENT_DEPTH} deep")
             return
-        in_article = stack[-1].in_article if stack else False
+        where = stack[-1].where if stack else _NOWHERE
         if tag == "title" and self._page_title is None:
             self._title = []  # gathered even inside the dropped <head>
         if self._dropped:
-            stack.append(_Frame(tag, True, in_article))
+            stack.append(_Frame(tag, True, where))
             self._dropped += 1
             return
         # lxml's attribute view answers each lookup slowly; a page has millions of them to ask
         attrs = dict(attributes) if attributes else _NO_ATTRIBUTES
         if tag == "html":
             self._language(attrs)
-        inside = in_article or _marks_article(tag, attrs)
-        dropped = _is_boilerplate(tag, attrs, inside)
+        inside = where
+        if not where.in_article and _marks_article(tag, attrs):
+            inside = where._replace(article_at=len(stack))
+        dropped = _is_dropped(tag, attrs, inside.in_article)
         if dropped:
             self._dropped += 1
         else:
-            self._open(tag, in_article)  # before the push: text gathered so far is the parent's
+            self._open(tag, where)  # before the push: text gathered so far is the parent's
+            if attrs and tag not in _NEVER_BOXED and _names_a_box(attrs, inside.in_article):
+                inside = inside._replace(boxed_at=len(stack))
         stack.append(_Frame(tag, dropped, inside))
 
     def end(self, tag: str) -> None:
@@ -209,7 +239,7 @@ class _Page:
         if frame.dropped:
             self._dropped -= 1
             return
-        self._close(frame.tag, frame.in_article)
+        self._close(frame.tag, frame.where)
 
     def data(self, text: str) -> None:
         if self._title is not None:
@@ -229,19 +259,19 @@ class _Page:
 
     def close(self) -> None:
         if self.refused is None:
-            self._flush(self._in_article())
+            self._flush(self._where())
 
     # building
 
-    def _open(self, tag: str, in_article: bool) -> None:
+    def _open(self, tag: str, where: _Where) -> None:
         if tag == "a":
             self._links += 1
         elif tag == "br":
             self.data(" ")
         elif tag in _BREAKS:
             if tag in _HEADINGS and self._tables and self._tables[-1].cell is not None:
-                self._unfold_layout_table(in_article)
-            self._flush(in_article)
+                self._unfold_layout_table(where)
+            self._flush(where)
             if tag == "table":
                 if len(self._tables) >= self._limits.max_nesting:
                     self.refused = Unreadable("too_complex", f"tables nested over {self._limits.max_nesting} deep")
@@ -256,11 +286,11 @@ class _Page:
                     table.rows.append([])
                 table.cell = []
 
-    def _close(self, tag: str, in_article: bool) -> None:
+    def _close(self, tag: str, where: _Where) -> None:
         if tag == "a":
             self._links = max(self._links - 1, 0)
         elif tag in _BREAKS:
-            self._flush(in_article, closing=tag)
+            self._flush(where, closing=tag)
             if tag in _CELLS and self._tables and self._tables[-1].cell is not None:
                 table = self._tables[-1]
                 text = one_line("".join(table.cell or ()))
@@ -268,9 +298,9 @@ class _Page:
                 table.linked.append(bool(text) and table.cell_link_chars >= _LINKED_SHARE * len(text))
                 table.cell, table.cell_link_chars = None, 0
             elif tag == "table" and self._tables:
-                self._table_done(self._tables.pop(), in_article)
+                self._table_done(self._tables.pop(), where)
 
-    def _unfold_layout_table(self, in_article: bool) -> None:
+    def _unfold_layout_table(self, where: _Where) -> None:
         """Turn the innermost table into a page layout: what its cells held so far becomes paragraphs.
 
         Old sites lay a whole page out in a table; read as a table, the article would become
@@ -280,17 +310,15 @@ class _Page:
         gathered = zip((cell for row in table.rows for cell in row), table.linked, strict=False)
         for text, linked in gathered:
             if text:
-                self._keep(_Found(in_article, block=Paragraph(text), linked=linked))
+                self._keep(_Found(where, block=Paragraph(text), linked=linked))
         current = one_line("".join(table.cell or ()))
         if current:
             self._keep(
-                _Found(
-                    in_article, block=Paragraph(current), linked=table.cell_link_chars >= _LINKED_SHARE * len(current)
-                )
+                _Found(where, block=Paragraph(current), linked=table.cell_link_chars >= _LINKED_SHARE * len(current))
             )
         table.rows, table.cell, table.linked, table.layout = [], None, [], True
 
-    def _table_done(self, built: _TableBuild, in_article: bool) -> None:
+    def _table_done(self, built: _TableBuild, where: _Where) -> None:
         if built.layout:
             return
         rows = [tuple(row) for row in built.rows if any(row)]
@@ -298,9 +326,9 @@ class _Page:
             # a table inside a cell: its rows become that cell's text
             self._tables[-1].cell.append(" " + " ".join(" ".join(row) for row in rows) + " ")
         elif rows:
-            self._keep(_Found(in_article, block=Table(rows[0], tuple(rows[1:]))))
+            self._keep(_Found(where, block=Table(rows[0], tuple(rows[1:]))))
 
-    def _flush(self, in_article: bool, closing: str | None = None) -> None:
+    def _flush(self, where: _Where, closing: str | None = None) -> None:
         """End the text gathered so far as the block the open elements make of it.
 
         `closing` is the element just closed, no longer on the stack: its text is its own.
@@ -316,11 +344,11 @@ class _Page:
             return
         kind = closing if closing in _HEADINGS or closing == "li" else self._enclosing_block()
         if kind in _HEADINGS:
-            self._keep(_Found(in_article, heading=(_HEADINGS[kind], text)))
+            self._keep(_Found(where, heading=(_HEADINGS[kind], text)))
         elif kind == "li":
-            self._keep(_Found(in_article, block=ListItem(text), linked=linked))
+            self._keep(_Found(where, block=ListItem(text), linked=linked))
         else:
-            self._keep(_Found(in_article, block=Paragraph(text), linked=linked))
+            self._keep(_Found(where, block=Paragraph(text), linked=linked))
 
     def _enclosing_block(self) -> str | None:
         """Return the nearest open `li` or heading (a table of values has taken its cells' text before)."""
@@ -338,8 +366,8 @@ class _Page:
         if self._blocks_seen > self._limits.max_blocks:
             self.refused = Unreadable("too_large", f"over {self._limits.max_blocks} paragraphs, items and table rows")
 
-    def _in_article(self) -> bool:
-        return bool(self._stack and self._stack[-1].in_article)
+    def _where(self) -> _Where:
+        return self._stack[-1].where if self._stack else _NOWHERE
 
     def _language(self, attributes: dict[str, str]) -> None:
         declared = (attributes.get("lang") or attributes.get("xml:lang") or "").strip()
@@ -351,13 +379,24 @@ class _Page:
 
         On a page that marks no article, what is left after the dropped elements is taken,
         less the paragraphs and items that are all link text: unmarked menus and link lists.
+        Boxes named like boilerplate are left out too, unless that would leave no block at
+        all: then the names misled (a wrapper's `has-sidebar`), and their text is the page's.
         """
-        has_article = any(found.in_article for found in self._found)
+        has_article = any(found.where.in_article for found in self._found)
+
+        def wanted(found: _Found, boxes_too: bool) -> bool:
+            if has_article and not found.where.in_article:
+                return False
+            if not has_article and found.linked:
+                return False
+            return boxes_too or not found.where.boxed
+
+        kept = [found for found in self._found if wanted(found, boxes_too=False)]
+        if not any(found.block is not None for found in kept):
+            kept = [found for found in self._found if wanted(found, boxes_too=True)]
         sections = SectionBuilder(self._limits)
         first_h1: str | None = None
-        for found in self._found:
-            if (has_article and not found.in_article) or (not has_article and found.linked):
-                continue
+        for found in kept:
             if found.heading is not None:
                 level, text = found.heading
                 if level == 1 and first_h1 is None:
@@ -381,7 +420,8 @@ def _marks_article(tag: str, attributes: dict[str, str]) -> bool:
     return not _ARTICLE_NAMES.isdisjoint(names)
 
 
-def _is_boilerplate(tag: str, attributes: dict[str, str], in_article: bool) -> bool:
+def _is_dropped(tag: str, attributes: dict[str, str], in_article: bool) -> bool:
+    """Tell an element whose text is never the article's: by its tag, ARIA role, or being hidden."""
     if not attributes:
         return tag in _NOT_TEXT or (tag in _PAGE_FRAME and not in_article)
     if tag in _NOT_TEXT or "hidden" in attributes or attributes.get("aria-hidden", "").lower() == "true":
@@ -390,9 +430,20 @@ def _is_boilerplate(tag: str, attributes: dict[str, str], in_article: bool) -> b
         return True
     if attributes.get("role", "").lower() in _DROP_ROLES and not (in_article and tag in _PAGE_FRAME):
         return True
-    if tag in _PAGE_FRAME and not in_article:
-        return True
-    names = f"{attributes.get('id', '')} {attributes.get('class', '')}"
-    if not names.strip():
-        return False
-    return bool(_DROP_NAMES.search(names)) or (not in_article and bool(_FRAME_NAMES.search(names)))
+    return tag in _PAGE_FRAME and not in_article
+
+
+def _names_a_box(attributes: dict[str, str], in_article: bool) -> bool:
+    """Tell an element whose id or class names a menu, sidebar, sharing box... (or, outside the article, a page frame).
+
+    A word counts at either end of a token (`main-menu`, `cookie-banner`, `sidebar-left`);
+    a state class (`has-sidebar`, `no-comments`) names no box.
+    """
+    for token in f"{attributes.get('id', '')} {attributes.get('class', '')}".lower().split():
+        if token.startswith(_STATE_PREFIXES):
+            continue
+        parts = _TOKEN_PARTS.split(token)
+        for part in (parts[0], parts[-1]):
+            if part in _BOX_WORDS or (not in_article and part in _FRAME_WORDS):
+                return True
+    return False
