@@ -10,8 +10,17 @@ _WHITE_SPACE = re.compile(r"\s{2,}|[^\S ]")
 """Runs of white space, and any one that is not a plain space: in ordinary text, few matches."""
 
 
+_SPLIT_BELOW = 100_000
+
+
 def one_line(text: str) -> str:
-    """Collapse white space as a browser shows it, without splitting: a 50 MB paragraph stays one string."""
+    """Collapse white space as a browser shows it.
+
+    A short text is split and joined (fastest); a long one goes through a regex instead, so
+    a 50 MB paragraph stays one string rather than millions of words at once.
+    """
+    if len(text) < _SPLIT_BELOW:
+        return " ".join(text.split())
     return _WHITE_SPACE.sub(" ", text).strip()
 
 

@@ -48,6 +48,19 @@ def _w(name: str) -> str:
 
 
 _T = _w("t")
+_P = _w("p")
+_TBL = _w("tbl")
+_PPR = _w("pPr")
+_PSTYLE = _w("pStyle")
+_OUTLINE = _w("outlineLvl")
+_NUM_ID = f"{_w('numPr')}/{_w('numId')}"
+_VAL = _w("val")
+_R = _w("r")
+_BIDI = f"{_PPR}/{_w('bidi')}"
+_RUN_LANG = f"{_w('rPr')}/{_w('lang')}"
+_RUN_RTL = f"{_w('rPr')}/{_w('rtl')}"
+_LANG_BIDI = _w("bidi")
+_WRAPPERS = frozenset({_w("sdt"), _w("sdtContent"), _w("customXml"), _w("ins")})
 _SPACES = frozenset({_w("tab"), _w("br"), _w("cr"), _w("ptab")})
 _NO_BREAK_HYPHEN = _w("noBreakHyphen")
 _FALLBACK = "{http://schemas.openxmlformats.org/markup-compatibility/2006}Fallback"
@@ -144,6 +157,7 @@ class _BodyReader:
         self._styles: dict[str, BaseStyle] = {s.style_id: s for s in opened.styles if s.style_id}
         self._languages: Counter[str] = Counter()
         self._first_heading: str | None = None
+        self._style_kinds: dict[str, tuple[int | None, bool]] = {}
 
     def read(self) -> Document:
         body = self._opened.element.body
@@ -154,11 +168,11 @@ class _BodyReader:
 
     def _walk(self, container: etree._Element) -> None:
         for child in container:
-            if child.tag == _w("p"):
+            if child.tag == _P:
                 self._paragraph(child)
-            elif child.tag == _w("tbl"):
+            elif child.tag == _TBL:
                 self._sections.add(_table(child))
-            elif child.tag in (_w("sdt"), _w("sdtContent"), _w("customXml"), _w("ins")):
+            elif child.tag in _WRAPPERS:
                 self._walk(child)  # content controls and tracked insertions wrap ordinary body content
 
     def _paragraph(self, p: etree._Element) -> None:
@@ -166,52 +180,64 @@ class _BodyReader:
         if not text:
             return
         self._note_language(p)
-        level = self._heading_level(p)
+        level, listed = self._kind(p)
         if level is not None:
             if self._first_heading is None and level == 1:
                 self._first_heading = text
             self._sections.heading(level, text)
-        elif self._is_list_item(p):
+        elif listed:
             self._sections.add(ListItem(text))
         else:
             self._sections.add(Paragraph(text))
 
-    def _style_chain(self, p: etree._Element) -> list[BaseStyle]:
-        node = p.find(f"{_w('pPr')}/{_w('pStyle')}")
-        style_id = node.get(_w("val")) if node is not None else None
+    def _kind(self, p: etree._Element) -> tuple[int | None, bool]:
+        """Return a paragraph's heading level (None: not a heading) and whether it is a list item.
+
+        Its own properties (an outline level, a numbering reference) come first; then its
+        style's, read once per style.
+        """
+        properties = p.find(_PPR)
+        style_id = ""
+        level: int | None = None
+        listed: bool | None = None
+        if properties is not None:
+            outline = properties.find(_OUTLINE)
+            if outline is not None:
+                level = _outline_level(outline)
+            listed = _numbering(properties)
+            style = properties.find(_PSTYLE)
+            style_id = style.get(_VAL, "") if style is not None else ""
+        if style_id not in self._style_kinds:
+            self._style_kinds[style_id] = self._style_kind(style_id)
+        style_level, style_listed = self._style_kinds[style_id]
+        return (level if level is not None else style_level), (style_listed if listed is None else listed)
+
+    def _style_kind(self, style_id: str) -> tuple[int | None, bool]:
+        level: int | None = None
+        listed: bool | None = None
+        for style in self._style_chain(style_id):
+            name = (style.name or "").strip().lower()
+            properties = style.element.find(_PPR)
+            if level is None:
+                if name == "title":
+                    level = 1
+                elif name.startswith("heading ") and name[8:].isdigit() and 1 <= int(name[8:]) <= 9:
+                    level = int(name[8:])
+                elif properties is not None and (outline := properties.find(_OUTLINE)) is not None:
+                    level = _outline_level(outline)
+            if listed is None:
+                listed = True if _LIST_STYLE.fullmatch(name) else _numbering(properties)
+        return level, bool(listed)
+
+    def _style_chain(self, style_id: str) -> list[BaseStyle]:
+        """Return a style and the styles it is based on, nearest first."""
         chain: list[BaseStyle] = []
-        style = self._styles.get(style_id or "")
+        style = self._styles.get(style_id)
         while style is not None and style not in chain and len(chain) < 16:
             chain.append(style)
             based_on = style.element.find(_w("basedOn"))
-            style = self._styles.get(based_on.get(_w("val"), "")) if based_on is not None else None
+            style = self._styles.get(based_on.get(_VAL, "")) if based_on is not None else None
         return chain
-
-    def _heading_level(self, p: etree._Element) -> int | None:
-        outline = p.find(f"{_w('pPr')}/{_w('outlineLvl')}")
-        if outline is not None:
-            return _outline_level(outline)
-        for style in self._style_chain(p):
-            name = (style.name or "").strip().lower()
-            if name == "title":
-                return 1
-            if name.startswith("heading ") and name[8:].isdigit() and 1 <= int(name[8:]) <= 9:
-                return int(name[8:])
-            outline = style.element.find(f"{_w('pPr')}/{_w('outlineLvl')}")
-            if outline is not None:
-                return _outline_level(outline)
-        return None
-
-    def _is_list_item(self, p: etree._Element) -> bool:
-        if _numbered(p.find(_w("pPr"))):
-            return True
-        for style in self._style_chain(p):
-            name = (style.name or "").strip().lower()
-            if _LIST_STYLE.fullmatch(name):
-                return True
-            if _numbered(style.element.find(_w("pPr"))):
-                return True
-        return False
 
     def _note_language(self, p: etree._Element) -> None:
         """Count the characters of each run under the language its run properties declare.
@@ -220,15 +246,15 @@ class _BodyReader:
         `@w:val`. The template's document defaults are not counted: every Word file
         declares them, whatever it is written in.
         """
-        right_to_left_paragraph = p.find(f"{_w('pPr')}/{_w('bidi')}") is not None
-        for run in p.iter(_w("r")):
-            declared = run.find(f"{_w('rPr')}/{_w('lang')}")
+        right_to_left_paragraph = p.find(_BIDI) is not None
+        for run in p.iter(_R):
+            declared = run.find(_RUN_LANG)
             if declared is None:
                 continue
-            rtl = run.find(f"{_w('rPr')}/{_w('rtl')}") is not None or right_to_left_paragraph
-            tag = declared.get(_w("bidi") if rtl else _w("val")) or declared.get(_w("val"))
+            rtl = right_to_left_paragraph or run.find(_RUN_RTL) is not None
+            tag = declared.get(_LANG_BIDI if rtl else _VAL) or declared.get(_VAL)
             if tag:
-                chars = sum(len(t.text or "") for t in run.iter(_w("t")))
+                chars = sum(len(t.text or "") for t in run.iter(_T))
                 self._languages[tag.split("-")[0].lower()] += chars
 
 
@@ -238,11 +264,12 @@ def _outline_level(element: etree._Element) -> int | None:
     return int(value) + 1 if value.isdigit() and int(value) < 9 else None
 
 
-def _numbered(properties: etree._Element | None) -> bool:
+def _numbering(properties: etree._Element | None) -> bool | None:
+    """Return whether paragraph properties number the paragraph (numbering 0 takes it out of a list), or None."""
     if properties is None:
-        return False
-    number = properties.find(f"{_w('numPr')}/{_w('numId')}")
-    return number is not None and number.get(_w("val"), "0") != "0"
+        return None
+    number = properties.find(_NUM_ID)
+    return None if number is None else number.get(_VAL, "0") != "0"
 
 
 def _paragraph_text(p: etree._Element) -> str:
