@@ -4,7 +4,7 @@ Every corpus source (knowledge/demo and tests/fixtures/corpus/sources) is render
 tests render it (tests/fixtures/corpus/render_docx.py, render_html.py in both layouts), then
 read by each candidate:
 
-  DOCX: chatbot.documents.docx (python-docx), docx2python, mammoth (raw text);
+  DOCX: chatbot.documents.docx (lxml, the body streamed), python-docx, docx2python, mammoth (raw text);
   HTML: chatbot.documents.html (lxml's streaming parser with rules), trafilatura (tables
         included), jusText (the document's stoplist), readability-lxml (its summary); on the
         two layouts the tests use, and on a third, "bare" page: the divs layout with every
@@ -79,6 +79,19 @@ def _ours_html(path: Path) -> str:
     return document_text(read_html(path, LIMITS))
 
 
+def _python_docx(path: Path) -> str:
+    import docx
+    from docx.table import Table as WordTable
+
+    parts: list[str] = []
+    for block in docx.Document(str(path)).iter_inner_content():
+        if isinstance(block, WordTable):
+            parts.extend(" ".join(cell.text for cell in row.cells) for row in block.rows)
+        else:
+            parts.append(block.text)
+    return "\n".join(parts)
+
+
 def _docx2python(path: Path) -> str:
     from docx2python import docx2python
 
@@ -116,7 +129,8 @@ def _readability(path: Path) -> str:
 
 
 DOCX: list[tuple[str, str, Extractor, str]] = [
-    ("python-docx (chatbot.documents.docx)", "docx", _ours_docx, "headings, items, tables with header"),
+    ("lxml stream (chatbot.documents.docx)", "lxml", _ours_docx, "headings, items, tables with header"),
+    ("python-docx", "docx", _python_docx, "styles, paragraphs, tables: structure to walk"),
     ("docx2python", "docx2python", _docx2python, "text; tables as nested lists, no heading path"),
     ("mammoth (raw text)", "mammoth", _mammoth, "text only (its HTML output keeps h1-h6, li, table)"),
 ]
@@ -215,12 +229,18 @@ def _blocks(doc: Document, kind: type) -> list[Block]:
 HOSTILE_CHILD = """
 import sys, time
 from pathlib import Path
+from chatbot.documents.docx import read_docx
 from chatbot.documents.html import read_html
 from chatbot.documents.model import ReadLimits, Unreadable
+path = Path(sys.argv[1])
 started = time.perf_counter()
 try:
-    doc = read_html(Path(sys.argv[1]), ReadLimits())
-    outcome = f"read: {sum(len(s.blocks) for s in doc.sections)} blocks"
+    if sys.argv[2:] == ["python-docx"]:
+        import docx
+        outcome = f"python-docx: {len(docx.Document(str(path)).paragraphs)} paragraphs"
+    else:
+        doc = (read_docx if path.suffix == ".docx" else read_html)(path, ReadLimits())
+        outcome = f"read: {sum(len(s.blocks) for s in doc.sections)} blocks"
 except Unreadable as refused:
     outcome = f"Unreadable {refused}"
 # VmHWM, not ru_maxrss: Linux carries ru_maxrss over from the parent across fork and exec
@@ -230,9 +250,21 @@ print(f"{outcome} | {time.perf_counter() - started:.2f} s | {peak} MB")
 """
 
 
+def _large_docx(path: Path) -> None:
+    import docx
+
+    out = docx.Document()
+    for section in range(2000):
+        out.add_heading(f"بخش {section}", level=2)
+        for _ in range(20):
+            out.add_paragraph("بیمه‌نامه‌ها هزینه‌های درمان را پوشش می‌دهد " * 5)
+        out.add_table(rows=3, cols=3)
+    out.save(str(path))
+
+
 def _hostile(folder: Path) -> None:
-    print("\n## hostile pages (chatbot.documents.html, default ReadLimits, one child process each)\n")
-    print("| page | outcome | wall | peak RSS |")
+    print("\n## large and hostile files (default ReadLimits, one child process each)\n")
+    print("| file | outcome | wall | peak RSS |")
     print("|---|---|---|---|")
     text_line = folder / "one-line-text.html"
     paragraph = "<p>" + "بیمه‌نامه‌ها هزینه‌های کم‌ترین را پوشش می‌دهد " * 40 + "</p>"
@@ -242,17 +274,24 @@ def _hostile(folder: Path) -> None:
     tag_line.write_text("<html><body>" + "<p>word <b>bold</b></p>" * 2_200_000 + "</body></html>", "utf-8")
     nested = folder / "nested-tables.html"
     nested.write_text("<html><body>" + "<table><tr><td>" * 500 + "deep" + "</td></tr></table>" * 500, "utf-8")
-    for label, path in (
-        ("one 50 MB line of Persian paragraphs", text_line),
-        ("one 50 MB line of tags", tag_line),
-        ("tables nested 500 deep", nested),
+    large = folder / "large.docx"
+    _large_docx(large)
+    for label, path, how in (
+        ("DOCX: 2,000 headings, 40,000 Persian paragraphs, 2,000 tables", large, "ours"),
+        ("the same DOCX, opened by python-docx alone", large, "python-docx"),
+        ("one 50 MB line of Persian paragraphs", text_line, "ours"),
+        ("one 50 MB line of tags", tag_line, "ours"),
+        ("tables nested 500 deep", nested, "ours"),
     ):
         child = subprocess.run(
-            [sys.executable, "-c", HOSTILE_CHILD, str(path)], capture_output=True, text=True, timeout=600, check=False
+            [sys.executable, "-c", HOSTILE_CHILD, str(path), how],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            check=False,
         )
-        print(
-            f"| {label} ({path.stat().st_size // (1024 * 1024)} MB) | {child.stdout.strip() or child.stderr[-200:]} |"
-        )
+        size = f"{path.stat().st_size / (1024 * 1024):.1f} MB"
+        print(f"| {label} ({size}) | {child.stdout.strip() or child.stderr[-200:]} |")
 
 
 def main() -> None:
