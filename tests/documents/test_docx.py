@@ -203,6 +203,24 @@ def test_broken_packages_are_corrupt(corpus: dict[Path, Pair], tmp_path: Path) -
         assert refused.value.reason == "corrupt", name
 
 
+def test_a_body_in_another_namespace_is_unsupported_not_read_empty(corpus: dict[Path, Pair], tmp_path: Path) -> None:
+    # Strict Open XML names every element in another namespace: read as transitional, nothing would be found
+    plain = next(iter(corpus.values())).path
+    strict = tmp_path / "strict.docx"
+    with zipfile.ZipFile(plain) as source, zipfile.ZipFile(strict, "w") as out:
+        for part in source.infolist():
+            data = source.read(part)
+            if part.filename == "word/document.xml":
+                data = data.replace(
+                    b"http://schemas.openxmlformats.org/wordprocessingml/2006/main",
+                    b"http://purl.oclc.org/ooxml/wordprocessingml/main",
+                )
+            out.writestr(part, data)
+    with pytest.raises(Unreadable) as refused:
+        read_docx(strict, LIMITS)
+    assert refused.value.reason == "unsupported"
+
+
 def test_text_over_the_limit_is_too_large(corpus: dict[Path, Pair]) -> None:
     path = next(iter(corpus.values())).path
     with pytest.raises(Unreadable) as refused:

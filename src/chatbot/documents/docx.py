@@ -97,9 +97,18 @@ class _BodyReader:
     def read(self, archive: zipfile.ZipFile) -> Document:
         with archive.open(self._package.document_part) as stream:
             events = etree.iterparse(
-                stream, events=("end",), tag=_BODY_BLOCKS, resolve_entities=False, no_network=True, huge_tree=False
+                stream,
+                events=("start", "end"),
+                tag=(_BODY, *_BODY_BLOCKS),
+                resolve_entities=False,
+                no_network=True,
+                huge_tree=False,
             )
-            for _, element in events:
+            has_body = False
+            for event, element in events:
+                if event == "start":
+                    has_body = has_body or element.tag == _BODY
+                    continue
                 parent = element.getparent()
                 if parent is None or parent.tag != _BODY:
                     continue  # inside a body block: read with it when it ends
@@ -107,6 +116,9 @@ class _BodyReader:
                 element.clear()
                 while element.getprevious() is not None:
                     del parent[0]  # the blocks read so far: freed, so memory holds one block at a time
+        if not has_body:
+            # a Strict Open XML file names its elements in another namespace: nothing here would be read
+            raise Unreadable("unsupported", "no WordprocessingML body (a Strict Open XML file?)")
         title = self._package.title or self._first_heading
         language = self._languages.most_common(1)[0][0] if self._languages else None
         return Document(title=title, language=language, sections=self._sections.finish())
