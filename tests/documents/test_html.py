@@ -226,6 +226,8 @@ def test_the_charset_comes_from_the_bom_or_the_meta_else_utf8(tmp_path: Path) ->
     assert _read_page(tmp_path, b"\xef\xbb\xbf" + text.encode("utf-8")).title == "پرداخت‌ها"
     assert _read_page(tmp_path, b"\xff\xfe" + text.encode("utf-16-le")).title == "پرداخت‌ها"
     assert _texts(_read_page(tmp_path, text.encode("utf-8"))) == ["کارت خودرو"]
+    xhtml = '<?xml version="1.0" encoding="windows-1256"?>' + text
+    assert _texts(_read_page(tmp_path, xhtml.encode("cp1256"))) == ["کارت خودرو"]
 
 
 def test_text_over_the_limit_is_too_large(tmp_path: Path) -> None:

@@ -76,7 +76,11 @@ _NO_ATTRIBUTES: dict[str, str] = {}
 _INVISIBLE = re.compile(r"display\s*:\s*none|visibility\s*:\s*hidden", re.IGNORECASE)
 _LINKED_SHARE = 0.9
 """A block with at least this share of its characters inside links is a link, not prose."""
-_META_CHARSET = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?\s*([A-Za-z0-9_:.-]+)""", re.IGNORECASE)
+_META_CHARSET = re.compile(
+    rb"""<meta[^>]+charset\s*=\s*["']?\s*([A-Za-z0-9_:.-]+)|<\?xml[^>]+encoding\s*=\s*["']([A-Za-z0-9_:.-]+)""",
+    re.IGNORECASE,
+)
+"""`<meta charset>`, `<meta http-equiv content="...; charset=">`, or an XHTML page's XML declaration."""
 
 
 def read_html(path: Path, limits: ReadLimits) -> Document:
@@ -104,7 +108,7 @@ def read_html(path: Path, limits: ReadLimits) -> Document:
 
 
 def page_encoding(head: bytes) -> tuple[str, int]:
-    """Return a page's encoding and its byte-order mark's length: by the mark, else `<meta charset>`, else UTF-8."""
+    """Return a page's encoding and its byte-order mark's length: by the mark, else as declared, else UTF-8."""
     for mark, encoding in (
         (codecs.BOM_UTF8, "utf-8"),
         (codecs.BOM_UTF16_LE, "utf-16-le"),
@@ -115,7 +119,7 @@ def page_encoding(head: bytes) -> tuple[str, int]:
     declared = _META_CHARSET.search(head)
     if declared:
         try:
-            return codecs.lookup(declared.group(1).decode("ascii")).name, 0
+            return codecs.lookup((declared.group(1) or declared.group(2)).decode("ascii")).name, 0
         except LookupError:
             pass  # a charset Python does not know: read as UTF-8, the web's default
     return "utf-8", 0
