@@ -117,8 +117,8 @@ class _BodyReader:
                 while element.getprevious() is not None:
                     del parent[0]  # the blocks read so far: freed, so memory holds one block at a time
         if not has_body:
-            # a Strict Open XML file names its elements in another namespace: nothing here would be read
-            raise Unreadable("unsupported", "no WordprocessingML body (a Strict Open XML file?)")
+            # another Office format, or Strict Open XML (its elements in another namespace): nothing here is read
+            raise Unreadable("unsupported", "no Word body in the main part (another Office format, or Strict Open XML)")
         title = self._package.title or self._first_heading
         language = self._languages.most_common(1)[0][0] if self._languages else None
         return Document(title=title, language=language, sections=self._sections.finish())
