@@ -96,5 +96,10 @@ class ReadLimits:
     """Tables (or HTML elements) nested deeper are refused (`too_complex`)."""
     max_text_chars: int = 50_000_000
     """A document whose text runs longer than this is refused (`too_large`)."""
+    max_blocks: int = 500_000
+    """A document of more paragraphs, list items and table rows than this is refused (`too_large`):
+    each costs memory beyond its text, so a page of millions of one-word paragraphs is bounded too."""
+    max_elements: int = 2_000_000
+    """Markup elements (HTML tags) a file may hold (`too_complex`): each costs time to walk, even an empty one."""
     seconds: float = 120.0
     """Wall-clock time one file may take to read (`timeout`)."""
