@@ -112,15 +112,11 @@ class ClosedFact(Fact):
 
     def stored(self) -> dict[str, JsonValue]:
         """Return the version as the history keeps it: `source` always (null when unknown), `closed_by` when known."""
-        value: dict[str, JsonValue] = {
-            "fact_id": self.fact_id,
-            "text": self.text,
-            "category": self.category,
-            "key": self.key,
-            "source": None if self.source is None else _json(self.source),
-            "valid_from": self.valid_from,
-            "valid_until": self.valid_until,
-        }
+        value = super().stored()
+        value["fact_id"] = self.fact_id
+        value["source"] = None if self.source is None else _json(self.source)
+        value["valid_from"] = self.valid_from
+        value["valid_until"] = self.valid_until
         if self.closed_by is not None:
             value["closed_by"] = _json(self.closed_by)
         return value
