@@ -13,6 +13,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, GetPydanticSchema, JsonValue, PlainSerializer, field_serializer
 from pydantic_core import core_schema
 
+from chatbot.ids import RunId, ThreadId
 from chatbot.timestamps import rfc3339
 
 JsonObject = Annotated[
@@ -176,11 +177,12 @@ class RunRecord(BaseModel):
     context: RunContext = Field(default_factory=RunContext)
 
 
+# Stored in this shape too, inside the fact (memory/facts.py reads and writes it there).
 class FactSource(BaseModel):
     """The turn that last wrote a fact: its thread and run."""
 
-    thread_id: str
-    run_id: str
+    thread_id: ThreadId
+    run_id: RunId
 
 
 class MemoryFact(BaseModel):

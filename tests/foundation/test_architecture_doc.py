@@ -71,7 +71,7 @@ def test_the_reader_notices_a_disagreement() -> None:
     # The checks above pass on today's document; a changed row must not.
     text = DOC.read_text("utf-8")
     moved = text.replace(
-        "| `threads` | `agent` `budgets` `recall` `retrieval` `tracing` |",
+        "| `threads` | `agent` `budgets` `memory` `recall` `retrieval` `tracing` |",
         "| `threads` | `agent` `budgets` `retrieval` |",
     )
     assert feature_imports_in_doc(moved)["threads"] == {"agent", "budgets", "retrieval"}

@@ -57,7 +57,8 @@ RANK = {**dict.fromkeys(FOUNDATION, 0), **dict.fromkeys(FEATURES, 1), **dict.fro
 # up. Budgets sit under every model call (the run's answer, the summary, the memory job)
 # and price with the models' prices.
 FEATURE_IMPORTS: Mapping[str, frozenset[str]] = {
-    "threads": frozenset({"agent", "budgets", "recall", "retrieval", "tracing"}),
+    # A deleted thread's name goes from the user's memory (memory/thread_deletion.py).
+    "threads": frozenset({"agent", "budgets", "memory", "recall", "retrieval", "tracing"}),
     "tracing": frozenset({"agent"}),  # reads a provider error's HTTP status (agent/modelcall.py)
     "agent": frozenset({"budgets", "memory", "models", "recall", "retrieval"}),
     # The thread's earlier turns: spelled as retrieval spells knowledge (retrieval/normalize.py).

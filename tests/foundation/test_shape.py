@@ -9,7 +9,9 @@ Read from the source with `ast`, like tests/foundation/test_layers.py:
 - no package of `src/` imports another package's private module (`_name.py`) or its
   `queries.py` (it calls that feature's service instead);
 - no module of `src/` runs over `MAX_LINES` lines: a file a reader cannot take in at one
-  sitting is split by what its parts do.
+  sitting is split by what its parts do;
+- a stored fact's JSON is parsed in one module (memory/facts.py), and memory's store layout
+  and its walk over stored values are spelled in memory/ alone.
 
 `test_the_checks_catch_what_they_are_for` feeds each check a small breaking source.
 """
@@ -21,6 +23,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import chatbot
+from chatbot.ids import TenantId, UserId
+from chatbot.memory.namespaces import facts_namespace, history_namespace, profile_namespace
 
 SRC = Path(chatbot.__file__).parent
 TESTS = Path(__file__).resolve().parents[1]
@@ -147,6 +151,101 @@ def test_no_module_of_src_runs_over_the_line_limit() -> None:
     }
     assert long - KNOWN_LONG == set(), f"split these modules (over {MAX_LINES} lines): {sorted(long - KNOWN_LONG)}"
     assert KNOWN_LONG - long == set(), f"these fit now: take them off KNOWN_LONG: {sorted(KNOWN_LONG - long)}"
+
+
+# --- one home for a stored fact, and for memory's store layout ----------------------------
+
+FACT_MODULE = "memory/facts.py"
+# Keys a stored fact alone has (when it was believed, what closed it): another module reading
+# or writing one is a second parser of the fact's JSON.
+FACT_KEYS = frozenset({"valid_from", "valid_until", "closed_by"})
+_ANY = TenantId("t"), UserId("u")
+# The labels memory's namespaces add under a user (the ids and the generic "user" aside).
+MEMORY_LABELS = frozenset(
+    label
+    for namespace in (facts_namespace(*_ANY), history_namespace(*_ANY), profile_namespace(*_ANY))
+    for label in namespace
+) - {*_ANY, "user"}
+
+
+def _key_reads(tree: ast.AST) -> Iterator[tuple[int, ast.expr, object, bool]]:
+    """Yield (line, what is read, key, by `.get`) for every `x[key]` and `x.get(key, ...)` of `tree`."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Subscript):
+            key = node.slice.value if isinstance(node.slice, ast.Constant) else None
+            yield node.lineno, node.value, key, False
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get":
+            first = node.args[0] if node.args else None
+            yield node.lineno, node.func.value, first.value if isinstance(first, ast.Constant) else None, True
+
+
+def fact_parsing_problems(where: str, tree: ast.AST) -> list[str]:
+    """Return where a module other than memory/facts.py takes a stored value apart, or spells a fact's key."""
+    if where == FACT_MODULE:
+        return []
+    problems = []
+    for line, read, key, _ in _key_reads(tree):
+        if isinstance(read, ast.Attribute) and read.attr == "value":
+            problems.append(f"{where}:{line}: reads a stored item's value by key; parse it with {FACT_MODULE}")
+        elif key in FACT_KEYS:
+            problems.append(f"{where}:{line}: reads a fact's `{key}`; parse the fact with {FACT_MODULE}")
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Dict):
+            spelled = {str(k.value) for k in node.keys if isinstance(k, ast.Constant)} & FACT_KEYS
+            if spelled:
+                problems.append(f"{where}:{node.lineno}: writes a fact's {sorted(spelled)}; use {FACT_MODULE}")
+    return problems
+
+
+def memory_layout_problems(where: str, tree: ast.AST) -> list[str]:
+    """Return where a module outside memory/ spells a namespace of memory's, or looks for a thread in a stored value."""
+    if where.startswith("memory/"):
+        return []
+    problems = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Tuple):
+            labels = {str(e.value) for e in node.elts if isinstance(e, ast.Constant)} & MEMORY_LABELS
+            if labels:
+                problems.append(
+                    f"{where}:{node.lineno}: spells memory's namespaces {sorted(labels)} (memory/namespaces.py)"
+                )
+    for line, _, key, tolerant in _key_reads(tree):
+        # A lookup that tolerates the key's absence is a walk over values of any shape; a row's
+        # `r["thread_id"]` is a column.
+        if key == "thread_id" and tolerant and where.startswith("db/"):
+            problems.append(
+                f"{where}:{line}: looks for a thread inside a value; memory/thread_deletion.py walks its own"
+            )
+    return problems
+
+
+def test_a_stored_fact_is_parsed_in_one_module() -> None:
+    problems = [
+        p for path, tree in _modules(SRC) for p in fact_parsing_problems(path.relative_to(SRC).as_posix(), tree)
+    ]
+    assert not problems, "\n".join(problems)
+
+
+def test_memorys_store_layout_and_the_walk_over_its_values_live_in_memory() -> None:
+    # db/langgraph_tables.py runs the store's statements on the prefixes memory gives it; the
+    # "drop this thread from every fact" walk is memory's (a deleted thread's facts stay, with
+    # no source naming it: tests/threads/test_delete_fact_sources.py).
+    problems = [
+        p for path, tree in _modules(SRC) for p in memory_layout_problems(path.relative_to(SRC).as_posix(), tree)
+    ]
+    assert not problems, "\n".join(problems)
+
+
+def test_the_fact_and_layout_checks_catch_a_second_reader() -> None:
+    # What this tree held before: facts read by key in read.py, and db/ walking memory's areas.
+    assert fact_parsing_problems("memory/read.py", ast.parse('text = str(item.value.get("text", ""))\n'))
+    assert fact_parsing_problems("memory/writer.py", ast.parse('v = {"valid_from": now}\n'))
+    assert fact_parsing_problems("memory/read.py", ast.parse('since = value["valid_from"]\n'))
+    assert not fact_parsing_problems(FACT_MODULE, ast.parse('since = stored["valid_from"]\n'))
+    assert not fact_parsing_problems("memory/read.py", ast.parse("fact = Fact.from_stored(item.value)\n"))
+    old_walk = '_USER_AREAS = ("facts", "facts_history", "profile")\nif item.get("thread_id") == thread_id: pass\n'
+    assert len(memory_layout_problems("db/langgraph_tables.py", ast.parse(old_walk))) == 2
+    assert not memory_layout_problems("memory/namespaces.py", ast.parse('ns = (t, "user", u, "facts")\n'))
 
 
 def test_the_checks_catch_what_they_are_for(tmp_path: Path) -> None:

@@ -35,6 +35,7 @@ from chatbot.budgets.service import BudgetExhausted, Held
 from chatbot.db.run_record import RecordedRun
 from chatbot.failures import Failure
 from chatbot.memory.extraction import MemoryCandidates, extract_offline
+from chatbot.memory.facts import Fact
 from chatbot.memory.jobs import MemoryJob
 from chatbot.memory.namespaces import PROFILE_KEY, facts_namespace, profile_namespace, user_prefix
 from chatbot.models.chain import ChainEntry
@@ -72,7 +73,7 @@ class Nodes:
             # Two reads, each of one store prefix (memory/read.py), newest fact first.
             remembered = await self.deps.memory_reader(ctx.tenant_id, ctx.user_id)
             profile = remembered.profile
-            facts = [str(f.value["text"]) for f in remembered.facts if f.value.get("text")]
+            facts = [fact.text for fact in (Fact.from_stored(item.value) for item in remembered.facts) if fact.text]
         elif runtime.store is not None:
             # A graph outside the service (Studio): its own store, one search over the user's
             # prefix; the explicit limit matters (asearch returns 10 items by default).
@@ -86,8 +87,8 @@ class Nodes:
             for item in found:
                 if item.namespace == profile_ns and item.key == PROFILE_KEY:
                     profile = dict(item.value)
-                elif item.namespace == facts_ns and item.value.get("text"):
-                    facts.append(str(item.value["text"]))
+                elif item.namespace == facts_ns and (fact := Fact.from_stored(item.value)).text:
+                    facts.append(fact.text)
         return ConversationState(profile=profile, facts=facts, outcome=Outcome())
 
     async def retrieve(self, state: ConversationState, runtime: Runtime[Context]) -> ConversationState:

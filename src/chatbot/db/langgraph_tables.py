@@ -22,7 +22,7 @@ statements use on whatever is installed.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from importlib.metadata import version
 from typing import Any, TypedDict
@@ -570,54 +570,29 @@ async def delete_store_namespaces(conn: Conn, namespaces: Sequence[tuple[str, ..
     return max(cur.rowcount, 0)
 
 
-# A deleted thread's runs are no memory item's source any more. The items stay (memory is
-# the user's, docs/api.md); what names the thread goes, so nothing points at it: a fact's
-# `source`, a closed version's `source` and `closed_by`, and the profile's sources (kept as
-# an unnamed turn, so the entry it gave stays). One prefix by equality per statement (the
-# owner's namespaces, memory/namespaces.py; a test holds `facts_prefix` to it), and each
-# rewrite by (prefix, key): router statements on a store distributed by prefix.
-_ITEMS_NAMING_THREAD = """
-select key, value from store
-where prefix = %s and jsonb_path_exists(value, '$.** ? (@.thread_id == $t)', jsonb_build_object('t', %s::text))
+# Items of one prefix whose value matches an SQL/JSON path, and a value rewritten in place:
+# the memory feature's walk that takes a deleted thread out of what it stored
+# (memory/thread_deletion.py) reads and rewrites with these, knowing the values' shape itself.
+# One prefix by equality per statement, each rewrite by (prefix, key): router statements on
+# a store distributed by prefix.
+_ITEMS_MATCHING = """
+select key, value, created_at, updated_at from store
+where prefix = %s and jsonb_path_exists(value, %s::jsonpath, %s)
 """
-_REWRITE_ITEM = "update store set value = %s where prefix = %s and key = %s"
-_USER_AREAS = ("facts", "facts_history", "profile")
+_SET_VALUE = "update store set value = %s where prefix = %s and key = %s"
 
 
-def facts_prefix(tenant_id: TenantId, user_id: UserId) -> str:
-    """Return the store prefix of a user's facts (memory/namespaces.py `facts_namespace`, joined)."""
-    return _prefix((tenant_id, "user", user_id, "facts"))
+async def store_items_matching(
+    conn: Conn, prefix: str, json_path: str, variables: Mapping[str, Any]
+) -> list[dict[str, Any]]:
+    """Return the rows of exactly `prefix` (expired ones too) whose value matches `json_path` with `variables`."""
+    cur = await conn.execute(_ITEMS_MATCHING, (prefix, json_path, Jsonb(dict(variables))))
+    return list(await cur.fetchall())
 
 
-def _without_thread(value: Any, thread_id: ThreadId) -> Any:
-    """Return `value` with every reference to `thread_id` taken out (see above)."""
-    if isinstance(value, dict):
-        kept = {}
-        for key, item in value.items():
-            if isinstance(item, dict) and item.get("thread_id") == thread_id:
-                continue  # a fact's or a version's `source` / `closed_by`
-            kept[key] = _without_thread(item, thread_id)
-        return kept
-    if isinstance(value, list):
-        return [
-            {k: v for k, v in item.items() if k not in ("thread_id", "run_id")}
-            if isinstance(item, dict) and item.get("thread_id") == thread_id
-            else _without_thread(item, thread_id)
-            for item in value
-        ]
-    return value
-
-
-async def drop_thread_sources(conn: Conn, tenant_id: TenantId, user_id: UserId, thread_id: ThreadId) -> int:
-    """Take `thread_id` out of every memory item of the user that names it; return how many changed."""
-    changed = 0
-    for area in _USER_AREAS:
-        prefix = _prefix((tenant_id, "user", user_id, area))
-        cur = await conn.execute(_ITEMS_NAMING_THREAD, (prefix, thread_id))
-        for key, value in [(row["key"], row["value"]) for row in await cur.fetchall()]:
-            await conn.execute(_REWRITE_ITEM, (Jsonb(_without_thread(value, thread_id)), prefix, key))
-            changed += 1
-    return changed
+async def set_store_value(conn: Conn, prefix: str, key: str, value: Mapping[str, Any]) -> None:
+    """Replace one row's value, leaving its timestamps and expiry as they were."""
+    await conn.execute(_SET_VALUE, (Jsonb(dict(value)), prefix, key))
 
 
 # --- Memory items: the store's rows by statements of our own --------------------------------

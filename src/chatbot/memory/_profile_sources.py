@@ -17,9 +17,10 @@ the newest MAX_SOURCES sources.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Literal, TypedDict, cast
+from typing import Literal
 
-from pydantic import JsonValue
+from pydantic import JsonValue, TypeAdapter
+from typing_extensions import TypedDict
 
 from chatbot.memory.extraction import FactCandidate, Profile, extract_offline
 
@@ -45,13 +46,13 @@ class ProfileSources(TypedDict, total=False):
     topics: dict[str, list[Source]]
 
 
-def stored_sources(value: Mapping[str, JsonValue]) -> ProfileSources:
-    """Return a stored sources item as `ProfileSources`, as it was stored (only `record` and `forget` write it).
+_STORED_SOURCES: TypeAdapter[ProfileSources] = TypeAdapter(ProfileSources)
 
-    Read unvalidated, like the profile (`stored_profile`): the readers here skip a source
-    that is not an object, as they always did.
-    """
-    return cast(ProfileSources, dict(value))
+
+def stored_sources(value: Mapping[str, JsonValue]) -> ProfileSources:
+    """Return a stored sources item as `ProfileSources`, validated (only `record`, `forget` and
+    `without_thread` write it, so an entry of another shape raises)."""
+    return _STORED_SOURCES.validate_python(dict(value))
 
 
 def _entries(profile: Profile, name: Collection) -> list[str]:
@@ -147,15 +148,38 @@ def forget(profile: Profile, sources: ProfileSources, fact_id: str) -> tuple[Pro
 
 def _drop_entries(profile: Profile, name: Collection, gone: set[str]) -> None:
     """Remove the `gone` entries from the profile's collection `name`, and the collection when it is left empty."""
-    value = profile[name]
-    if isinstance(value, Mapping):
-        left: object = {k: v for k, v in value.items() if str(k) not in gone}
-    elif isinstance(value, list):
-        left = [v for v in value if str(v) not in gone]
-    else:
-        left = value
+    if name == "topics":
+        topics = {k: v for k, v in profile.get("topics", {}).items() if k not in gone}
+        if topics:
+            profile["topics"] = topics
+        else:
+            del profile["topics"]
+        return
+    left = [v for v in profile.get(name, []) if v not in gone]
     if left:
-        # One document of the stored shape: a collection keeps the kind (list or object) it had.
-        cast(dict[str, object], profile)[name] = left
+        profile[name] = left
     else:
         del profile[name]
+
+
+def without_thread(sources: ProfileSources, thread_id: str) -> ProfileSources:
+    """Return the sources with every turn of `thread_id` kept unnamed (the thread was deleted).
+
+    The entry a turn gave stays (memory is the user's), so its source stays too, without the
+    thread and run that named it: a fact's id, when a fact gave it, is kept.
+    """
+    kept = ProfileSources()
+    for scalar in _SCALARS:
+        if scalar in sources:
+            kept[scalar] = _unnamed(sources[scalar], thread_id)
+    for collection in _COLLECTIONS:
+        if collection in sources:
+            kept[collection] = {entry: _unnamed(listed, thread_id) for entry, listed in sources[collection].items()}
+    return kept
+
+
+def _unnamed(sources: list[Source], thread_id: str) -> list[Source]:
+    return [
+        {k: v for k, v in s.items() if k not in ("thread_id", "run_id")} if s.get("thread_id") == thread_id else s
+        for s in sources
+    ]

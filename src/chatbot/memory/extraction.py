@@ -13,9 +13,9 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TypedDict, cast
 
-from pydantic import JsonValue
+from pydantic import JsonValue, TypeAdapter
+from typing_extensions import TypedDict
 
 from chatbot.memory._extraction_terms import (
     DEFAULT_PRODUCTS,
@@ -65,13 +65,16 @@ class Profile(TypedDict, total=False):
     """How often each topic came up."""
 
 
-def stored_profile(value: Mapping[str, JsonValue]) -> Profile:
-    """Return a stored profile document as a `Profile`, as it was stored.
+_STORED_PROFILE: TypeAdapter[Profile] = TypeAdapter(Profile)
 
-    Only `merge_profile`'s result is written under the profile key, so the document is read
-    back unvalidated: an entry of another shape passes through the merge as it always did.
+
+def stored_profile(value: Mapping[str, JsonValue]) -> Profile:
+    """Return a stored profile document as a `Profile`, validated (a slot of another shape raises).
+
+    Only `merge_profile`'s result is written under the profile key, so every slot has its
+    declared shape.
     """
-    return cast(Profile, dict(value))
+    return _STORED_PROFILE.validate_python(dict(value))
 
 
 @dataclass(frozen=True, slots=True)

@@ -117,6 +117,19 @@ async def delete_namespace(conn: Conn, namespace: tuple[str, ...]) -> int:
     return await langgraph_tables.delete_store_prefix(conn, prefix_of(namespace))
 
 
+async def matching(
+    conn: Conn, namespace: tuple[str, ...], json_path: str, variables: Mapping[str, JsonValue]
+) -> list[StoredItem]:
+    """Return the items of `namespace` (expired ones too) whose value matches the SQL/JSON path `json_path`."""
+    rows = await langgraph_tables.store_items_matching(conn, prefix_of(namespace), json_path, variables)
+    return [_item(row) for row in rows]
+
+
+async def replace_value(conn: Conn, namespace: tuple[str, ...], key: str, value: Mapping[str, object]) -> None:
+    """Rewrite one item's value in place: a correction, not a use, so its times and expiry stay."""
+    await langgraph_tables.set_store_value(conn, prefix_of(namespace), key, value)
+
+
 def _item(row: Mapping[str, object]) -> StoredItem:
     value = row["value"]
     return StoredItem(

@@ -6,7 +6,7 @@ before a fact changed) are read for `GET …/memory?history=true` alone: the mod
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -15,8 +15,9 @@ from pydantic import JsonValue
 from chatbot.db.pool import Pool
 from chatbot.ids import TenantId, UserId
 from chatbot.memory import items
+from chatbot.memory.facts import ClosedFact, Fact
 from chatbot.memory.namespaces import PROFILE_KEY, facts_namespace, history_namespace, profile_namespace
-from chatbot.responses import FactSource, FactVersion, MemoryFact, UserMemory
+from chatbot.responses import FactVersion, MemoryFact, UserMemory
 
 # Closed facts shown by `GET …/memory?history=true` (the writer keeps at most 100 per user).
 HISTORY_LIMIT = 200
@@ -75,16 +76,7 @@ async def user_memory(
     """
     found = await read_memory(pool, tenant_id, user_id, max_facts=max_facts, lifetime=lifetime)
     current = sorted(found.facts, key=lambda it: it.updated_at)
-    facts = [
-        MemoryFact(
-            id=item.key,
-            text=str(item.value.get("text", "")),
-            category=str(item.value.get("category", "general")),
-            updated_at=item.updated_at.astimezone(UTC),
-            source=_source(item.value.get("source")),
-        )
-        for item in current
-    ]
+    facts = [_current(item) for item in current]
     if not history:
         return UserMemory(user_id=user_id, profile=found.profile, facts=facts)
     closed = await read_history(pool, tenant_id, user_id, limit=HISTORY_LIMIT, lifetime=lifetime)
@@ -93,23 +85,28 @@ async def user_memory(
     return UserMemory(user_id=user_id, profile=found.profile, facts=facts, history=versions)
 
 
-def _version(item: items.StoredItem, *, closed: bool) -> FactVersion:
-    """Return one version of a fact with when it was believed and the runs that wrote and closed it."""
-    value = item.value
-    since, until = value.get("valid_from"), value.get("valid_until") if closed else None
-    return FactVersion(
+def _current(item: items.StoredItem) -> MemoryFact:
+    """Return a current fact with the run that last wrote it."""
+    fact = Fact.from_stored(item.value)
+    return MemoryFact(
         id=item.key,
-        text=str(value.get("text", "")),
-        category=str(value.get("category", "general")),
-        valid_from=datetime.fromisoformat(since) if isinstance(since, str) and since else item.created_at,
-        valid_until=datetime.fromisoformat(until) if isinstance(until, str) and until else None,
-        source=_source(value.get("source")),
-        closed_by=_source(value.get("closed_by")) if closed else None,
+        text=fact.text,
+        category=fact.category,
+        updated_at=item.updated_at.astimezone(UTC),
+        source=fact.source,
     )
 
 
-def _source(value: object) -> FactSource | None:
-    """Return a fact's source as stored, None for facts written before sources were kept."""
-    if not isinstance(value, Mapping) or not value.get("thread_id") or not value.get("run_id"):
-        return None
-    return FactSource(thread_id=str(value["thread_id"]), run_id=str(value["run_id"]))
+def _version(item: items.StoredItem, *, closed: bool) -> FactVersion:
+    """Return one version of a fact with when it was believed and the runs that wrote and closed it."""
+    version = ClosedFact.from_stored(item.value) if closed else Fact.from_stored(item.value)
+    until = version.valid_until if isinstance(version, ClosedFact) else None
+    return FactVersion(
+        id=item.key,
+        text=version.text,
+        category=version.category,
+        valid_from=datetime.fromisoformat(version.valid_from) if version.valid_from else item.created_at,
+        valid_until=datetime.fromisoformat(until) if until else None,
+        source=version.source,
+        closed_by=version.closed_by if isinstance(version, ClosedFact) else None,
+    )

@@ -32,6 +32,7 @@ from chatbot.ids import TenantId, UserId
 from chatbot.memory import _profile_sources as profile_sources
 from chatbot.memory import items, queries
 from chatbot.memory.extraction import stored_profile
+from chatbot.memory.facts import ClosedFact
 from chatbot.memory.namespaces import (
     PROFILE_KEY,
     PROFILE_SOURCES_KEY,
@@ -79,7 +80,7 @@ async def forget_fact(pool: Pool, tenant_id: TenantId, user_id: UserId, fact_id:
         versions = [
             item.key
             for item in await items.read(conn, history_ns, MAX_HISTORY_READ, lifetime)
-            if item.key == fact_id or item.value.get("fact_id") == fact_id
+            if item.key == fact_id or ClosedFact.from_stored(item.value).fact_id == fact_id
         ]
         deleted = await items.delete_keys(conn, facts_namespace(tenant_id, user_id), [fact_id])
         deleted += await items.delete_keys(conn, history_ns, versions)

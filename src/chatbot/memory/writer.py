@@ -25,11 +25,10 @@ import uuid
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import timedelta
-from typing import Any, TypedDict
+from typing import Any
 
 from langgraph.store.base import TTLConfig
 from psycopg import AsyncConnection
-from pydantic import JsonValue
 
 from chatbot import metrics
 from chatbot.budgets.service import BudgetExhausted
@@ -48,6 +47,7 @@ from chatbot.memory.extraction import (
     merge_profile,
     stored_profile,
 )
+from chatbot.memory.facts import Fact, FactSource, stored_source
 from chatbot.memory.jobs import MemoryJob
 from chatbot.memory.namespaces import (
     PROFILE_KEY,
@@ -298,7 +298,7 @@ class MemoryWriter:
         profile_ns = profile_namespace(job.tenant_id, job.user_id)
         # Every fact this turn writes, new or merged into a stored one, names this run: the
         # run that wrote it last. Facts the plan leaves alone keep their own source.
-        turn = {"thread_id": job.thread_id, "run_id": job.run_id}
+        turn = FactSource(thread_id=job.thread_id, run_id=job.run_id)
         written = await self._apply_facts(conn, job, facts, turn) if facts else []
         if not updates:
             return
@@ -306,7 +306,7 @@ class MemoryWriter:
         known = await items.read_one(conn, profile_ns, PROFILE_SOURCES_KEY, self.lifetime)
         merged = merge_profile(stored_profile(current.value) if current else Profile(), updates)
         old_sources = profile_sources.stored_sources(known.value) if known else profile_sources.ProfileSources()
-        sources = profile_sources.record(old_sources, updates, written, turn, merged)
+        sources = profile_sources.record(old_sources, updates, written, stored_source(turn), merged)
         puts: list[tuple[str, Mapping[str, object]]] = []
         if current is None or merged != current.value:
             puts.append((PROFILE_KEY, merged))
@@ -315,18 +315,15 @@ class MemoryWriter:
         await items.put(conn, profile_ns, puts, self.lifetime)
 
     async def _apply_facts(
-        self, conn: AsyncConnection[Any], job: MemoryJob, facts: list[FactCandidate], turn: dict[str, str]
+        self, conn: AsyncConnection[Any], job: MemoryJob, facts: list[FactCandidate], turn: FactSource
     ) -> list[tuple[str, FactCandidate]]:
         """Write the turn's facts: consolidated, changed ones closing their old version; return what was written."""
         facts_ns = facts_namespace(job.tenant_id, job.user_id)
         existing = await items.read(conn, facts_ns, self.max_facts + 50, self.lifetime)
+        parsed = {item.key: Fact.from_stored(item.value) for item in existing}
         stored = [
             StoredFact(
-                id=item.key,
-                text=str(item.value.get("text", "")),
-                category=str(item.value.get("category", "general")),
-                key=str(item.value.get("key", "")),
-                updated_at=item.updated_at,
+                item.key, parsed[item.key].text, parsed[item.key].category, parsed[item.key].key, item.updated_at
             )
             for item in existing
         ]
@@ -335,21 +332,23 @@ class MemoryWriter:
         await items.delete_keys(conn, facts_ns, [*halves, *plan.deletes])
         by_id = {item.key: item for item in existing}
         now = rfc3339(items.utcnow(), timespec="microseconds")
-        closed = [closed_version(by_id[fact_id], now, turn) for fact_id in plan.closes if fact_id in by_id]
-        puts = []
+        closed = [
+            closed_version(by_id[fact_id], parsed[fact_id], now, turn) for fact_id in plan.closes if fact_id in by_id
+        ]
+        puts: list[tuple[str, Mapping[str, object]]] = []
         for fact_id, fact in plan.puts:
             old = by_id.get(fact_id)
             # Believed since it was first written; a changed fact, since now.
-            since = now if old is None or fact_id in plan.closes else valid_from(old)
-            value = {"text": fact.text, "category": fact.category, "key": fact.key, "source": turn, "valid_from": since}
-            puts.append((fact_id, value))
+            since = now if old is None or fact_id in plan.closes else parsed[fact_id].believed_since(old.created_at)
+            value = Fact(text=fact.text, category=fact.category, key=fact.key, source=turn, valid_from=since)
+            puts.append((fact_id, value.stored()))
         await items.put(conn, facts_ns, puts, self.lifetime)
         if closed:
             await self._keep_history(conn, history_namespace(job.tenant_id, job.user_id), closed)
         return plan.puts
 
     async def _keep_history(
-        self, conn: AsyncConnection[Any], history_ns: tuple[str, ...], closed: list[tuple[str, ClosedFact]]
+        self, conn: AsyncConnection[Any], history_ns: tuple[str, ...], closed: list[tuple[str, Mapping[str, object]]]
     ) -> None:
         """Add closed versions to the user's fact history, keeping its newest MAX_HISTORY."""
         await items.put(conn, history_ns, closed, self.lifetime)
@@ -357,40 +356,9 @@ class MemoryWriter:
         await items.delete_keys(conn, history_ns, [item.key for item in kept[MAX_HISTORY:]])
 
 
-def valid_from(item: items.StoredItem) -> str:
-    """Return since when a stored fact is believed (its first write, for facts stored before this was kept)."""
-    since = item.value.get("valid_from")
-    return since if isinstance(since, str) and since else rfc3339(item.created_at, timespec="microseconds")
-
-
-class ClosedFact(TypedDict):
-    """A fact's version that a later fact of the same kind replaced, as the user's fact history keeps it."""
-
-    fact_id: str
-    text: str
-    category: str
-    key: str
-    source: JsonValue
-    """The turn that wrote the version (`{"thread_id", "run_id"}`), as the fact stored it."""
-    valid_from: str
-    valid_until: str
-    closed_by: dict[str, str]
-    """The turn whose fact replaced it."""
-
-
-def closed_version(item: items.StoredItem, now: str, turn: dict[str, str]) -> tuple[str, ClosedFact]:
+def closed_version(item: items.StoredItem, fact: Fact, now: str, turn: FactSource) -> tuple[str, Mapping[str, object]]:
     """Return the history entry (key, value) of a stored fact a later one of the same kind replaced."""
-    value: ClosedFact = {
-        "fact_id": item.key,
-        "text": str(item.value.get("text", "")),
-        "category": str(item.value.get("category", "general")),
-        "key": str(item.value.get("key", "")),
-        "source": item.value.get("source"),
-        "valid_from": valid_from(item),
-        "valid_until": now,
-        "closed_by": turn,
-    }
-    return uuid.uuid4().hex, value
+    return uuid.uuid4().hex, fact.closed(item.key, item.created_at, now, turn).stored()
 
 
 def split_values(stored: list[StoredFact], facts: list[FactCandidate]) -> tuple[list[FactCandidate], list[str]]:

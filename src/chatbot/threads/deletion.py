@@ -27,6 +27,7 @@ from chatbot.db.locks import Fence, Locks, forget_fence, hold_threads_rows
 from chatbot.db.pool import Pool
 from chatbot.errors import DATABASE_ERRORS, Problem
 from chatbot.ids import TenantId, ThreadId, UserId
+from chatbot.memory.thread_deletion import drop_thread_sources
 from chatbot.threads import queries
 from chatbot.threads._ownership import belongs_to_another, thread_owner
 
@@ -48,7 +49,7 @@ async def delete_thread_rows(conn: AsyncConnection[Any], thread_ids: Sequence[st
     # (a job already writing took its row first, and this waited for it).
     for thread_id, owner in owners.items():
         if owner is not None:
-            await langgraph_tables.drop_thread_sources(conn, *owner, ThreadId(thread_id))
+            await drop_thread_sources(conn, *owner, ThreadId(thread_id))
 
 
 async def delete_user_threads(
