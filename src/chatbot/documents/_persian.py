@@ -1,0 +1,329 @@
+"""Persian (and Arabic-script) text as a PDF's text layer gives it, put back as it was written.
+
+A PDF holds glyphs, not text. Reading one back loses or garbles what shaping did:
+- a glyph standing for several letters (lam-alef, a font's own two-letter ligatures) comes
+  out with its letters reversed once the line is put in logical order;
+- a ZWNJ has no glyph, so it is gone; where it stood, the letter before it was drawn in its
+  final form and the one after in its initial form, which shows as a gap between their ink
+  (joined letters touch), or, in legacy PDFs, as the presentation forms themselves;
+- mirrored punctuation (« » ( ) [ ]) was drawn as its mirror image in right-to-left text;
+- presentation forms (U+FB50-U+FDFF, U+FE70-U+FEFF) stand for plain letters;
+- a mark (hamza above, a vowel sign) may be read apart from its letter.
+
+`repair_line` mends one line from its glyphs and boxes (what PDFium gives); `repair_text`
+mends text alone (for extractors that give no boxes), with the affix rule for the ZWNJ.
+Persian and Arabic-Indic digits are kept as written.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+ZWNJ = "\u200c"
+
+# Letters that join the letter after them (dual-joining); the rest of the Arabic-script
+# letters (ا آ أ إ د ذ ر ز ژ و ؤ ة ء) never do, so no ZWNJ is needed after them.
+_JOINS_NEXT = frozenset("بپتثجچحخسشصضطظعغفقکگلمنهیئيكـ")
+_MARKS = re.compile(r"[\u064b-\u065f\u0670\u06d6-\u06ed]")
+_MIRRORED = {"(": ")", ")": "(", "[": "]", "]": "[", "{": "}", "}": "{", "«": "»", "»": "«", "<": ">", ">": "<"}
+_LATIN_LIGATURES = re.compile("[\ufb00-\ufb06]")
+_PRESENTATION = re.compile("[\ufb50-\ufdff\ufe70-\ufefe]")
+
+GAP_SHARE = 0.04
+"""A gap between two letters' ink wider than this share of the font size is a non-joining boundary."""
+
+
+def is_arabic_letter(char: str) -> bool:
+    """Tell whether a character is an Arabic-script letter (base letters or presentation forms)."""
+    code = ord(char)
+    return (0x0620 <= code <= 0x064A or 0x066E <= code <= 0x06D3 or 0x06FA <= code <= 0x06FF) or (
+        (0xFB50 <= code <= 0xFDFF or 0xFE70 <= code <= 0xFEFC) and unicodedata.category(char) == "Lo"
+    )
+
+
+def is_rtl_text(text: str) -> bool:
+    """Tell whether a line is right-to-left: at least half as many right-to-left letters as others.
+
+    A Persian line may hold a long Latin address or name; an English line rarely holds Persian.
+    """
+    right = left = 0
+    for char in text:
+        kind = unicodedata.bidirectional(char)
+        if kind in ("R", "AL"):
+            right += 1
+        elif kind == "L":
+            left += 1
+    return right > 0 and 2 * right >= left
+
+
+@dataclass(frozen=True, slots=True)
+class Glyph:
+    """One character of a line as the text layer gives it, with its ink's left and right edges."""
+
+    char: str
+    left: float
+    right: float
+    size: float
+    generated: bool = False
+
+
+class FormWidths:
+    """How wide each letter's ink is at a word's end and inside a word, over the pages read so far.
+
+    A joining letter drawn before a ZWNJ takes its final (or isolated) form, which is usually
+    wider or narrower than the medial (or initial) form it has inside a word: a letter inside
+    a word whose ink is as wide as that letter at a word's end was drawn unjoined.
+    """
+
+    def __init__(self) -> None:
+        self._at_end: dict[tuple[str, float, bool], list[float]] = {}
+        self._inside: dict[tuple[str, float, bool], list[float]] = {}
+
+    def observe(self, glyphs: Sequence[Glyph]) -> None:
+        """Record the widths of the joining letters of one line (in logical order, ligatures mended)."""
+        for index, glyph, joined_before, following in _joining_letters(glyphs):
+            samples = self._inside if following is not None else self._at_end
+            widths = samples.setdefault(_key(glyph, joined_before), [])
+            if len(widths) < 64:
+                widths.append(glyph.right - glyph.left)
+            del index
+
+    def drawn_unjoined(self, glyph: Glyph, joined_before: bool) -> bool:
+        """Tell whether a letter inside a word has its word-end form's width."""
+        key = _key(glyph, joined_before)
+        at_end, inside = self._at_end.get(key), self._inside.get(key)
+        if not at_end or not inside:
+            return False
+        end_width, inside_width = _median(at_end), _median(inside)
+        if abs(end_width - inside_width) < 0.1 * glyph.size:
+            return False
+        width = glyph.right - glyph.left
+        return abs(width - end_width) < abs(width - inside_width)
+
+
+def _key(glyph: Glyph, joined_before: bool) -> tuple[str, float, bool]:
+    return (glyph.char, round(glyph.size, 1), joined_before)
+
+
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[len(ordered) // 2]
+
+
+def _joining_letters(glyphs: Sequence[Glyph]) -> list[tuple[int, Glyph, bool, int | None]]:
+    """Return each joining letter with whether the letter before it joins it and the next letter's index."""
+    found = []
+    previous: Glyph | None = None
+    for index, glyph in enumerate(glyphs):
+        if _MARKS.match(glyph.char):
+            continue
+        if not is_arabic_letter(glyph.char):
+            previous = None
+            continue
+        joined_before = previous is not None and previous.char in _JOINS_NEXT and previous.left != glyph.left
+        if glyph.char in _JOINS_NEXT and (index + 1 >= len(glyphs) or glyphs[index + 1].left != glyph.left):
+            found.append((index, glyph, joined_before, _next_letter(glyphs, index)))
+        previous = glyph
+    return found
+
+
+def mend_ligatures(glyphs: Sequence[Glyph]) -> list[Glyph]:
+    """Put back in order the letters of one glyph: they share its box and came out reversed.
+
+    Lam-alef is always lam first (a legacy PDF's lam-alef form comes out right, a shaped
+    PDF's ligature glyph reversed); a font's other ligatures come out reversed.
+    """
+    result: list[Glyph] = []
+    index = 0
+    while index < len(glyphs):
+        end = index + 1
+        first = glyphs[index]
+        while (
+            end < len(glyphs)
+            and not glyphs[end].generated
+            and glyphs[end].left == first.left
+            and glyphs[end].right == first.right
+            and is_arabic_letter(glyphs[end].char)
+        ):
+            end += 1
+        group = list(glyphs[index:end])
+        if len(group) > 1 and is_arabic_letter(first.char):
+            if len(group) == 2 and {g.char for g in group} & {"ل"} and {g.char for g in group} & set("اآأإ"):
+                group.sort(key=lambda g: g.char != "ل")
+            else:
+                group.reverse()
+        result.extend(group)
+        index = end
+    return result
+
+
+def repair_line(glyphs: Sequence[Glyph], rtl: bool, widths: FormWidths | None = None) -> str:
+    """Return a line's text, repaired, from its glyphs in logical order with ligatures mended."""
+    unjoined: set[int] = set()
+    for index, glyph, joined_before, following in _joining_letters(glyphs):
+        if following is None:
+            continue
+        if _non_joining_gap(glyph, glyphs[following]) or (
+            widths is not None and widths.drawn_unjoined(glyph, joined_before)
+        ):
+            unjoined.add(index)
+    chars: list[str] = []
+    for index, glyph in enumerate(glyphs):
+        chars.append(glyph.char)
+        if index in unjoined:
+            chars.append(ZWNJ)
+    return _finish("".join(chars), rtl)
+
+
+def _next_letter(glyphs: Sequence[Glyph], index: int) -> int | None:
+    """Return the index of the letter after `index` in the same word (marks skipped), if any."""
+    for later in range(index + 1, len(glyphs)):
+        char = glyphs[later].char
+        if _MARKS.match(char):
+            continue
+        return later if is_arabic_letter(char) else None
+    return None
+
+
+def _non_joining_gap(glyph: Glyph, following: Glyph) -> bool:
+    """Tell whether two letters of one word were drawn apart though the first joins what follows it."""
+    if glyph.char not in _JOINS_NEXT or glyph.left == following.left:
+        return False
+    # Right to left: the following letter's ink ends to the left of this one's start.
+    return glyph.left - following.right > GAP_SHARE * glyph.size
+
+
+def _finish(text: str, rtl: bool) -> str:
+    """Repairs that need no geometry: forms folded, ligatures unfolded, marks and mirrors put back."""
+    text = fold_forms(text)
+    text = _attach_marks(text)
+    if rtl:
+        text = _LATIN_CHAIN.sub(lambda m: "".join(reversed(_LATIN_PARTS.findall(m.group()))), text)
+    return _unmirror(text, rtl)
+
+
+# In a right-to-left line, PDFium orders the parts of a Latin address (acme.example/claims) right
+# to left too, as if the dots and slashes between them belonged to the Persian around them.
+_LATIN_CHAIN = re.compile(r"[A-Za-z0-9]+(?:[./@:_-][A-Za-z0-9]+)+")
+_LATIN_PARTS = re.compile(r"[A-Za-z0-9]+|[./@:_-]")
+
+
+def fold_forms(text: str) -> str:
+    """Fold presentation forms to letters, restoring a ZWNJ the forms show, and unfold Latin ligatures."""
+    if _PRESENTATION.search(text):
+        text = _zwnj_from_forms(text)
+        text = _PRESENTATION.sub(lambda m: unicodedata.normalize("NFKC", m.group()), text)
+    if _LATIN_LIGATURES.search(text):
+        text = _LATIN_LIGATURES.sub(lambda m: unicodedata.normalize("NFKC", m.group()), text)
+    return text
+
+
+def _form(char: str) -> str | None:
+    """Return a presentation form's shape ('initial', 'medial', 'final', 'isolated') or None."""
+    decomposition = unicodedata.decomposition(char)
+    if decomposition.startswith("<"):
+        return decomposition[1 : decomposition.index(">")]
+    return None
+
+
+def _zwnj_from_forms(text: str) -> str:
+    """Insert a ZWNJ where a joining letter is drawn unjoined (final/isolated) before a letter of its word."""
+    out: list[str] = []
+    for index, char in enumerate(text):
+        out.append(char)
+        if index + 1 >= len(text) or _form(char) not in ("final", "isolated"):
+            continue
+        letter = unicodedata.normalize("NFKC", char)
+        following = text[index + 1]
+        if len(letter) == 1 and letter in _JOINS_NEXT and _form(following) in ("initial", "isolated"):
+            out.append(ZWNJ)
+    return "".join(out)
+
+
+_DETACHED_MARK = re.compile(r"(^|\s)([\u064b-\u065f\u0670]+)(\S)")
+
+
+def _attach_marks(text: str) -> str:
+    """Put a mark read before its letter (often with a space before it) back after that letter."""
+    return _DETACHED_MARK.sub(lambda m: m.group(3) + m.group(2), text)
+
+
+def _unmirror(text: str, rtl: bool) -> str:
+    """Give mirrored punctuation resolved right to left its logical character back."""
+    if not any(c in _MIRRORED for c in text):
+        return text
+    chars = list(text)
+    strong = [_strong(c) for c in chars]
+    for index, char in enumerate(chars):
+        if char not in _MIRRORED:
+            continue
+        before = next((s for s in reversed(strong[:index]) if s), None)
+        after = next((s for s in strong[index + 1 :] if s), None)
+        direction = before if before == after and before else ("R" if rtl else "L")
+        if direction == "R":
+            chars[index] = _MIRRORED[char]
+    return "".join(chars)
+
+
+def _strong(char: str) -> str | None:
+    """Return the direction a character gives the neutrals beside it (digits count as right to left)."""
+    kind = unicodedata.bidirectional(char)
+    if kind == "L":
+        return "L"
+    if kind in ("R", "AL", "AN"):
+        return "R"
+    if kind == "EN" and "\u06f0" <= char <= "\u06f9":
+        return "R"
+    return None
+
+
+def repair_text(text: str) -> str:
+    """Repair text that came without geometry: forms folded, marks and mirrors, ZWNJ by affix rule."""
+    lines = []
+    for line in text.split("\n"):
+        rtl = is_rtl_text(line)
+        repaired = _finish(line, rtl)
+        lines.append(restore_zwnj_by_affix(repaired) if rtl else repaired)
+    return "\n".join(lines)
+
+
+# The affix rule, in the spirit of hazm's normaliser: a verb prefix (می، نمی) and the plural,
+# comparative and pronoun suffixes are written apart from their stem with a ZWNJ. Only
+# joined forms that are unambiguous are split: words that merely begin with می (میز، میلادی)
+# or end in ها/تر (تنها، دختر) are listed, and a suffix is split only after a stem of two
+# letters or more that ends in a letter that would otherwise join it.
+_NOT_MI_VERBS = frozenset(
+    "میز میزان میلادی میلیون میلیارد میان میانه میانگین میوه میراث میهمان میدان میل میکروب میخ میش "
+    "میزبان میزبانی میلی میانی میهن میدانی میمون".split()
+)
+_NOT_SUFFIXED = frozenset(
+    "تنها رها بها آنها اینها دختر دفتر بستر کبوتر چتر اختر اکثر کمتر بیشتر بهتر بدتر مهتر کهتر "
+    "شتر قطر خطر منتظر ستر".split()
+)
+_MI_VERB = re.compile(r"^(ن?می)([^\s\u200c]{2,}(?:د|ند|م|یم|ید|ی))$")
+_SUFFIX = re.compile(r"^([^\s\u200c]{2,}?)(هایی|هایم|هایت|هایش|هایمان|هایتان|هایشان|های|ها|ترین|تر)$")
+_AFTER_HEH = re.compile(r"^([^\s\u200c]{2,}ه)(ای|ام|ات|اش|ایم|اید|اند)$")
+_TOKEN = re.compile(r"[\u0600-\u06ff\u200c]+")
+
+
+def restore_zwnj_by_affix(text: str) -> str:
+    """Insert the ZWNJ the affix rule expects in joined Persian words (used where no glyph shows it)."""
+    return _TOKEN.sub(lambda m: _split_affixes(m.group()), text)
+
+
+def _split_affixes(word: str) -> str:
+    if ZWNJ in word or word in _NOT_SUFFIXED or word in _NOT_MI_VERBS:
+        return word
+    verb = _MI_VERB.match(word)
+    if verb:
+        return verb.group(1) + ZWNJ + verb.group(2)
+    heh = _AFTER_HEH.match(word)
+    if heh:
+        return heh.group(1) + ZWNJ + heh.group(2)
+    suffixed = _SUFFIX.match(word)
+    if suffixed and suffixed.group(1)[-1] in _JOINS_NEXT:
+        return suffixed.group(1) + ZWNJ + suffixed.group(2)
+    return word
