@@ -163,7 +163,8 @@ class _Builder:
             return False
         if line.page != previous.page:
             return line.page == previous.page + 1 and self.column.runs_to_end(previous)
-        return 0 <= line.top - previous.top <= 1.6 * line.size
+        # Ink boxes: a line without ascenders starts lower, one without descenders ends higher.
+        return 0 <= min(line.top - previous.top, line.bottom - previous.bottom) <= 1.6 * line.size
 
     def _close_heading(self) -> None:
         if not self.heading:

@@ -18,7 +18,7 @@ import pypdfium2.raw as pdfium_c
 from chatbot.documents._persian import FormWidths, Glyph, is_rtl_text, mend_ligatures, repair_line
 
 BOLD_WEIGHT = 600
-_EDGE = 1.5  # points: rectangles whose edges are this close share a row or a column
+_EDGE = 3.0  # points: rectangles whose edges (stroke included) are this close share a row or a column
 
 
 @dataclass(frozen=True, slots=True)

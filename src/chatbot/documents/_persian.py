@@ -79,21 +79,28 @@ class FormWidths:
     """
 
     def __init__(self) -> None:
-        self._at_end: dict[tuple[str, float, bool], list[float]] = {}
-        self._inside: dict[tuple[str, float, bool], list[float]] = {}
+        self._at_end: dict[tuple[str, float, bool | None], list[float]] = {}
+        self._inside: dict[tuple[str, float, bool | None], list[float]] = {}
 
     def observe(self, glyphs: Sequence[Glyph]) -> None:
         """Record the widths of the joining letters of one line (in logical order, ligatures mended)."""
-        for index, glyph, joined_before, following in _joining_letters(glyphs):
+        for _, glyph, joined_before, following in _joining_letters(glyphs):
             samples = self._inside if following is not None else self._at_end
-            widths = samples.setdefault(_key(glyph, joined_before), [])
-            if len(widths) < 64:
-                widths.append(glyph.right - glyph.left)
-            del index
+            width = glyph.right - glyph.left
+            for key in (_key(glyph, joined_before), _key(glyph, None)):
+                widths = samples.setdefault(key, [])
+                if len(widths) < 64:
+                    widths.append(width)
 
     def drawn_unjoined(self, glyph: Glyph, joined_before: bool) -> bool:
-        """Tell whether a letter inside a word has its word-end form's width."""
+        """Tell whether a letter inside a word has its word-end form's width.
+
+        The letter is compared in its own context (joined to the letter before or not) when
+        that context has been seen at a word's end, else in both contexts together.
+        """
         key = _key(glyph, joined_before)
+        if not self._at_end.get(key) or not self._inside.get(key):
+            key = _key(glyph, None)
         at_end, inside = self._at_end.get(key), self._inside.get(key)
         if not at_end or not inside:
             return False
@@ -104,7 +111,7 @@ class FormWidths:
         return abs(width - end_width) < abs(width - inside_width)
 
 
-def _key(glyph: Glyph, joined_before: bool) -> tuple[str, float, bool]:
+def _key(glyph: Glyph, joined_before: bool | None) -> tuple[str, float, bool | None]:
     return (glyph.char, round(glyph.size, 1), joined_before)
 
 

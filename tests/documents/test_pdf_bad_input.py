@@ -1,0 +1,80 @@
+"""PDFs the reader refuses: each ends with one clear line and its reason, before any text is read."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pypdf
+import pypdfium2 as pdfium
+import pytest
+from fpdf import FPDF
+from PIL import Image
+
+from chatbot.documents.model import Document, Paragraph, ReadLimits, Section, Unreadable
+from chatbot.documents.pdf import read_pdf
+from tests.fixtures.corpus.render_pdf import shaped_pdf
+
+TEXT = Document("Cover", None, (Section(("Cover",), (Paragraph("Fire, theft and flood are covered."),)),))
+
+
+def _refused(path: Path, limits: ReadLimits | None = None) -> Unreadable:
+    with pytest.raises(Unreadable) as refused:
+        read_pdf(path, limits or ReadLimits())
+    assert "\n" not in str(refused.value)
+    return refused.value
+
+
+def test_twenty_thousand_pages_are_refused_as_too_large(tmp_path: Path) -> None:
+    document = pdfium.PdfDocument.new()
+    for _ in range(20_000):
+        document.new_page(100, 100).close()
+    document.save(tmp_path / "long.pdf")
+    document.close()
+    refused = _refused(tmp_path / "long.pdf")
+    assert refused.reason == "too_large"
+    assert "20000 pages" in refused.detail
+
+
+def test_a_file_over_the_byte_limit_is_refused_before_it_is_opened(tmp_path: Path) -> None:
+    path = shaped_pdf(TEXT, tmp_path / "text.pdf")
+    refused = _refused(path, ReadLimits(max_bytes=1000))
+    assert refused.reason == "too_large"
+
+
+def test_a_password_protected_pdf_is_refused_as_encrypted(tmp_path: Path) -> None:
+    writer = pypdf.PdfWriter(clone_from=shaped_pdf(TEXT, tmp_path / "open.pdf"))
+    writer.encrypt(user_password="secret", owner_password="owner", algorithm="AES-256")
+    writer.write(tmp_path / "locked.pdf")
+    assert _refused(tmp_path / "locked.pdf").reason == "encrypted"
+
+
+def test_a_scan_without_a_text_layer_needs_ocr(tmp_path: Path) -> None:
+    pdf = FPDF()
+    for _ in range(2):
+        pdf.add_page()
+        picture = io.BytesIO()
+        Image.new("L", (200, 100), color=200).save(picture, format="PNG")
+        pdf.image(picture, x=10, y=10, w=100)
+    pdf.output(str(tmp_path / "scan.pdf"))
+    refused = _refused(tmp_path / "scan.pdf")
+    assert refused.reason == "scanned"
+    assert "needs OCR" in refused.detail
+
+
+@pytest.mark.parametrize("damage", ["truncated", "garbage", "empty"])
+def test_a_damaged_file_is_refused_as_corrupt(tmp_path: Path, damage: str) -> None:
+    whole = shaped_pdf(TEXT, tmp_path / "whole.pdf").read_bytes()
+    content = {
+        "truncated": whole[: len(whole) // 3],
+        "garbage": b"%PDF-1.7\n" + bytes(range(256)) * 40,
+        "empty": b"",
+    }[damage]
+    (tmp_path / "bad.pdf").write_bytes(content)
+    assert _refused(tmp_path / "bad.pdf").reason == "corrupt"
+
+
+def test_a_readable_pdf_is_read(tmp_path: Path) -> None:
+    read = read_pdf(shaped_pdf(TEXT, tmp_path / "text.pdf", header=None, footer=None), ReadLimits())
+    assert read.sections[0].headings == ("Cover",)
+    assert read.sections[0].blocks == (Paragraph("Fire, theft and flood are covered.", (1,)),)
