@@ -27,11 +27,12 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
-from chatbot.documents._persian import repair_text
-from chatbot.documents.model import Document, ReadLimits
-from chatbot.documents.pdf import read_pdf
 from tests.fixtures.corpus.render_pdf import legacy_pdf, shaped_pdf
 from tests.fixtures.corpus.source import document_text, read_source, source_paths, word_recall, words
+
+from chatbot.documents._persian import repair_text
+from chatbot.documents.model import Document, ReadLimits, Section
+from chatbot.documents.pdf import read_pdf
 
 KINDS = {"shaped": shaped_pdf, "legacy": legacy_pdf}
 
@@ -97,25 +98,34 @@ def corpus_figures(folder: Path) -> None:
     print("|---|---|---|---|---|")
     for name, extract in [*LIBRARIES.items(), ("read_pdf (PDFium + box repairs + layout)", reader_text)]:
         for kind, cases in rendered.items():
-            raw, repaired = [], []
-            pages = 0
+            raw: list[float] = []
+            repaired: list[float] = []
             started = time.perf_counter()
             texts = [extract(path) for _, path in cases]
             elapsed = time.perf_counter() - started
             pages = sum(page_count(path) for _, path in cases)
-            for (source, _), text in zip(cases, texts, strict=True):
-                raw.append(word_recall(source, text))
-                repaired.append(word_recall(source, repair_text(text)))
-            after = "(the reader's own)" if extract is reader_text else f"{statistics.mean(repaired):.3f} ({min(repaired):.3f})"
-            print(f"| {name} | {kind} | {pages / elapsed:.0f} | {statistics.mean(raw):.3f} ({min(raw):.3f}) | {after} |")
+            for (wanted, _), text in zip(cases, texts, strict=True):
+                raw.append(word_recall(wanted, text))
+                repaired.append(word_recall(wanted, repair_text(text)))
+            after = (
+                "(the reader's own)"
+                if extract is reader_text
+                else f"{statistics.mean(repaired):.3f} ({min(repaired):.3f})"
+            )
+            print(
+                f"| {name} | {kind} | {pages / elapsed:.0f} | {statistics.mean(raw):.3f} ({min(raw):.3f}) | {after} |"
+            )
             if extract is reader_text:
-                false, total = (sum(x) for x in zip(*(false_zwnj(s, t) for (s, _), t in zip(cases, texts, strict=True)), strict=True))
+                false, total = (
+                    sum(x)
+                    for x in zip(*(false_zwnj(s, t) for (s, _), t in zip(cases, texts, strict=True)), strict=True)
+                )
                 print(f"|  | {kind}: words with a ZWNJ the source lacks | {false} of {total} ZWNJ words | | |")
 
 
 def long_document(pages: int) -> Document:
     sources = [read_source(p) for p in source_paths()]
-    sections = []
+    sections: list[Section] = []
     while len(sections) < pages * 4.6:  # about 4.6 sections a page at this layout
         for source in sources:
             sections.extend(source.sections)
