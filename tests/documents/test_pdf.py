@@ -46,22 +46,22 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, str], Re
 CASES = [(kind, f"{p.parent.name}-{p.stem}") for kind in KINDS for p in SOURCES]
 IDS = [f"{kind}-{name}" for kind, name in CASES]
 
-# Known misses: a ZWNJ after ه before گ (بیمه‌گذار, بیمه‌گر) and in headings (larger sizes, few
-# width samples) is not yet seen from the glyphs, so these documents fall short.
-_ZWNJ_MISSES = {"sources-fa-atash-suzi", "sources-fa-khesarat-darman", "sources-fa-porsesh-motadavel"}
+# A known miss: the ZWNJ of پاسخ‌گویی in a bold heading. No glyph shows it (the bold font's
+# word-end خ has not been seen yet when the heading is read) and no affix rule covers it.
+_HEADING_ZWNJ_MISSES = {"sources-fa-porsesh-motadavel"}
 
 
 def _marked(cases: list[tuple[str, str]], missing: set[str]) -> list[object]:
-    reason = "ZWNJ after ه before گ, and in headings, not yet recovered from the glyphs"
+    reason = "a ZWNJ in a bold heading that neither the glyphs nor the affix rule show"
     return [
-        pytest.param(kind, name, id=f"{kind}-{name}", marks=pytest.mark.xfail(strict=False, reason=reason))
+        pytest.param(kind, name, id=f"{kind}-{name}", marks=pytest.mark.xfail(strict=True, reason=reason))
         if name in missing
         else pytest.param(kind, name, id=f"{kind}-{name}")
         for kind, name in cases
     ]
 
 
-@pytest.mark.parametrize(("kind", "name"), _marked(CASES, {"sources-fa-atash-suzi"}))
+@pytest.mark.parametrize(("kind", "name"), CASES, ids=IDS)
 def test_words_are_recovered_with_their_zwnj(corpus, kind: str, name: str) -> None:
     case = corpus[(kind, name)]
     recall = word_recall(document_text(case.source), document_text(case.read))
@@ -69,7 +69,7 @@ def test_words_are_recovered_with_their_zwnj(corpus, kind: str, name: str) -> No
     assert recall >= 0.98, f"{recall:.3f}, missing {sorted(missing)[:10]}"
 
 
-@pytest.mark.parametrize(("kind", "name"), _marked(CASES, _ZWNJ_MISSES))
+@pytest.mark.parametrize(("kind", "name"), _marked(CASES, _HEADING_ZWNJ_MISSES))
 def test_headings_become_section_titles(corpus, kind: str, name: str) -> None:
     case = corpus[(kind, name)]
     assert [s.headings for s in case.read.sections] == [s.headings for s in case.source.sections]

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import pypdfium2 as pdfium
 import pypdfium2.raw as pdfium_c
 
-from chatbot.documents._persian import FormWidths, Glyph, is_rtl_text, mend_ligatures, repair_line
+from chatbot.documents._persian import Glyph, LetterForms, is_rtl_text, mend_ligatures, repair_line
 
 BOLD_WEIGHT = 600
 _EDGE = 3.0  # points: rectangles whose edges (stroke included) are this close share a row or a column
@@ -80,11 +80,11 @@ class _Run:
     bold: bool = False
 
 
-def read_page(document: pdfium.PdfDocument, index: int, widths: FormWidths) -> PageText:
+def read_page(document: pdfium.PdfDocument, index: int, forms: LetterForms) -> PageText:
     """Read page `index` (0-based) and close it before returning.
 
-    `widths` gathers the letters' widths over the pages read so far (this one too): the ZWNJ
-    a letter's form shows is found from them.
+    `forms` gathers the letters' word-end shapes over the pages read so far (this one too):
+    the ZWNJ a letter's form shows is found from them.
     """
     page = document[index]
     try:
@@ -101,8 +101,8 @@ def read_page(document: pdfium.PdfDocument, index: int, widths: FormWidths) -> P
     result.chars = sum(len(r.glyphs) for r in runs)
     for run in runs:
         run.glyphs = mend_ligatures(run.glyphs)
-        widths.observe(run.glyphs)
-    result.items = _items(runs, cells, result.number, widths)
+        forms.observe(run.glyphs)
+    result.items = _items(runs, cells, result.number, forms)
     return result
 
 
@@ -160,7 +160,7 @@ def _runs(textpage: pdfium_c.FPDF_TEXTPAGE, height: float, cells: list[_Cell]) -
     text = buffer.raw[: count * 2].decode("utf-16-le", errors="replace")
     if len(text) != count:
         text = "".join(chr(pdfium_c.FPDFText_GetUnicode(textpage, i)) for i in range(count))
-    left, right, bottom, top = (ctypes.c_double() for _ in range(4))
+    left, right, bottom, top, origin_x, origin_y = (ctypes.c_double() for _ in range(6))
     runs: list[_Run] = []
     current: _Run | None = None
     last_object: int | None = None
@@ -193,7 +193,9 @@ def _runs(textpage: pdfium_c.FPDF_TEXTPAGE, height: float, cells: list[_Cell]) -
         ):
             current = _Run(region, top=char_top, bottom=char_bottom, size=size, bold=bold and not generated)
             runs.append(current)
-        current.glyphs.append(Glyph(char, left.value, right.value, size, generated))
+        pdfium_c.FPDFText_GetCharOrigin(textpage, index, origin_x, origin_y)
+        low, high = bottom.value - origin_y.value, top.value - origin_y.value
+        current.glyphs.append(Glyph(char, left.value, right.value, size, generated, low, high, bold))
         if not generated and not char.isspace():
             current.top = min(current.top, char_top)
             current.bottom = max(current.bottom, char_bottom)
@@ -201,7 +203,7 @@ def _runs(textpage: pdfium_c.FPDF_TEXTPAGE, height: float, cells: list[_Cell]) -
     return runs
 
 
-def _line(run: _Run, page: int, widths: FormWidths) -> Line | None:
+def _line(run: _Run, page: int, forms: LetterForms) -> Line | None:
     glyphs = run.glyphs
     while glyphs and glyphs[-1].char.isspace():
         glyphs = glyphs[:-1]
@@ -209,7 +211,7 @@ def _line(run: _Run, page: int, widths: FormWidths) -> Line | None:
     if not raw.strip():
         return None
     rtl = is_rtl_text(raw)
-    text = " ".join(repair_line(glyphs, rtl, widths).split())
+    text = " ".join(repair_line(glyphs, rtl, forms).split())
     inked = [g for g in glyphs if not g.char.isspace() and g.right > g.left] or glyphs
     return Line(
         text=text,
@@ -224,12 +226,12 @@ def _line(run: _Run, page: int, widths: FormWidths) -> Line | None:
     )
 
 
-def _items(runs: list[_Run], cells: list[_Cell], page: int, widths: FormWidths) -> list[Line | Grid]:
+def _items(runs: list[_Run], cells: list[_Cell], page: int, forms: LetterForms) -> list[Line | Grid]:
     """Turn runs into body lines and table grids, sorted top to bottom."""
     items: list[Line | Grid] = []
     cell_lines: dict[int, list[Line]] = {}
     for run in runs:
-        line = _line(run, page, widths)
+        line = _line(run, page, forms)
         if line is None:
             continue
         if run.region < 0:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -61,63 +62,76 @@ def is_rtl_text(text: str) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class Glyph:
-    """One character of a line as the text layer gives it, with its ink's left and right edges."""
+    """One character of a line as the text layer gives it, with its ink's box.
+
+    `left` and `right` are the ink's edges on the page; `low` and `high` its bottom and top
+    from the baseline (below it is negative), in points.
+    """
 
     char: str
     left: float
     right: float
     size: float
     generated: bool = False
+    low: float = 0.0
+    high: float = 0.0
+    bold: bool = False
+
+    def shape(self) -> tuple[int, int, int]:
+        """The ink's width, bottom and top, in hundredths of the font size: one per glyph of a font."""
+        scale = 100 / self.size if self.size else 0.0
+        return (round((self.right - self.left) * scale), round(self.low * scale), round(self.high * scale))
 
 
-class FormWidths:
-    """How wide each letter's ink is at a word's end and inside a word, over the pages read so far.
+class LetterForms:
+    """The shapes each joining letter has at a word's end and inside words, over the pages read so far.
 
-    A joining letter drawn before a ZWNJ takes its final (or isolated) form, which is usually
-    wider or narrower than the medial (or initial) form it has inside a word: a letter inside
-    a word whose ink is as wide as that letter at a word's end was drawn unjoined.
+    A joining letter drawn before a ZWNJ takes its final (or isolated) form, the glyph it has
+    at a word's end, not the medial (or initial) one it has inside a word. A glyph's ink box,
+    scaled by the font size, tells one glyph of a font from another: a letter inside a word
+    whose box is one its word-end form has was drawn unjoined. Shapes are kept per letter,
+    weight and whether the letter before joins it (final and isolated forms differ).
+
+    Some fonts draw a letter's medial form with the same box as its final one (ط in IBM
+    Plex): then every inside occurrence matches a word-end shape, and the shape says nothing.
+    A letter is judged by its shape only once its inside occurrences show a shape of their
+    own, in at least `DISTINCT` of them (two at least); a ZWNJ may follow a letter often (ه in
+    بیمه‌نامه), so a word-end shape inside a word is no sign of ambiguity by itself.
     """
 
+    DISTINCT = 0.1
+
     def __init__(self) -> None:
-        self._at_end: dict[tuple[str, float, bool | None], list[float]] = {}
-        self._inside: dict[tuple[str, float, bool | None], list[float]] = {}
+        self._at_end: dict[tuple[str, bool, bool], set[tuple[int, int, int]]] = {}
+        self._inside: dict[tuple[str, bool, bool], Counter[tuple[int, int, int]]] = {}
 
     def observe(self, glyphs: Sequence[Glyph]) -> None:
-        """Record the widths of the joining letters of one line (in logical order, ligatures mended)."""
+        """Record the shapes of the joining letters of one line (logical order, ligatures mended)."""
         for _, glyph, joined_before, following in _joining_letters(glyphs):
-            samples = self._inside if following is not None else self._at_end
-            width = glyph.right - glyph.left
-            for key in (_key(glyph, joined_before), _key(glyph, None)):
-                widths = samples.setdefault(key, [])
-                if len(widths) < 64:
-                    widths.append(width)
+            key = (glyph.char, glyph.bold, joined_before)
+            if following is None:
+                shapes = self._at_end.setdefault(key, set())
+                if len(shapes) < 16:
+                    shapes.add(glyph.shape())
+            else:
+                self._inside.setdefault(key, Counter())[glyph.shape()] += 1
 
-    def drawn_unjoined(self, glyph: Glyph, joined_before: bool) -> bool:
-        """Tell whether a letter inside a word has its word-end form's width.
-
-        The letter is compared in its own context (joined to the letter before or not) when
-        that context has been seen at a word's end, else in both contexts together.
-        """
-        key = _key(glyph, joined_before)
-        if not self._at_end.get(key) or not self._inside.get(key):
-            key = _key(glyph, None)
-        at_end, inside = self._at_end.get(key), self._inside.get(key)
-        if not at_end or not inside:
-            return False
-        end_width, inside_width = _median(at_end), _median(inside)
-        if abs(end_width - inside_width) < 0.1 * glyph.size:
-            return False
-        width = glyph.right - glyph.left
-        return abs(width - end_width) < abs(width - inside_width)
+    def drawn_unjoined(self, glyph: Glyph, joined_before: bool) -> bool | None:
+        """Tell whether a letter inside a word has the shape of its word-end form; None if no shape tells."""
+        key = (glyph.char, glyph.bold, joined_before)
+        ends = self._at_end.get(key)
+        if not ends:
+            return None
+        inside = self._inside.get(key, Counter())
+        other = sum(n for shape, n in inside.items() if not _matches(shape, ends))
+        if other < max(2, self.DISTINCT * sum(inside.values())):
+            return None  # its inside form has not been seen apart from its word-end form
+        return _matches(glyph.shape(), ends)
 
 
-def _key(glyph: Glyph, joined_before: bool | None) -> tuple[str, float, bool | None]:
-    return (glyph.char, round(glyph.size, 1), joined_before)
-
-
-def _median(values: list[float]) -> float:
-    ordered = sorted(values)
-    return ordered[len(ordered) // 2]
+def _matches(shape: tuple[int, int, int], shapes: set[tuple[int, int, int]]) -> bool:
+    width, low, high = shape
+    return any(abs(width - w) <= 1 and abs(low - lo) <= 1 and abs(high - hi) <= 1 for w, lo, hi in shapes)
 
 
 def _joining_letters(glyphs: Sequence[Glyph]) -> list[tuple[int, Glyph, bool, int | None]]:
@@ -167,22 +181,48 @@ def mend_ligatures(glyphs: Sequence[Glyph]) -> list[Glyph]:
     return result
 
 
-def repair_line(glyphs: Sequence[Glyph], rtl: bool, widths: FormWidths | None = None) -> str:
-    """Return a line's text, repaired, from its glyphs in logical order with ligatures mended."""
+def repair_line(glyphs: Sequence[Glyph], rtl: bool, forms: LetterForms | None = None) -> str:
+    """Return a line's text, repaired, from its glyphs in logical order with ligatures mended.
+
+    A ZWNJ goes after a joining letter of a word drawn apart from the next (a gap in the ink)
+    or in its word-end form (`LetterForms`); where the forms cannot tell (that letter not yet
+    seen at a word's end in its context), the affix rule decides at that letter alone.
+    """
     unjoined: set[int] = set()
+    undecided: set[int] = set()
     for index, glyph, joined_before, following in _joining_letters(glyphs):
         if following is None:
             continue
-        if _non_joining_gap(glyph, glyphs[following]) or (
-            widths is not None and widths.drawn_unjoined(glyph, joined_before)
-        ):
+        verdict = forms.drawn_unjoined(glyph, joined_before) if forms is not None else None
+        if _non_joining_gap(glyph, glyphs[following]) or verdict:
             unjoined.add(index)
+        elif verdict is None:
+            undecided.add(index)
+    if undecided:
+        unjoined |= _affix_boundaries(glyphs, unjoined) & undecided
     chars: list[str] = []
     for index, glyph in enumerate(glyphs):
         chars.append(glyph.char)
         if index in unjoined:
             chars.append(ZWNJ)
     return _finish("".join(chars), rtl)
+
+
+def _affix_boundaries(glyphs: Sequence[Glyph], unjoined: set[int]) -> set[int]:
+    """Return the letters the affix rule puts a ZWNJ after, in each part of a word between ZWNJs already found."""
+    found: set[int] = set()
+    part: list[int] = []
+    for index in range(len(glyphs) + 1):
+        if index < len(glyphs) and is_arabic_letter(glyphs[index].char):
+            part.append(index)
+            if index not in unjoined:
+                continue
+        if part:
+            boundary = _affix_boundary("".join(glyphs[i].char for i in part))
+            if boundary is not None:
+                found.add(part[boundary - 1])
+            part = []
+    return found
 
 
 def _next_letter(glyphs: Sequence[Glyph], index: int) -> int | None:
@@ -301,7 +341,9 @@ def repair_text(text: str) -> str:
 # comparative and pronoun suffixes are written apart from their stem with a ZWNJ. Only
 # joined forms that are unambiguous are split: words that merely begin with می (میز، میلادی)
 # or end in ها/تر (تنها، دختر) are listed, and a suffix is split only after a stem of two
-# letters or more that ends in a letter that would otherwise join it.
+# letters or more that ends in a letter that would otherwise join it; ه + ای/ام/... only after
+# a joining letter (خطرهای is خطر + های, not خطره + ای), as are the word-forming parts that
+# follow a final ه (بیمه‌گذار، بیمه‌گر، بیمه‌نامه).
 _NOT_MI_VERBS = frozenset(
     "میز میزان میلادی میلیون میلیارد میان میانه میانگین میوه میراث میهمان میدان میل میکروب میخ میش "
     "میزبان میزبانی میلی میانی میهن میدانی میمون".split()
@@ -312,25 +354,35 @@ _NOT_SUFFIXED = frozenset(
 )
 _MI_VERB = re.compile(r"^(ن?می)([^\s\u200c]{2,}(?:د|ند|م|یم|ید|ی))$")
 _SUFFIX = re.compile(r"^([^\s\u200c]{2,}?)(هایی|هایم|هایت|هایش|هایمان|هایتان|هایشان|های|ها|ترین|تر)$")
-_AFTER_HEH = re.compile(r"^([^\s\u200c]{2,}ه)(ای|ام|ات|اش|ایم|اید|اند)$")
+_AFTER_HEH = re.compile(
+    r"^([^\s\u200c]+[بپتثجچحخسشصضطظعغفقکگلمنهی]ه)"
+    r"(ای|ام|ات|اش|ایم|اید|اند|گذار|گذاران|گذاری|گر|گران|گری|نامه|نامه‌ای|گاه|گاهی)$"
+)
 _TOKEN = re.compile(r"[\u0600-\u06ff\u200c]+")
 
 
 def restore_zwnj_by_affix(text: str) -> str:
     """Insert the ZWNJ the affix rule expects in joined Persian words (used where no glyph shows it)."""
-    return _TOKEN.sub(lambda m: _split_affixes(m.group()), text)
+
+    def split(match: re.Match[str]) -> str:
+        word = match.group()
+        boundary = _affix_boundary(word)
+        return word if boundary is None else word[:boundary] + ZWNJ + word[boundary:]
+
+    return _TOKEN.sub(split, text)
 
 
-def _split_affixes(word: str) -> str:
+def _affix_boundary(word: str) -> int | None:
+    """Return where the affix rule puts a ZWNJ in a joined word (the length of the part before it), or None."""
     if ZWNJ in word or word in _NOT_SUFFIXED or word in _NOT_MI_VERBS:
-        return word
+        return None
     verb = _MI_VERB.match(word)
     if verb:
-        return verb.group(1) + ZWNJ + verb.group(2)
+        return len(verb.group(1))
     heh = _AFTER_HEH.match(word)
     if heh:
-        return heh.group(1) + ZWNJ + heh.group(2)
+        return len(heh.group(1))
     suffixed = _SUFFIX.match(word)
     if suffixed and suffixed.group(1)[-1] in _JOINS_NEXT:
-        return suffixed.group(1) + ZWNJ + suffixed.group(2)
-    return word
+        return len(suffixed.group(1))
+    return None

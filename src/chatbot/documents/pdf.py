@@ -18,7 +18,7 @@ import pypdfium2.raw as pdfium_c
 
 from chatbot.documents._pdf_layout import build_document
 from chatbot.documents._pdf_page import PageText, read_page
-from chatbot.documents._persian import FormWidths
+from chatbot.documents._persian import LetterForms
 from chatbot.documents.model import Document, ReadLimits, Unreadable
 
 
@@ -34,12 +34,12 @@ def read_pdf(path: Path, limits: ReadLimits) -> Document:
         if count > limits.max_pages:
             raise Unreadable("too_large", f"{count} pages, over the limit of {limits.max_pages}")
         pages: list[PageText] = []
-        widths = FormWidths()
+        forms = LetterForms()
         chars = 0
         for index in range(count):
             if time.monotonic() - started > limits.seconds:
                 raise Unreadable("timeout", f"still reading page {index + 1} of {count} after {limits.seconds:g} s")
-            page = _read_page(document, index, widths)
+            page = _read_page(document, index, forms)
             chars += page.chars
             if chars > limits.max_text_chars:
                 raise Unreadable("too_large", f"text runs over {limits.max_text_chars} characters")
@@ -60,8 +60,8 @@ def _open(path: Path) -> pdfium.PdfDocument:
         raise Unreadable("corrupt", "not a PDF PDFium can parse") from None
 
 
-def _read_page(document: pdfium.PdfDocument, index: int, widths: FormWidths) -> PageText:
+def _read_page(document: pdfium.PdfDocument, index: int, forms: LetterForms) -> PageText:
     try:
-        return read_page(document, index, widths)
+        return read_page(document, index, forms)
     except pdfium.PdfiumError:
         raise Unreadable("corrupt", f"page {index + 1} cannot be parsed") from None
