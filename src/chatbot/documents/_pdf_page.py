@@ -15,7 +15,16 @@ from dataclasses import dataclass, field
 import pypdfium2 as pdfium
 import pypdfium2.raw as pdfium_c
 
-from chatbot.documents._persian import Glyph, LetterForms, is_rtl_text, mend_ligatures, repair_line
+from chatbot.documents._persian import (
+    Glyph,
+    JoiningLetter,
+    LetterForms,
+    is_arabic_letter,
+    is_rtl_text,
+    joining_letters,
+    mend_ligatures,
+    repair_line,
+)
 
 BOLD_WEIGHT = 600
 _EDGE = 3.0  # points: rectangles whose edges (stroke included) are this close share a row or a column
@@ -74,6 +83,7 @@ class _Run:
 
     region: int
     glyphs: list[Glyph] = field(default_factory=list)
+    letters: list[JoiningLetter] = field(default_factory=list)
     top: float = 0.0
     bottom: float = 0.0
     size: float = 0.0
@@ -101,7 +111,8 @@ def read_page(document: pdfium.PdfDocument, index: int, forms: LetterForms) -> P
     result.chars = sum(len(r.glyphs) for r in runs)
     for run in runs:
         run.glyphs = mend_ligatures(run.glyphs)
-        forms.observe(run.glyphs)
+        run.letters = joining_letters(run.glyphs)
+        forms.observe(run.letters)
     result.items = _items(runs, cells, result.number, forms)
     return result
 
@@ -161,10 +172,11 @@ def _runs(textpage: pdfium_c.FPDF_TEXTPAGE, height: float, cells: list[_Cell]) -
     if len(text) != count:
         text = "".join(chr(pdfium_c.FPDFText_GetUnicode(textpage, i)) for i in range(count))
     left, right, bottom, top, origin_x, origin_y = (ctypes.c_double() for _ in range(6))
+    # PDFium's calls bound once: a page has thousands of characters, each a few calls.
+    char_box, font_size = pdfium_c.FPDFText_GetCharBox, pdfium_c.FPDFText_GetFontSize
+    font_weight, char_origin = pdfium_c.FPDFText_GetFontWeight, pdfium_c.FPDFText_GetCharOrigin
     runs: list[_Run] = []
     current: _Run | None = None
-    last_object: int | None = None
-    bold = False
     for index, char in enumerate(text):
         if char in "\r\n":
             current = None
@@ -173,16 +185,13 @@ def _runs(textpage: pdfium_c.FPDF_TEXTPAGE, height: float, cells: list[_Cell]) -
             if current is not None:
                 current.glyphs.append(Glyph("-", 0.0, 0.0, 0.0, True))
             continue
-        pdfium_c.FPDFText_GetCharBox(textpage, index, left, right, bottom, top)
-        size = pdfium_c.FPDFText_GetFontSize(textpage, index)
-        generated = bool(pdfium_c.FPDFText_IsGenerated(textpage, index))
-        obj = ctypes.cast(pdfium_c.FPDFText_GetTextObject(textpage, index), ctypes.c_void_p).value
-        if obj != last_object and not generated:
-            last_object = obj
-            bold = pdfium_c.FPDFText_GetFontWeight(textpage, index) >= BOLD_WEIGHT
-        if char == " " and current is not None:
-            current.glyphs.append(Glyph(" ", left.value, right.value, size, True))
+        char_box(textpage, index, left, right, bottom, top)
+        size = font_size(textpage, index)
+        if char == " ":
+            if current is not None:
+                current.glyphs.append(Glyph(" ", left.value, right.value, size, True))
             continue
+        bold = font_weight(textpage, index) >= BOLD_WEIGHT
         char_top, char_bottom = height - top.value, height - bottom.value
         middle = (char_top + char_bottom) / 2
         region = _region(cells, (left.value + right.value) / 2, middle) if cells else -1
@@ -191,12 +200,15 @@ def _runs(textpage: pdfium_c.FPDF_TEXTPAGE, height: float, cells: list[_Cell]) -
             or region != current.region
             or not (current.top - size * 0.3 <= middle <= current.bottom + size * 0.3)
         ):
-            current = _Run(region, top=char_top, bottom=char_bottom, size=size, bold=bold and not generated)
+            current = _Run(region, top=char_top, bottom=char_bottom, size=size, bold=bold)
             runs.append(current)
-        pdfium_c.FPDFText_GetCharOrigin(textpage, index, origin_x, origin_y)
-        low, high = bottom.value - origin_y.value, top.value - origin_y.value
-        current.glyphs.append(Glyph(char, left.value, right.value, size, generated, low, high, bold))
-        if not generated and not char.isspace():
+        if is_arabic_letter(char):  # only their shapes are compared (ZWNJ)
+            char_origin(textpage, index, origin_x, origin_y)
+            low, high = bottom.value - origin_y.value, top.value - origin_y.value
+        else:
+            low = high = 0.0
+        current.glyphs.append(Glyph(char, left.value, right.value, size, False, low, high, bold))
+        if not char.isspace():
             current.top = min(current.top, char_top)
             current.bottom = max(current.bottom, char_bottom)
             current.size = max(current.size, size)
@@ -211,7 +223,7 @@ def _line(run: _Run, page: int, forms: LetterForms) -> Line | None:
     if not raw.strip():
         return None
     rtl = is_rtl_text(raw)
-    text = " ".join(repair_line(glyphs, rtl, forms).split())
+    text = " ".join(repair_line(glyphs, rtl, forms, run.letters).split())
     inked = [g for g in glyphs if not g.char.isspace() and g.right > g.left] or glyphs
     return Line(
         text=text,

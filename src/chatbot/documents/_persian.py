@@ -39,10 +39,9 @@ GAP_SHARE = 0.04
 
 def is_arabic_letter(char: str) -> bool:
     """Tell whether a character is an Arabic-script letter (base letters or presentation forms)."""
-    code = ord(char)
-    return (0x0620 <= code <= 0x064A or 0x066E <= code <= 0x06D3 or 0x06FA <= code <= 0x06FF) or (
-        (0xFB50 <= code <= 0xFDFF or 0xFE70 <= code <= 0xFEFC) and unicodedata.category(char) == "Lo"
-    )
+    if "\u0620" <= char <= "\u064a" or "\u066e" <= char <= "\u06d3" or "\u06fa" <= char <= "\u06ff":
+        return True
+    return ("\ufb50" <= char <= "\ufdff" or "\ufe70" <= char <= "\ufefc") and unicodedata.category(char) == "Lo"
 
 
 def is_rtl_text(text: str) -> bool:
@@ -104,10 +103,12 @@ class LetterForms:
     def __init__(self) -> None:
         self._at_end: dict[tuple[str, bool, bool], set[tuple[int, int, int]]] = {}
         self._inside: dict[tuple[str, bool, bool], Counter[tuple[int, int, int]]] = {}
+        self._trusted: dict[tuple[str, bool, bool], bool] = {}
 
-    def observe(self, glyphs: Sequence[Glyph]) -> None:
-        """Record the shapes of the joining letters of one line (logical order, ligatures mended)."""
-        for _, glyph, joined_before, following in _joining_letters(glyphs):
+    def observe(self, letters: Sequence[JoiningLetter]) -> None:
+        """Record the shapes of one line's joining letters (`joining_letters`)."""
+        self._trusted.clear()
+        for _, glyph, joined_before, following in letters:
             key = (glyph.char, glyph.bold, joined_before)
             if following is None:
                 shapes = self._at_end.setdefault(key, set())
@@ -122,9 +123,12 @@ class LetterForms:
         ends = self._at_end.get(key)
         if not ends:
             return None
-        inside = self._inside.get(key, Counter())
-        other = sum(n for shape, n in inside.items() if not _matches(shape, ends))
-        if other < max(2, self.DISTINCT * sum(inside.values())):
+        trusted = self._trusted.get(key)
+        if trusted is None:
+            inside = self._inside.get(key, Counter())
+            other = sum(n for shape, n in inside.items() if not _matches(shape, ends))
+            trusted = self._trusted[key] = other >= max(2, self.DISTINCT * sum(inside.values()))
+        if not trusted:
             return None  # its inside form has not been seen apart from its word-end form
         return _matches(glyph.shape(), ends)
 
@@ -134,7 +138,11 @@ def _matches(shape: tuple[int, int, int], shapes: set[tuple[int, int, int]]) -> 
     return any(abs(width - w) <= 1 and abs(low - lo) <= 1 and abs(high - hi) <= 1 for w, lo, hi in shapes)
 
 
-def _joining_letters(glyphs: Sequence[Glyph]) -> list[tuple[int, Glyph, bool, int | None]]:
+JoiningLetter = tuple[int, Glyph, bool, int | None]
+"""A joining letter of a line: its index, glyph, whether the letter before joins it, the next letter's index."""
+
+
+def joining_letters(glyphs: Sequence[Glyph]) -> list[JoiningLetter]:
     """Return each joining letter with whether the letter before it joins it and the next letter's index."""
     found = []
     previous: Glyph | None = None
@@ -181,7 +189,12 @@ def mend_ligatures(glyphs: Sequence[Glyph]) -> list[Glyph]:
     return result
 
 
-def repair_line(glyphs: Sequence[Glyph], rtl: bool, forms: LetterForms | None = None) -> str:
+def repair_line(
+    glyphs: Sequence[Glyph],
+    rtl: bool,
+    forms: LetterForms | None = None,
+    letters: Sequence[JoiningLetter] | None = None,
+) -> str:
     """Return a line's text, repaired, from its glyphs in logical order with ligatures mended.
 
     A ZWNJ goes after a joining letter of a word drawn apart from the next (a gap in the ink)
@@ -190,7 +203,7 @@ def repair_line(glyphs: Sequence[Glyph], rtl: bool, forms: LetterForms | None = 
     """
     unjoined: set[int] = set()
     undecided: set[int] = set()
-    for index, glyph, joined_before, following in _joining_letters(glyphs):
+    for index, glyph, joined_before, following in joining_letters(glyphs) if letters is None else letters:
         if following is None:
             continue
         verdict = forms.drawn_unjoined(glyph, joined_before) if forms is not None else None
