@@ -129,12 +129,14 @@ def _structure(persian: bool) -> Document:
     """A document with every block kind, its table long enough to run over a page."""
     if persian:
         title, sub, third = "شرایط عمومی بیمه‌نامه", "پوشش‌ها", "جدول خسارت‌ها"
+        notes, exclusions = "یادداشت‌ها", "استثناها"
         para = "این بیمه‌نامه خسارت‌های وارد شده به خودرو را جبران می‌کند و در «شرایط خصوصی» آمده است."
         items = ("آتش‌سوزی و انفجار", "سرقت کلی خودرو (با گزارش پلیس)")
         header = ("نوع خسارت", "سقف پرداخت", "فرانشیز")
         rows = tuple((f"خسارت نوع {n}", f"{n}۰۰ میلیون تومان", f"{n}۰ درصد") for n in "۱۲۳۴۵۶۷۸۹")
     else:
         title, sub, third = "General conditions of the policy", "Covers", "Claims table"
+        notes, exclusions = "Notes", "Exclusions"
         para = "This policy pays for damage to the insured car, whoever was at fault, as the schedule says."
         items = ("Fire and explosion", "Theft of the whole car (with a police report)")
         header = ("Claim type", "Limit", "Excess")
@@ -147,6 +149,8 @@ def _structure(persian: bool) -> Document:
             Section((title,), (Paragraph(para),)),
             Section((title, sub), (ListItem(items[0]), ListItem(items[1]), Paragraph(para))),
             Section((title, third), (Table(header, table_rows), Paragraph(para))),
+            # A fourth-level heading is drawn bold at barely more than the body size: read by its weight.
+            Section((title, third, notes, exclusions), (Paragraph(para),)),
         ),
     )
 

@@ -1,4 +1,4 @@
-"""PDFs the reader refuses: each ends with one clear line and its reason, before any text is read."""
+"""PDFs the reader refuses (one clear line and its reason, before any text is read), and small ones it takes."""
 
 from __future__ import annotations
 
@@ -78,3 +78,13 @@ def test_a_readable_pdf_is_read(tmp_path: Path) -> None:
     read = read_pdf(shaped_pdf(TEXT, tmp_path / "text.pdf", header=None, footer=None), ReadLimits())
     assert read.sections[0].headings == ("Cover",)
     assert read.sections[0].blocks == (Paragraph("Fire, theft and flood are covered.", (1,)),)
+
+
+def test_a_pdf_without_headings_takes_the_title_it_declares(tmp_path: Path) -> None:
+    plain = Document(None, None, (Section((), (Paragraph("Fire, theft and flood are covered."),)),))
+    writer = pypdf.PdfWriter(clone_from=shaped_pdf(plain, tmp_path / "plain.pdf", header=None, footer=None))
+    writer.add_metadata({"/Title": "بیمه‌نامه آتش‌سوزی"})
+    writer.write(tmp_path / "titled.pdf")
+    read = read_pdf(tmp_path / "titled.pdf", ReadLimits())
+    assert read.title == "بیمه‌نامه آتش‌سوزی"
+    assert read.sections[0].headings == ()

@@ -154,7 +154,8 @@ class _Builder:
         if line.size in self.levels:
             return self.levels[line.size]
         short = (line.right - line.left) < 0.6 * (self.column.right - self.column.left)
-        if line.bold and short and self.open is None and not _BULLET.match(line.text):
+        after_bold = self.open is not None and self.open.lines[-1].bold
+        if line.bold and short and not after_bold and not _BULLET.match(line.text):
             return len(self.levels) + 1
         return 0
 

@@ -87,7 +87,9 @@ class _Run:
     top: float = 0.0
     bottom: float = 0.0
     size: float = 0.0
-    bold: bool = False
+    inked: int = 0
+    bold: int = 0
+    """How many of its inked characters are bold: a line is bold when nearly all are."""
 
 
 def read_page(document: pdfium.PdfDocument, index: int, forms: LetterForms) -> PageText:
@@ -200,7 +202,7 @@ def _runs(textpage: pdfium_c.FPDF_TEXTPAGE, height: float, cells: list[_Cell]) -
             or region != current.region
             or not (current.top - size * 0.3 <= middle <= current.bottom + size * 0.3)
         ):
-            current = _Run(region, top=char_top, bottom=char_bottom, size=size, bold=bold)
+            current = _Run(region, top=char_top, bottom=char_bottom, size=size)
             runs.append(current)
         if is_arabic_letter(char):  # only their shapes are compared (ZWNJ)
             char_origin(textpage, index, origin_x, origin_y)
@@ -209,6 +211,8 @@ def _runs(textpage: pdfium_c.FPDF_TEXTPAGE, height: float, cells: list[_Cell]) -
             low = high = 0.0
         current.glyphs.append(Glyph(char, left.value, right.value, size, False, low, high, bold))
         if not char.isspace():
+            current.inked += 1
+            current.bold += bold
             current.top = min(current.top, char_top)
             current.bottom = max(current.bottom, char_bottom)
             current.size = max(current.size, size)
@@ -233,7 +237,7 @@ def _line(run: _Run, page: int, forms: LetterForms) -> Line | None:
         top=run.top,
         bottom=run.bottom,
         size=round(run.size, 1),
-        bold=run.bold,
+        bold=run.bold >= 0.9 * run.inked,
         rtl=rtl,
     )
 

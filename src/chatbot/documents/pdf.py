@@ -11,6 +11,7 @@ pages, a password, no text layer at all (a scan), or a file PDFium cannot parse.
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pypdfium2 as pdfium
@@ -33,6 +34,7 @@ def read_pdf(path: Path, limits: ReadLimits) -> Document:
         count = len(document)
         if count > limits.max_pages:
             raise Unreadable("too_large", f"{count} pages, over the limit of {limits.max_pages}")
+        declared_title = document.get_metadata_dict(skip_empty=True).get("Title")
         pages: list[PageText] = []
         forms = LetterForms()
         chars = 0
@@ -48,7 +50,10 @@ def read_pdf(path: Path, limits: ReadLimits) -> Document:
         document.close()
     if not any(page.items for page in pages):
         raise Unreadable("scanned", f"no text layer on any of its {count} pages: needs OCR")
-    return build_document(pages)
+    read = build_document(pages)
+    if read.title is None and declared_title:
+        read = replace(read, title=declared_title)
+    return read
 
 
 def _open(path: Path) -> pdfium.PdfDocument:
