@@ -12,7 +12,10 @@ Then the reader on one long shaped PDF of full A4 pages (`--pages`, default 1,00
 distinct pages of the corpus, repeated): pages per second and peak RSS of a child process that
 only reads it.
 
-    .venv/bin/python -m bench.pdf_extraction [--pages 1000]
+    .venv/bin/python -m bench.pdf_extraction [--pages 1000] [--font F.ttf --bold-font F-Bold.ttf]
+
+The corpus is drawn in IBM Plex Sans Arabic unless `--font` names another (the reader was
+tuned on none: DejaVu Sans, where installed, is a second check).
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
-from tests.fixtures.corpus.render_pdf import A4, legacy_pdf, shaped_pdf
+from tests.fixtures.corpus.render_pdf import A4, FONTS, legacy_pdf, shaped_pdf
 from tests.fixtures.corpus.source import document_text, read_source, source_paths, word_recall, words
 
 from chatbot.documents._persian import repair_text
@@ -87,13 +90,13 @@ def false_zwnj(source: str, read: str) -> tuple[int, int]:
     return sum((got - want).values()), sum(want.values())
 
 
-def corpus_figures(folder: Path) -> None:
+def corpus_figures(folder: Path, fonts: tuple[Path, Path]) -> None:
     rendered: dict[str, list[tuple[str, Path]]] = {}
     for source_path in source_paths():
         source = read_source(source_path)
         language = "Persian" if source_path.parent.name == "fa" or "fa" in source_path.stem.split("-") else "English"
         for kind, render in KINDS.items():
-            path = render(source, folder / f"{source_path.parent.name}-{source_path.stem}-{kind}.pdf")
+            path = render(source, folder / f"{source_path.parent.name}-{source_path.stem}-{kind}.pdf", fonts=fonts)
             rendered.setdefault(f"{kind}, {language}", []).append((document_text(source), path))
     print(
         "| library | PDF kind | pages/s | words, raw: mean (worst) | after text repairs: mean (worst) "
@@ -166,9 +169,11 @@ def read_only(path: str) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pages", type=int, default=1000)
+    parser.add_argument("--font", type=Path, default=FONTS[0], help="regular font file to render with")
+    parser.add_argument("--bold-font", type=Path, default=FONTS[1], help="bold font file to render with")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as folder:
-        corpus_figures(Path(folder))
+        corpus_figures(Path(folder), (args.font, args.bold_font))
         long_figures(Path(folder), args.pages)
 
 
