@@ -213,6 +213,32 @@ def test_persian_is_read_in_logical_order_as_letters(tmp_path: Path, kind: str) 
     assert paragraph.text == HARD_PERSIAN
 
 
+MIXED_PERSIAN = (
+    "با شماره 021-4000-2000 تماس بگیرید یا به www.acme.example/claims بروید؛ تاریخ 2024/05/01 و "
+    "ACME Insurance Company در تهران، نسخه v1.2 است. سقف پرداخت ۱۰ تا ۲۰ درصد (حداکثر ۵٬۰۰۰٬۰۰۰ تومان) است."
+)
+MIXED_ENGLISH = "The word بیمه‌نامه means policy, and سال 2024 is a year (see page 4)."
+
+
+@pytest.mark.parametrize(
+    ("kind", "text"),
+    [
+        ("shaped", MIXED_PERSIAN),
+        ("legacy", MIXED_PERSIAN),
+        # fpdf2 draws a Persian word with a ZWNJ inside an English line in the wrong order itself.
+        ("legacy", MIXED_ENGLISH),
+    ],
+    ids=["shaped-persian", "legacy-persian", "legacy-english"],
+)
+def test_mixed_lines_are_read_in_logical_order(tmp_path: Path, kind: str, text: str) -> None:
+    source = Document("Mixed", None, (Section(("Mixed",), (Paragraph(text),)),))
+    read = read_pdf(KINDS[kind](source, tmp_path / "mixed.pdf"), ReadLimits())
+    paragraph = read.sections[0].blocks[0]
+    assert isinstance(paragraph, Paragraph)
+    # Latin words, addresses and numbers keep their order inside Persian, and Persian inside English.
+    assert paragraph.text == text
+
+
 def test_english_ligatures_are_unfolded_and_hyphenation_joined(corpus) -> None:
     ligatured = [c for (kind, name), c in corpus.items() if kind == "legacy" and name.startswith("en-")]
     raw = "".join(page.extract_text() for c in ligatured for page in pypdf.PdfReader(c.path).pages)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import pypdfium2 as pdfium
 import pypdfium2.raw as pdfium_c
 
+from chatbot.documents._bidi import logical_order
 from chatbot.documents._persian import (
     Glyph,
     JoiningLetter,
@@ -112,7 +113,7 @@ def read_page(document: pdfium.PdfDocument, index: int, forms: LetterForms) -> P
         page.close()
     result.chars = sum(len(r.glyphs) for r in runs)
     for run in runs:
-        run.glyphs = mend_ligatures(run.glyphs)
+        run.glyphs = logical_order(mend_ligatures(run.glyphs))
         run.letters = joining_letters(run.glyphs)
         forms.observe(run.letters)
     result.items = _items(runs, cells, result.number, forms)

@@ -260,15 +260,7 @@ def _finish(text: str, rtl: bool) -> str:
     """Repairs that need no geometry: forms folded, ligatures unfolded, marks and mirrors put back."""
     text = fold_forms(text)
     text = _attach_marks(text)
-    if rtl:
-        text = _LATIN_CHAIN.sub(lambda m: "".join(reversed(_LATIN_PARTS.findall(m.group()))), text)
     return _unmirror(text, rtl)
-
-
-# In a right-to-left line, PDFium orders the parts of a Latin address (acme.example/claims) right
-# to left too, as if the dots and slashes between them belonged to the Persian around them.
-_LATIN_CHAIN = re.compile(r"[A-Za-z0-9]+(?:[./@:_-][A-Za-z0-9]+)+")
-_LATIN_PARTS = re.compile(r"[A-Za-z0-9]+|[./@:_-]")
 
 
 def fold_forms(text: str) -> str:
