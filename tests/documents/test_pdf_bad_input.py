@@ -88,3 +88,20 @@ def test_a_pdf_without_headings_takes_the_title_it_declares(tmp_path: Path) -> N
     read = read_pdf(tmp_path / "titled.pdf", ReadLimits())
     assert read.title == "بیمه‌نامه آتش‌سوزی"
     assert read.sections[0].headings == ()
+
+
+def test_a_bold_line_of_a_standard_font_is_a_heading(tmp_path: Path) -> None:
+    from reportlab.pdfgen.canvas import Canvas
+
+    # Helvetica-Bold declares no weight: it is told by its name.
+    canvas = Canvas(str(tmp_path / "standard.pdf"))
+    canvas.setFont("Helvetica-Bold", 10)
+    canvas.drawString(50, 700, "Exclusions")
+    canvas.setFont("Helvetica", 10)
+    canvas.drawString(50, 684, "War, nuclear risks and wear and tear are not covered by this policy at all.")
+    canvas.save()
+    read = read_pdf(tmp_path / "standard.pdf", ReadLimits())
+    assert read.sections[0].headings == ("Exclusions",)
+    assert read.sections[0].blocks[0] == Paragraph(
+        "War, nuclear risks and wear and tear are not covered by this policy at all.", (1,)
+    )

@@ -10,6 +10,7 @@ one cell make that cell's text.
 from __future__ import annotations
 
 import ctypes
+import re
 from dataclasses import dataclass, field
 
 import pypdfium2 as pdfium
@@ -194,7 +195,8 @@ def _runs(textpage: pdfium_c.FPDF_TEXTPAGE, height: float, cells: list[_Cell]) -
             if current is not None:
                 current.glyphs.append(Glyph(" ", left.value, right.value, size, True))
             continue
-        bold = font_weight(textpage, index) >= BOLD_WEIGHT
+        weight = font_weight(textpage, index)
+        bold = weight >= BOLD_WEIGHT if weight > 0 else _bold_by_name(textpage, index)
         char_top, char_bottom = height - top.value, height - bottom.value
         middle = (char_top + char_bottom) / 2
         region = _region(cells, (left.value + right.value) / 2, middle) if cells else -1
@@ -218,6 +220,20 @@ def _runs(textpage: pdfium_c.FPDF_TEXTPAGE, height: float, cells: list[_Cell]) -
             current.bottom = max(current.bottom, char_bottom)
             current.size = max(current.size, size)
     return runs
+
+
+_BOLD_NAME = re.compile(r"bold|black|heavy|semibold|demi", re.IGNORECASE)
+
+
+def _bold_by_name(textpage: pdfium_c.FPDF_TEXTPAGE, index: int) -> bool:
+    """Tell a bold font by its name, for fonts that declare no weight (the standard 14: Helvetica-Bold)."""
+    flags = ctypes.c_int()
+    length = pdfium_c.FPDFText_GetFontInfo(textpage, index, None, 0, flags)
+    if length <= 0:
+        return False
+    name = ctypes.create_string_buffer(length)
+    pdfium_c.FPDFText_GetFontInfo(textpage, index, name, length, flags)
+    return bool(_BOLD_NAME.search(name.value.decode("latin-1")))
 
 
 def _line(run: _Run, page: int, forms: LetterForms) -> Line | None:
