@@ -62,16 +62,23 @@ def test_a_scan_without_a_text_layer_needs_ocr(tmp_path: Path) -> None:
     assert "needs OCR" in refused.detail
 
 
-@pytest.mark.parametrize("damage", ["truncated", "garbage", "empty"])
+@pytest.mark.parametrize("damage", ["truncated", "garbage", "empty", "no pages"])
 def test_a_damaged_file_is_refused_as_corrupt(tmp_path: Path, damage: str) -> None:
     whole = shaped_pdf(TEXT, tmp_path / "whole.pdf").read_bytes()
     content = {
         "truncated": whole[: len(whole) // 3],
         "garbage": b"%PDF-1.7\n" + bytes(range(256)) * 40,
         "empty": b"",
+        "no pages": _no_pages(),
     }[damage]
     (tmp_path / "bad.pdf").write_bytes(content)
     assert _refused(tmp_path / "bad.pdf").reason == "corrupt"
+
+
+def _no_pages() -> bytes:
+    buffer = io.BytesIO()
+    pypdf.PdfWriter().write(buffer)
+    return buffer.getvalue()
 
 
 def test_a_readable_pdf_is_read(tmp_path: Path) -> None:

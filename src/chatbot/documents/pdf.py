@@ -32,6 +32,8 @@ def read_pdf(path: Path, limits: ReadLimits) -> Document:
     document = _open(path)
     try:
         count = len(document)
+        if count == 0:
+            raise Unreadable("corrupt", "the PDF has no pages")
         if count > limits.max_pages:
             raise Unreadable("too_large", f"{count} pages, over the limit of {limits.max_pages}")
         declared_title = document.get_metadata_dict(skip_empty=True).get("Title")
