@@ -20,19 +20,21 @@ from __future__ import annotations
 import unicodedata
 from collections.abc import Sequence
 
-from chatbot.documents._persian import Glyph, is_rtl_text
+from chatbot.documents._persian import Glyph
 
 Cluster = list[Glyph]
 
 
-def logical_order(glyphs: Sequence[Glyph]) -> list[Glyph]:
-    """Return a line's glyphs in logical order, from their boxes (ligatures already mended)."""
+def logical_order(glyphs: Sequence[Glyph], rtl: bool) -> list[Glyph]:
+    """Return a line's glyphs in logical order, from their boxes (ligatures already mended).
+
+    `rtl` is the line's direction (its paragraph's).
+    """
     tail = [g for g in glyphs if g.generated and g.left == g.right == 0.0]  # a hyphen PDFium marked
     placed = [g for g in glyphs if not (g.generated and g.left == g.right == 0.0)]
     clusters = _clusters(placed)
     clusters.sort(key=lambda c: (c[0].left + c[0].right) / 2)
     kinds = [_kind(c[0].char) for c in clusters]
-    rtl = is_rtl_text("".join(g.char for g in placed))
     units = _units(kinds, rtl)
     ordered: list[Glyph] = []
     for start, end, reverse in units:

@@ -91,10 +91,20 @@ class _Column:
     right: float
 
     def runs_to_end(self, line: Line) -> bool:
-        """Tell whether a line fills the column (so its paragraph goes on after it)."""
+        """Tell whether a line fills the column, so its paragraph goes on after it.
+
+        A wrapped line leaves at most a word's room; one that ends a sentence goes on only if
+        it leaves next to none.
+        """
         width = self.right - self.left
         empty = line.left - self.left if line.rtl else self.right - line.right
-        return empty < 0.25 * width and not line.text.endswith(_SENTENCE_END)
+        return empty < (0.08 if line.text.endswith(_SENTENCE_END) else 0.25) * width
+
+    def indented(self, line: Line) -> bool:
+        """Tell whether a line starts in from the column's edge (a list item's next lines hang there)."""
+        if line.rtl:
+            return line.right < self.right - 0.5 * line.size
+        return line.left > self.left + 0.5 * line.size
 
 
 def _column(lines: list[Line], body: float, levels: dict[float, int]) -> _Column:
@@ -161,6 +171,8 @@ class _Builder:
 
     def _continues(self, previous: Line, line: Line) -> bool:
         if abs(previous.size - line.size) > 0.5 or previous.bold != line.bold:
+            return False
+        if self.open is not None and self.open.kind is ListItem and not self.column.indented(line):
             return False
         if line.page != previous.page:
             return line.page == previous.page + 1 and self.column.runs_to_end(previous)

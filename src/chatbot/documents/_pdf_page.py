@@ -24,6 +24,7 @@ from chatbot.documents._persian import (
     is_arabic_letter,
     is_rtl_text,
     joining_letters,
+    letter_directions,
     mend_ligatures,
     repair_line,
 )
@@ -89,6 +90,7 @@ class _Run:
     top: float = 0.0
     bottom: float = 0.0
     size: float = 0.0
+    rtl: bool = False
     inked: int = 0
     bold: int = 0
     """How many of its inked characters are bold: a line is bold when nearly all are."""
@@ -113,8 +115,11 @@ def read_page(document: pdfium.PdfDocument, index: int, forms: LetterForms) -> P
     finally:
         page.close()
     result.chars = sum(len(r.glyphs) for r in runs)
+    right, left = letter_directions("".join(g.char for run in runs for g in run.glyphs))
+    page_rtl = right > left
     for run in runs:
-        run.glyphs = logical_order(mend_ligatures(run.glyphs))
+        run.rtl = is_rtl_text("".join(g.char for g in run.glyphs), page_rtl)
+        run.glyphs = logical_order(mend_ligatures(run.glyphs), run.rtl)
         run.letters = joining_letters(run.glyphs)
         forms.observe(run.letters)
     result.items = _items(runs, cells, result.number, forms)
@@ -243,7 +248,7 @@ def _line(run: _Run, page: int, forms: LetterForms) -> Line | None:
     raw = "".join(g.char for g in glyphs)
     if not raw.strip():
         return None
-    rtl = is_rtl_text(raw)
+    rtl = run.rtl
     text = " ".join(repair_line(glyphs, rtl, forms, run.letters).split())
     inked = [g for g in glyphs if not g.char.isspace() and g.right > g.left] or glyphs
     return Line(

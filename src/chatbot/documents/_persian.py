@@ -44,11 +44,8 @@ def is_arabic_letter(char: str) -> bool:
     return ("\ufb50" <= char <= "\ufdff" or "\ufe70" <= char <= "\ufefc") and unicodedata.category(char) == "Lo"
 
 
-def is_rtl_text(text: str) -> bool:
-    """Tell whether a line is right-to-left: at least half as many right-to-left letters as others.
-
-    A Persian line may hold a long Latin address or name; an English line rarely holds Persian.
-    """
+def letter_directions(text: str) -> tuple[int, int]:
+    """Count a text's right-to-left and left-to-right letters."""
     right = left = 0
     for char in text:
         kind = unicodedata.bidirectional(char)
@@ -56,7 +53,20 @@ def is_rtl_text(text: str) -> bool:
             right += 1
         elif kind == "L":
             left += 1
-    return right > 0 and 2 * right >= left
+    return right, left
+
+
+def is_rtl_text(text: str, mixed_rtl: bool | None = None) -> bool:
+    """Tell whether a line is right-to-left.
+
+    A line of one script goes its script's way. A line of both takes `mixed_rtl` (the page's
+    way: a Persian line may end in a Latin address longer than its Persian part), or, not
+    given, at least half as many right-to-left letters as left-to-right ones.
+    """
+    right, left = letter_directions(text)
+    if not right or not left or mixed_rtl is None:
+        return right > 0 and 2 * right >= left
+    return mixed_rtl
 
 
 @dataclass(frozen=True, slots=True)
