@@ -1,10 +1,12 @@
 """One PDF page read through PDFium into lines and table grids, then released.
 
-PDFium gives each character of the text layer in logical order with its ink box, font size
-and weight. Characters are grouped into lines (PDFium's own line breaks, a jump in height,
-or a move into another table cell) and each line is repaired (`_persian.repair_line`).
-Ruled rectangles that tile into rows and columns are a table's cells: the characters inside
-one cell make that cell's text.
+PDFium gives each character of the text layer with its ink box, font size and weight.
+Characters are grouped into lines (PDFium's own line breaks, a jump in height, or a move
+into another table cell); each line's ligatures are mended, its characters put in logical
+order from their places (`_bidi.logical_order`, in the line's direction: its script's, or
+its page's when it holds both), and it is repaired (`_persian.repair_line`). Ruled
+rectangles that tile into rows and columns are a table's cells: the characters inside one
+cell make that cell's text.
 """
 
 from __future__ import annotations

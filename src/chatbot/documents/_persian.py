@@ -2,16 +2,19 @@
 
 A PDF holds glyphs, not text. Reading one back loses or garbles what shaping did:
 - a glyph standing for several letters (lam-alef, a font's own two-letter ligatures) comes
-  out with its letters reversed once the line is put in logical order;
+  out of PDFium with its letters reversed (`mend_ligatures`);
 - a ZWNJ has no glyph, so it is gone; where it stood, the letter before it was drawn in its
   final form and the one after in its initial form, which shows as a gap between their ink
-  (joined letters touch), or, in legacy PDFs, as the presentation forms themselves;
+  (joined letters touch) or as the letter's word-end shape (`LetterForms`), or, where the
+  text keeps them, as the presentation forms themselves; where nothing shows it, an affix
+  rule in the spirit of hazm's normaliser decides;
 - mirrored punctuation (« » ( ) [ ]) was drawn as its mirror image in right-to-left text;
 - presentation forms (U+FB50-U+FDFF, U+FE70-U+FEFF) stand for plain letters;
 - a mark (hamza above, a vowel sign) may be read apart from its letter.
 
-`repair_line` mends one line from its glyphs and boxes (what PDFium gives); `repair_text`
-mends text alone (for extractors that give no boxes), with the affix rule for the ZWNJ.
+`repair_line` mends one line from its glyphs and boxes (what PDFium gives), in logical
+order (`_bidi.py`); `repair_text` mends text alone (for extractors that give no boxes),
+with the affix rule for the ZWNJ.
 Persian and Arabic-Indic digits are kept as written.
 """
 
