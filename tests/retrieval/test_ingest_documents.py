@@ -127,9 +127,11 @@ async def test_a_folder_with_files_that_cannot_be_taken_ingests_the_rest(pool: P
     root = write_docs(tmp_path / "kb", {"a.md": "# A\n\nAlpha.", "data.csv": "a,b\n1,2\n"})
     (root / "photo.pdf").write_bytes(b"\x89PNG\r\n\x1a\n" + b"\x00" * 64)
     (root / ".DS_Store").write_bytes(b"\x00\x00\x00\x01Bud1")
+    write_docs(root, {"eval/cases.jsonl": "{}\n", ".ingestignore": "# the eval set\neval/*.jsonl\n"})
     report = await ingest_paths(pool, tenant, [root])
     assert report.added == 1 and await chunk_ids(pool, tenant, "a.md")
-    # Hidden files are not walked; everything else not taken is reported with its reason.
+    # Hidden files and what .ingestignore lists are not walked; everything else not taken is
+    # reported with its reason.
     assert sorted((s.path.name, s.reason) for s in report.skipped) == [
         ("data.csv", "unsupported"),
         ("photo.pdf", "unsupported"),

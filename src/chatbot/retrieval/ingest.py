@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fnmatch
 import logging
 import unicodedata
 from collections.abc import Callable, Iterator, Sequence
@@ -119,15 +120,32 @@ def document_reader(settings: Settings) -> DocumentReader:
     return DocumentReader(limits, memory_bytes=settings.ingest_max_memory_mb * 1024**2)
 
 
+IGNORE_FILE = ".ingestignore"
+"""A folder's list of files ingest does not walk: one glob a line (`eval.jsonl`, `drafts/*`), `#` comments."""
+
+
 def _hidden(path: Path, root: Path) -> bool:
     return any(part.startswith(".") for part in path.relative_to(root).parts)
+
+
+def _ignored_patterns(root: Path) -> list[str]:
+    listed = root / IGNORE_FILE
+    if not listed.is_file():
+        return []
+    lines = (line.strip() for line in listed.read_text(encoding="utf-8").splitlines())
+    return [line for line in lines if line and not line.startswith("#")]
+
+
+def _ignored(relative: Path, patterns: list[str]) -> bool:
+    return any(relative.match(pattern) or fnmatch.fnmatch(relative.as_posix(), pattern) for pattern in patterns)
 
 
 def _walk(paths: Sequence[Path]) -> tuple[list[_SourceFile], set[str]]:
     """Return the files to ingest and the names of the folders that were walked whole.
 
     A folder gives every file under it but hidden ones (a name starting with a dot, or under
-    such a folder: `.DS_Store`, `.git/`); what cannot be read is reported, not left out.
+    such a folder: `.DS_Store`, `.git/`) and those its `.ingestignore` lists (the operator
+    said so); what cannot be read is reported, not left out.
     """
     files: list[_SourceFile] = []
     folders: set[str] = set()
@@ -135,8 +153,11 @@ def _walk(paths: Sequence[Path]) -> tuple[list[_SourceFile], set[str]]:
         root = given.resolve()
         if root.is_dir():
             folders.add(root.name)
+            ignored = _ignored_patterns(root)
             for path in sorted(p for p in root.rglob("*") if p.is_file() and not _hidden(p, root)):
                 relative = path.relative_to(root)
+                if _ignored(relative, ignored):
+                    continue
                 files.append(_SourceFile(path, relative.as_posix(), root.name, given / relative))
         elif root.is_file():
             files.append(_SourceFile(root, root.name, "", given))
