@@ -106,7 +106,7 @@ class Settings(BaseSettings):
     ingest_max_nesting: int = Field(default=32, ge=1)
     ingest_max_text_chars: int = Field(default=50_000_000, ge=1)
     ingest_timeout_seconds: float = Field(default=120.0, gt=0)
-    ingest_max_memory_mb: int = Field(default=2048, ge=256)
+    ingest_max_memory_mb: int = Field(default=1024, ge=128)
 
     context_tokens: int = Field(default=6000, ge=256)
     # Thread recall (docs/api.md, "Recall of earlier turns"): recalled turns take at most this

@@ -38,7 +38,7 @@ READERS: Mapping[Kind, str] = {
 }
 """The reader of each format, as `module:function`, imported in the worker when first needed."""
 
-DEFAULT_MEMORY_BYTES = 2 * 1024**3
+DEFAULT_MEMORY_BYTES = 1024**3
 """The worker's address-space limit: room for a large PDF's pages, not for a zip bomb."""
 
 _LENGTH = struct.Struct("<Q")
