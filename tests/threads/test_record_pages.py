@@ -1,4 +1,4 @@
-"""The run record shows the pages each retrieved chunk came from: a PDF's pages, null without pages."""
+"""The run record shows each retrieved chunk's pages (a PDF's, null without pages); the offline answer names them."""
 
 from __future__ import annotations
 
@@ -51,7 +51,14 @@ async def test_a_retrieved_pdf_chunk_shows_its_pages_and_a_markdown_chunk_null(
     async with running_app(isolated_database_url) as client:
         answer = await send_for_answer(client, "pages", "Is Quorvane windscreen glass breakage covered?", **EN)
         response = await client.get(f"/v1/threads/pages/runs/{answer['run_id']}", headers=auth(**EN))
+        quoting_the_pdf = await send_for_answer(
+            client, "pages-2", "Which deductible applies to Quorvane windscreen glass breakage?", **EN
+        )
     assert response.status_code == 200, response.text
+    # The offline answer says where in the PDF its quote is.
+    assert quoting_the_pdf["message"]["content"].startswith(
+        "According to “Quorvane policy wording › Glass”, pages 3–4:"
+    ), quoting_the_pdf["message"]["content"]
     retrieved = {c["document_id"]: c for c in response.json()["context"]["retrieved"]}
     assert set(retrieved) == {"wording.pdf", "faq.md"}
     assert retrieved["wording.pdf"]["pages"] == [3, 4]

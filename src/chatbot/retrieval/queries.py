@@ -73,6 +73,7 @@ class SearchRow(TypedDict):
     text: str
     language: str
     score: float
+    pages: list[int] | None
 
 
 # --- ingest: documents and chunk versions (retrieval/ingest.py) ---
@@ -312,7 +313,8 @@ WITH qword AS (
     ORDER BY score DESC, chunk_id
     LIMIT %(k)s
 )
-SELECT c.chunk_id, c.version, c.document_id, c.title, c.text, c.language, f.score::float8 AS score
+SELECT c.chunk_id, c.version, c.document_id, c.title, c.text, c.language, f.score::float8 AS score,
+       c.metadata->'pages' AS pages
 FROM fused f
 JOIN kb_chunks c ON c.tenant_id = %(tenant)s AND c.chunk_id = f.chunk_id AND c.superseded_at IS NULL
 ORDER BY f.score DESC, c.chunk_id
