@@ -96,6 +96,17 @@ class Settings(BaseSettings):
     budget_reservation_seconds: float = Field(default=600.0, gt=0)
     offline_token_delay_ms: int = Field(default=0, ge=0)
     embeddings: str | None = None
+    # What one file may cost `chatbot ingest` (docs/operations.md, "Knowledge"): its size on
+    # disk, a PDF's pages, what a DOCX's parts unpack to, how deep tables or elements nest,
+    # its text, the wall-clock time to read it and the address space of the process reading
+    # it. A file over any of them is skipped and named, never half-read.
+    ingest_max_bytes: int = Field(default=100 * 1024**2, ge=1)
+    ingest_max_pages: int = Field(default=5_000, ge=1)
+    ingest_max_unpacked_bytes: int = Field(default=200 * 1024**2, ge=1)
+    ingest_max_nesting: int = Field(default=32, ge=1)
+    ingest_max_text_chars: int = Field(default=50_000_000, ge=1)
+    ingest_timeout_seconds: float = Field(default=120.0, gt=0)
+    ingest_max_memory_mb: int = Field(default=1024, ge=128)
 
     context_tokens: int = Field(default=6000, ge=256)
     # Thread recall (docs/api.md, "Recall of earlier turns"): recalled turns take at most this

@@ -169,6 +169,7 @@ def _record(end: RunEnd, question: str, prefix: str, chunk_text: str, language: 
                     "document_id": end.citations[0].split(":")[0],
                     "version": 2,
                     "text": chunk_text,
+                    "pages": [4],
                 },
             ],
         },

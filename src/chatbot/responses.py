@@ -124,6 +124,11 @@ class RetrievedChunk(BaseModel):
         description="The chunk's text at that version; null only once the version was pruned, "
         "which happens when no retained run cites it any more."
     )
+    pages: list[int] | None = Field(
+        default=None,
+        description="The 1-based PDF pages the chunk's text came from; null for formats without pages "
+        "(Markdown, text, DOCX, HTML) and once the version was pruned.",
+    )
 
 
 class RunContext(BaseModel):

@@ -193,3 +193,18 @@ async def test_the_graph_gives_the_offline_responder_the_thread_and_the_users_me
         "- city: Shiraz",
         "- I drive a Peugeot 206",
     ]
+
+
+def test_a_quote_from_a_pdf_says_its_page() -> None:
+    def quoted(pages: list[int] | None) -> QuotedChunk:
+        return QuotedChunk(
+            chunk_id="w.pdf#1", title="Wording › Glass", text="Glass is covered.", language="en", pages=pages
+        )
+
+    def answer(question: str, pages: list[int] | None, language: str = "en") -> str:
+        return offline_reply(question, [quoted(pages)], language=language, unanswered_streak=0).content
+
+    assert answer("Is glass covered?", [4]).startswith("According to “Wording › Glass”, page 4:\n")
+    assert answer("Is glass covered?", [4, 5]).startswith("According to “Wording › Glass”, pages 4–5:\n")
+    assert answer("Is glass covered?", None).startswith("According to “Wording › Glass”:\n")
+    assert answer("آیا شیشه پوشش دارد؟", [12], "fa").startswith("بر اساس «Wording › Glass»، صفحهٔ ۱۲:\n")

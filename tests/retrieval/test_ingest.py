@@ -21,7 +21,7 @@ DOCS = {
     "travel.markdown": "# Travel\n\nMedical costs abroad up to 50,000 euros.",
     "notes/home.txt": "Home insurance covers fire, lightning and explosion.",
     "fa/laghv.md": "# لغو\n\nبرای لغو بیمه‌نامه بدنه درخواست را در اپلیکیشن ثبت کنید.",
-    "ignored.pdf": "not a supported format",
+    "ignored.pdf": "not a PDF: named one, but text",
 }
 
 
@@ -44,13 +44,15 @@ async def test_first_ingest_adds_every_supported_file(pool: Pool, tmp_path: Path
         pool, tenant, [write_docs(tmp_path / "kb", DOCS)], progress=lambda done, total: seen.append((done, total))
     )
     assert (report.added, report.updated, report.unchanged, report.removed) == (4, 0, 0, 0)
+    # A file that is not taken is counted as skipped, with its reason, never left out in silence.
+    assert [(s.path.name, s.reason) for s in report.skipped] == [("ignored.pdf", "corrupt")]
     assert await documents(pool, tenant) == {
         "car/body.md": "en",
         "travel.markdown": "en",
         "notes/home.txt": "en",
         "fa/laghv.md": "fa",
     }
-    assert seen[-1] == (4, 4)
+    assert seen[-1] == (5, 5)
 
 
 async def test_reingest_is_idempotent(pool: Pool, tmp_path: Path) -> None:

@@ -478,7 +478,9 @@ def _events(ctx: Context) -> EventSink:
 
 def _quoted(chunks: list[FoundChunk]) -> list[QuotedChunk]:
     """Return the chunks as the window and the offline responder read them (models/ imports no retrieval)."""
-    return [QuotedChunk(chunk_id=c.chunk_id, title=c.title, text=c.text, language=c.language) for c in chunks]
+    return [
+        QuotedChunk(chunk_id=c.chunk_id, title=c.title, text=c.text, language=c.language, pages=c.pages) for c in chunks
+    ]
 
 
 def _memory_request(candidates: MemoryCandidates) -> MemoryRequest | None:

@@ -51,13 +51,18 @@ def dev(
     configure_logging(settings.log_level)
 
     async def prepare() -> str:
-        from chatbot.retrieval.ingest import ingest_paths
+        from chatbot.retrieval.ingest import SkippedFile, document_reader, ingest_paths
+
+        def skipped(file: SkippedFile) -> None:
+            typer.echo(file.line(), err=True)
 
         url = await resolve_database_url(settings)
         await migrate(url)
         if await asyncio.to_thread(knowledge.exists):
+            # Every format ingest reads (PDF, DOCX, HTML, Markdown, text); what it cannot is named.
             async with open_pool(settings.model_copy(update={"database_url": url})) as pool:
-                report = await ingest_paths(pool, DEMO_TENANT, [knowledge])
+                with document_reader(base) as reader:
+                    report = await ingest_paths(pool, DEMO_TENANT, [knowledge], reader=reader, on_skip=skipped)
             typer.echo(f"knowledge base {knowledge} for tenant {DEMO_TENANT}: {report.counts()}")
         else:
             typer.echo(f"no knowledge base at {knowledge}: answers will ask for clarification")

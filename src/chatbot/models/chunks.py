@@ -5,7 +5,7 @@ models/ imports no retrieval: the graph hands its retrieved chunks over in this 
 
 from __future__ import annotations
 
-from typing import TypedDict
+from typing import NotRequired, TypedDict
 
 
 class QuotedChunk(TypedDict):
@@ -17,3 +17,5 @@ class QuotedChunk(TypedDict):
     text: str
     language: str
     """"fa" or "en" (empty when unknown): the responder prefers chunks in the answer's language."""
+    pages: NotRequired[list[int] | None]
+    """The 1-based PDF pages the text came from (absent or None for a document without pages)."""

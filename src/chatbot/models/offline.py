@@ -149,7 +149,9 @@ def _about_self(texts: Mapping[str, str], profile: Mapping[str, JsonValue], fact
 
 _TEXTS = {
     "fa": {
-        "answer": "بر اساس «{title}»:\n{text}",
+        "answer": "بر اساس «{title}»{where}:\n{text}",
+        "page": "، صفحهٔ {}",
+        "pages": "، صفحه‌های {}–{}",
         "clarify": "متوجه نشدم دقیقاً درباره کدام بیمه یا چه موضوعی می‌پرسید. لطفاً سؤالتان را کمی بیشتر توضیح دهید "
         "(مثلاً نوع بیمه: شخص ثالث، بدنه، درمان تکمیلی، مسافرتی، منزل یا عمر).",
         "vague": "لطفاً سؤالتان را کامل‌تر بنویسید تا بتوانم دقیق پاسخ بدهم.",
@@ -162,7 +164,9 @@ _TEXTS = {
         "nothing_about_me": "هنوز چیزی درباره شما به خاطر نسپرده‌ام. اگر بخواهید، بگویید «به خاطر بسپار که …».",
     },
     "en": {
-        "answer": "According to “{title}”:\n{text}",
+        "answer": "According to “{title}”{where}:\n{text}",
+        "page": ", page {}",
+        "pages": ", pages {}–{}",
         "clarify": "I'm not sure which insurance or topic you mean. Could you tell me a bit more "
         "(for example: third-party liability, car body, supplementary health, travel, home or life)?",
         "vague": "Could you write your question in a little more detail so I can answer it precisely?",
@@ -178,6 +182,19 @@ _TEXTS = {
         "Tell me “remember that …” if you'd like me to.",
     },
 }
+
+
+_PERSIAN_DIGITS = str.maketrans("0123456789", "۰۱۲۳۴۵۶۷۸۹")
+
+
+def _pages_note(pages: Sequence[int] | None, texts: Mapping[str, str]) -> str:
+    """Return where in a PDF the quoted text is (", page 4", "، صفحهٔ ۴"), empty for a document without pages."""
+    if not pages:
+        return ""
+    first, last = str(pages[0]), str(pages[-1])
+    if texts is _TEXTS["fa"]:
+        first, last = first.translate(_PERSIAN_DIGITS), last.translate(_PERSIAN_DIGITS)
+    return texts["page"].format(first) if first == last else texts["pages"].format(first, last)
 
 
 def offline_reply(
@@ -212,7 +229,9 @@ def offline_reply(
         return Reply("answered", _about_self(texts, profile or {}, facts))
     if chunks and not _is_vague(question):
         chunk = _pick_chunk(chunks, language)
-        content = texts["answer"].format(title=chunk.get("title") or chunk["chunk_id"], text=chunk["text"].strip())
+        title = chunk.get("title") or chunk["chunk_id"]
+        where = _pages_note(chunk.get("pages"), texts)
+        content = texts["answer"].format(title=title, where=where, text=chunk["text"].strip())
         return Reply("answered", content, [str(chunk["chunk_id"])])
     if unanswered_streak + 1 >= ESCALATE_AFTER_UNANSWERED:
         return Reply("escalate", texts["stuck"], escalation_reason="repeatedly_unanswerable")

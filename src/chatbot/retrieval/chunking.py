@@ -1,4 +1,9 @@
-"""Split a document into titled chunks with stable, content-derived ids."""
+"""Split a document into titled chunks with stable, content-derived ids.
+
+Two inputs, one splitter: Markdown or text as written (`split_document`), and the typed
+`Document` a reader returns (`split_structured`: its sections' heading paths, paragraphs,
+list items and table rows, each block's pages). Nothing here knows a file format.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +12,8 @@ import re
 from dataclasses import dataclass
 
 from langchain_text_splitters import MarkdownHeaderTextSplitter, RecursiveCharacterTextSplitter
+
+from chatbot.documents.model import Block, Document, ListItem, Pages, Table
 
 # Sized so a chunk is one answerable section (a short FAQ answer or a list of required
 # documents): small enough that the offline responder can quote it whole, large enough
@@ -38,6 +45,8 @@ class Chunk:
     ordinal: int
     title: str
     text: str
+    pages: Pages = ()
+    """The 1-based pages of the blocks the text came from; () for a document without pages."""
 
 
 def document_title(text: str, fallback: str) -> str:
@@ -90,23 +99,99 @@ def _sections(text: str, markdown: bool) -> list[tuple[list[str], str]]:
     return sections
 
 
-def split_document(document_id: str, title: str, text: str, *, markdown: bool = True) -> list[Chunk]:
-    """Split `text` by Markdown headings, then by size, into chunks titled by their heading path."""
-    splitter = RecursiveCharacterTextSplitter(
+def _splitter() -> RecursiveCharacterTextSplitter:
+    return RecursiveCharacterTextSplitter(
         chunk_size=CHUNK_SIZE, chunk_overlap=CHUNK_OVERLAP, separators=_SEPARATORS, keep_separator="end"
     )
-    chunks: list[Chunk] = []
-    seen: dict[str, int] = {}
+
+
+def _heading_title(title: str, headings: tuple[str, ...] | list[str]) -> str:
+    # The document title is the first heading already; don't repeat it in the path.
+    return " › ".join([title, *(h for h in headings if h != title)])
+
+
+class _Chunks:
+    """Chunks as they are cut, numbered, each id counting earlier chunks of the same text."""
+
+    def __init__(self, document_id: str) -> None:
+        self.document_id = document_id
+        self.chunks: list[Chunk] = []
+        self.seen: dict[str, int] = {}
+
+    def add(self, title: str, piece: str, pages: Pages = ()) -> None:
+        piece = piece.strip()
+        if not piece:
+            return
+        occurrence = self.seen.get(piece, 0)
+        self.seen[piece] = occurrence + 1
+        chunk_id = chunk_id_for(self.document_id, piece, occurrence)
+        self.chunks.append(Chunk(chunk_id, len(self.chunks), title, piece, pages))
+
+
+def split_document(document_id: str, title: str, text: str, *, markdown: bool = True) -> list[Chunk]:
+    """Split `text` by Markdown headings, then by size, into chunks titled by their heading path."""
+    splitter = _splitter()
+    out = _Chunks(document_id)
     for headings, body in _sections(text, markdown):
-        # The document title is the first heading already; don't repeat it in the path.
-        path = [h for h in headings if h != title]
-        chunk_title = " › ".join([title, *path])
+        chunk_title = _heading_title(title, headings)
         for piece in splitter.split_text(body):
-            piece = piece.strip()
-            if not piece:
-                continue
-            occurrence = seen.get(piece, 0)
-            seen[piece] = occurrence + 1
-            chunk_id = chunk_id_for(document_id, piece, occurrence)
-            chunks.append(Chunk(chunk_id, len(chunks), chunk_title, piece))
-    return chunks
+            out.add(chunk_title, piece)
+    return out.chunks
+
+
+def block_text(block: Block) -> str:
+    """Return a block as a chunk holds it: a list item as "- item", a table one "column: value; ..." line per row."""
+    if isinstance(block, Table):
+        return "\n".join(block.row_lines() or ["; ".join(h for h in block.header if h.strip())])
+    if isinstance(block, ListItem):
+        return f"- {block.text}"
+    return block.text
+
+
+def _section_body(blocks: tuple[Block, ...]) -> tuple[str, list[tuple[int, int, Pages]]]:
+    """Return a section's text and, for each block, its span in it and its pages."""
+    parts: list[str] = []
+    spans: list[tuple[int, int, Pages]] = []
+    at = 0
+    previous: Block | None = None
+    for block in blocks:
+        text = block_text(block).strip()
+        if not text:
+            continue
+        if previous is not None:
+            # Items of one list stay on consecutive lines; anything else is its own paragraph.
+            gap = "\n" if isinstance(block, ListItem) and isinstance(previous, ListItem) else "\n\n"
+            parts.append(gap)
+            at += len(gap)
+        parts.append(text)
+        spans.append((at, at + len(text), block.pages))
+        at += len(text)
+        previous = block
+    return "".join(parts), spans
+
+
+def split_structured(document_id: str, title: str, document: Document) -> list[Chunk]:
+    """Split a reader's Document into chunks titled by each section's heading path, with their pages.
+
+    Each section is cut by size as Markdown sections are (the same splitter, so the same
+    overlap), and a chunk carries the pages of every block its text overlaps.
+    """
+    splitter = _splitter()
+    out = _Chunks(document_id)
+    for section in document.sections:
+        body, spans = _section_body(section.blocks)
+        chunk_title = _heading_title(title, section.headings)
+        start, previous_length = 0, 0
+        for piece in splitter.split_text(body):
+            # Where the piece starts, found as the splitter's own start index finds it.
+            found = body.find(piece, max(0, start + previous_length - CHUNK_OVERLAP))
+            start, previous_length = (found, len(piece)) if found >= 0 else (0, len(body))
+            end = start + previous_length
+            pages = sorted({p for s, e, block_pages in spans if s < end and e > start for p in block_pages})
+            out.add(chunk_title, piece, tuple(pages))
+    return out.chunks
+
+
+def structured_text(document: Document) -> str:
+    """Return the text of a reader's Document as its chunks hold it (to tell its language)."""
+    return "\n\n".join(_section_body(section.blocks)[0] for section in document.sections)

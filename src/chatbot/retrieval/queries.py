@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import timedelta
-from typing import Any, TypedDict, cast
+from typing import Any, NamedTuple, TypedDict, cast
 
 from psycopg import AsyncConnection, sql
 from psycopg.abc import Params
@@ -51,13 +51,29 @@ class ChunkVersionRow(TypedDict):
     document_id: str
     title: str
     text: str
+    pages: list[int] | None
+    """The 1-based pages its text came from (`metadata.pages`); None for a document without pages."""
 
 
-class SearchRow(ChunkVersionRow):
+class CurrentChunk(NamedTuple):
+    """A document's current chunk as ingest compares it with a new cut (CURRENT_CHUNKS's columns)."""
+
+    title: str
+    ordinal: int
+    pages: list[int] | None
+
+
+class SearchRow(TypedDict):
     """A ranked chunk (SEARCH_SQL's columns)."""
 
+    chunk_id: str
+    version: int
+    document_id: str
+    title: str
+    text: str
     language: str
     score: float
+    pages: list[int] | None
 
 
 # --- ingest: documents and chunk versions (retrieval/ingest.py) ---
@@ -82,8 +98,9 @@ SET title = EXCLUDED.title, source = EXCLUDED.source, content_sha = EXCLUDED.con
     removed_at = NULL
 """
 
+# Pages live in the chunk's metadata (absent for a document without pages), not a column of their own.
 CURRENT_CHUNKS = """
-SELECT chunk_id, title, ordinal FROM kb_chunks
+SELECT chunk_id, title, ordinal, metadata->'pages' AS pages FROM kb_chunks
 WHERE tenant_id = %s AND document_id = %s AND superseded_at IS NULL
 """
 SUPERSEDE_CHUNKS = """
@@ -118,10 +135,10 @@ async def upsert_document(conn: Conn, params: tuple[Any, ...]) -> None:
     await conn.execute(UPSERT_DOCUMENT, params)
 
 
-async def current_chunks(conn: Conn, tenant_id: str, document_id: str) -> dict[str, tuple[str, int]]:
-    """Return the document's current chunks: chunk id -> (title, ordinal)."""
+async def current_chunks(conn: Conn, tenant_id: str, document_id: str) -> dict[str, CurrentChunk]:
+    """Return the document's current chunks by chunk id."""
     cur = await conn.execute(CURRENT_CHUNKS, (tenant_id, document_id))
-    return {row["chunk_id"]: (row["title"], row["ordinal"]) for row in await cur.fetchall()}
+    return {row["chunk_id"]: CurrentChunk(row["title"], row["ordinal"], row["pages"]) for row in await cur.fetchall()}
 
 
 async def supersede_chunks(conn: Conn, tenant_id: str, document_id: str, chunk_ids: list[str]) -> None:
@@ -296,7 +313,8 @@ WITH qword AS (
     ORDER BY score DESC, chunk_id
     LIMIT %(k)s
 )
-SELECT c.chunk_id, c.version, c.document_id, c.title, c.text, c.language, f.score::float8 AS score
+SELECT c.chunk_id, c.version, c.document_id, c.title, c.text, c.language, f.score::float8 AS score,
+       c.metadata->'pages' AS pages
 FROM fused f
 JOIN kb_chunks c ON c.tenant_id = %(tenant)s AND c.chunk_id = f.chunk_id AND c.superseded_at IS NULL
 ORDER BY f.score DESC, c.chunk_id
@@ -312,7 +330,7 @@ async def search_rows(conn: Conn, params: Params) -> list[SearchRow]:
 # --- chunk versions: read back and pruned (retrieval/versions.py) ---
 
 READ_CHUNK_VERSIONS = """
-select c.chunk_id, c.version, c.document_id, c.title, c.text
+select c.chunk_id, c.version, c.document_id, c.title, c.text, c.metadata->'pages' as pages
 from kb_chunks c
 join unnest(%s::text[], %s::int[]) as wanted(chunk_id, version)
   on c.chunk_id = wanted.chunk_id and c.version = wanted.version

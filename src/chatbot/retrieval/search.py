@@ -158,6 +158,7 @@ async def search_knowledge(
             language=row["language"],
             score=float(row["score"]),
             version=int(row["version"]),
+            pages=row["pages"],
         )
         for row in rows
     ]

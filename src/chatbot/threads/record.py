@@ -249,6 +249,7 @@ async def _retrieved(pool: Pool, tenant_id: TenantId, refs: tuple[ChunkVersion, 
             document_id=row["document_id"] if row else pair[0].partition("#")[0],
             version=pair[1],
             text=row["text"] if row else None,  # pruned: only if no retained run cited it
+            pages=row["pages"] if row else None,
         )
         out.append(CitedChunk(chunk, row["title"] if row else ""))
     return out
