@@ -105,6 +105,8 @@ class Settings(BaseSettings):
     ingest_max_unpacked_bytes: int = Field(default=200 * 1024**2, ge=1)
     ingest_max_nesting: int = Field(default=32, ge=1)
     ingest_max_text_chars: int = Field(default=50_000_000, ge=1)
+    ingest_max_blocks: int = Field(default=500_000, ge=1)
+    ingest_max_elements: int = Field(default=2_000_000, ge=1)
     ingest_timeout_seconds: float = Field(default=120.0, gt=0)
     ingest_max_memory_mb: int = Field(default=1024, ge=128)
 

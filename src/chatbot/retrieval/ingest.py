@@ -115,6 +115,8 @@ def document_reader(settings: Settings) -> DocumentReader:
         max_unpacked_bytes=settings.ingest_max_unpacked_bytes,
         max_nesting=settings.ingest_max_nesting,
         max_text_chars=settings.ingest_max_text_chars,
+        max_blocks=settings.ingest_max_blocks,
+        max_elements=settings.ingest_max_elements,
         seconds=settings.ingest_timeout_seconds,
     )
     return DocumentReader(limits, memory_bytes=settings.ingest_max_memory_mb * 1024**2)
