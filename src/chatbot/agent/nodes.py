@@ -485,9 +485,7 @@ def _quoted(chunks: list[FoundChunk]) -> list[QuotedChunk]:
 
 def _memory_request(candidates: MemoryCandidates) -> MemoryRequest | None:
     """Return what a "remember …" in the message asks of memory, as the offline responder answers it."""
-    if candidates.rejected:
-        return "refused"
-    return "noted" if candidates.facts else None
+    return "refused" if candidates.rejected else "noted" if candidates.facts else None
 
 
 @dataclass(frozen=True, slots=True)
