@@ -19,7 +19,7 @@ CASES = [
     ("برای لغو بیمه‌نامه بدنه چه کار کنم؟", "fa-IR", "fa/laghv.md"),
     # The demo's PDF and Word documents (rendered by scripts/render_demo_documents.py).
     ("فرانشیز بیمه مسئولیت کارفرما در هر حادثه چقدر است؟", "fa-IR", "fa/masouliat-karfarma.pdf"),
-    ("حق بیمه سالانه طرح طلایی بیمه حوادث انفرادی چقدر است؟", "fa-IR", "fa/havades-enferadi.docx"),
+    ("حق بیمه سالانه سطح طلایی بیمه حوادث انفرادی چقدر است؟", "fa-IR", "fa/havades-enferadi.docx"),
 ]
 
 
