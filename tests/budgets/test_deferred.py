@@ -47,7 +47,7 @@ async def test_a_memory_job_over_budget_waits_and_lands_when_the_next_days_budge
         async with running_app(isolated_database_url, **settings) as client:
             services = services_of(client)
             services.budgets.clock = clock
-            answer_worst = services.runs.answer_input_tokens + services.budgets.output_cap
+            answer_worst = services.budgets.answer_input_bound + services.budgets.output_cap
             await set_budget(services.pool, BudgetTarget("acme", "user", "u1"), "day", "tokens", Decimal(answer_worst))
             # The answer fits and spends nearly all of it: the extraction's worst case does not fit.
             double.script(Behaviour(usage=(answer_worst - 100, 50, 0)))
@@ -84,7 +84,7 @@ async def test_a_summary_fold_over_budget_is_skipped_and_folds_later(
         }
         async with running_app(isolated_database_url, **settings) as client:
             services = services_of(client)
-            answer_worst = services.runs.answer_input_tokens + services.budgets.output_cap
+            answer_worst = services.budgets.answer_input_bound + services.budgets.output_cap
             # Each answer fits; a fold beside a held answer never does.
             target = BudgetTarget("acme", "tenant")
             await set_budget(services.pool, target, "day", "tokens", Decimal(answer_worst + 1000))

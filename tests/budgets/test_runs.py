@@ -71,7 +71,7 @@ async def replicas(
 
 def worst_case(services: Services) -> int:
     """Return the tokens an answer call reserves: the window's bound plus the output cap."""
-    return services.runs.answer_input_tokens + services.budgets.output_cap
+    return services.budgets.answer_input_bound + services.budgets.output_cap
 
 
 async def budget_rows(services: Services, now: datetime) -> list[BudgetReport]:
@@ -250,7 +250,7 @@ async def test_a_budget_refusal_is_not_a_model_failure_the_chain_falls_back_on(
     async with running_app(isolated_database_url, **chain) as client:
         services = services_of(client)
         # Room for one entry's worst case, not for the chain's (each entry may be billed).
-        one_entry = services.runs.answer_input_tokens + services.budgets.output_cap
+        one_entry = services.budgets.answer_input_bound + services.budgets.output_cap
         await set_budget(services.pool, BudgetTarget("acme", "tenant"), "month", "tokens", Decimal(one_entry))
         refused = await send_message(client, "chain", QUESTION, locale="en-US")
         assert refused.status_code == 429

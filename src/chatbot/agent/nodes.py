@@ -452,6 +452,7 @@ class Nodes:
             ),
             on_delta=lambda delta: emit(Token(delta)),
             on_cancelled=self._usage(ctx).append,
+            size=ctx.size_answer,
         )
 
     def _handoff(
