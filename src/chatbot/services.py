@@ -178,6 +178,7 @@ async def build_services(
         model=settings.model,
         budgets=budgets,
         answer_models=tuple(entry.spec for entry in models.answer),
+        context_tokens=settings.context_tokens,
     )
     retention = None
     if settings.retention_days > 0:

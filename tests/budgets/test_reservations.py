@@ -230,22 +230,22 @@ async def test_a_sized_call_gets_the_output_that_fits_and_is_refused_only_below_
     budgets: tuple[Budgets, Clock],
 ) -> None:
     b, clock = budgets
-    b.answer_input_bound = 900
     await set_budget(b.pool, BudgetTarget("acme", "tenant"), "day", "tokens", Decimal(1000))
-    early = await b.admit(TenantId("acme"), UserId("u1"), [MODEL])
+    early = await b.admit(TenantId("acme"), UserId("u1"), [MODEL], input_floor=900)
     assert isinstance(early, Reservation)
-    assert await _left(b.pool, clock()) == [("tenant", None, 0, 920)]  # the input bound plus the floor
+    assert await _left(b.pool, clock()) == [("tenant", None, 0, 920)]  # the input's floor plus the output floor
     # The window counts 300: its whole output cap fits, and the hold is resized in place.
     assert await b.size(early, model=MODEL, input_tokens=300, spent=[]) == CAP
     assert await _left(b.pool, clock()) == [("tenant", None, 0, 400)]
-    other = await b.admit(TenantId("acme"), UserId("u2"), [MODEL])  # sized on the window just seen
+    other = await b.admit(TenantId("acme"), UserId("u2"), [MODEL], input_floor=100)
     assert other is not None
+    assert await _left(b.pool, clock()) == [("tenant", None, 0, 520)]
     # 600 left: 560 input leaves 40 of output, under the cap and over the floor of 20.
     assert await b.size(other, model=MODEL, input_tokens=560, spent=[]) == 40
     assert await _left(b.pool, clock()) == [("tenant", None, 0, 1000)]
     await b.settle(early, [ModelCallUsage(kind="answer", model=MODEL, input_tokens=300, output_tokens=60)])
-    with pytest.raises(BudgetExhausted):  # 1000 - 360 - 600 = 40 left: the latest window (560) does not fit
-        await b.admit(TenantId("acme"), UserId("u3"), [MODEL])
+    with pytest.raises(BudgetExhausted):  # 1000 - 360 - 600 = 40 left: u2's latest window (560) does not fit
+        await b.admit(TenantId("acme"), UserId("u2"), [MODEL], input_floor=10)
     with pytest.raises(BudgetExhausted):  # 700 input and the floor do not fit in 640: the hold stays as it was
         await b.size(other, model=MODEL, input_tokens=700, spent=[])
     assert await _left(b.pool, clock()) == [("tenant", None, 360, 600)]

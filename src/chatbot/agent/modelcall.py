@@ -20,6 +20,7 @@ from langchain_core.messages import BaseMessage
 from pydantic import BaseModel, Field, ValidationError
 
 from chatbot import metrics
+from chatbot.agent._prompts import system_prompt
 from chatbot.agent._tokens import token_counter_for
 from chatbot.budgets.service import AnswerSizer, BudgetExhausted
 from chatbot.failures import FailureReason, bounded_retry_after
@@ -92,9 +93,11 @@ class StructuredAnswer(BaseModel):
 
 # As JSON schema: the request carries it as is, and the answer is read as JSON text.
 _ANSWER_SCHEMA = StructuredAnswer.model_json_schema()
-# Input an answer call sends beside its window's messages, which the window does not count:
-# the schema, the structured-output tool or format around it, each message's framing.
-_REQUEST_OVERHEAD_TOKENS = 256
+# Input an answer call sends beside its window's messages and its schema, which neither
+# counts: the structured-output tool or response format wrapped around the schema (the
+# messages' own framing is counted with them, agent/_tokens.py). A budget sizes each call
+# on the window plus these: generous, so the count stays above what the provider bills.
+_REQUEST_OVERHEAD_TOKENS = 64
 
 
 def answer_input_bound(model: str, context_tokens: int) -> int:
@@ -109,6 +112,16 @@ def answer_input_bound(model: str, context_tokens: int) -> int:
 def answer_input_tokens(model: str, window: Sequence[BaseMessage]) -> int:
     """Return the input an answer call sends: the window as counted, its schema and framing."""
     return token_counter_for(model).count_messages(window) + _schema_tokens(model) + _REQUEST_OVERHEAD_TOKENS
+
+
+def answer_input_floor(model: str, question: str, language: str, context_tokens: int) -> int:
+    """Return the least input an answer call sends: the system prompt and the question, schema and framing.
+
+    A budget's early hold of a run takes at least this, before its window is built.
+    """
+    counter = token_counter_for(model)
+    window = counter.count_text(system_prompt(language)) + counter.count_text(question)
+    return min(window, context_tokens) + _schema_tokens(model) + _REQUEST_OVERHEAD_TOKENS
 
 
 def _schema_tokens(model: str) -> int:

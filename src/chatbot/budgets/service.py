@@ -6,12 +6,13 @@ that applies to its tenant and user, all or nothing, in one statement
 lowered to what every budget has left, and the provider is sent that lowered cap as its
 `max_tokens`: a call is refused only when its input plus a useful minimum
 (`output_floor`) does not fit, and spend plus holds never passes a budget, whatever the
-number of replicas. Priced with `CHATBOT_MODEL_PRICES`; under a currency budget a model
+number of replicas. Priced with `CHATBOT_MODEL_PRICES`; calls in flight at once on a budget share its room (each is given at
+most its share of the output room, never less than the floor). Under a currency budget a model
 without a price is refused (`ModelUnpriced`), never let through uncounted.
 
 A run's answer is held in two steps (`admit`, then `size`): at the run's start, before its
-stream, a hold of the answer windows this replica saw lately plus the floor, so a run that
-cannot be afforded is refused with a 429; at the model step, the same hold resized to the
+stream, a hold of the caller's latest answer window (at least the prompt and the question)
+plus the floor, so a run that cannot be afforded is refused with a 429; at the model step, the same hold resized to the
 window's real count and the output that fits. Summary and memory calls hold their worst
 case (`reserve`, `held`). After the call the hold is settled to the usage the provider
 reported (released, on a failure, by settling to nothing).
@@ -55,8 +56,10 @@ CallKind = Literal["answer", "summary", "memory"]
 Clock = Callable[[], datetime]
 T = TypeVar("T")
 
-# How many of this replica's latest answer windows the early hold of a run is sized on.
-RECENT_WINDOWS = 16
+# How many of a caller's latest answer windows the early hold of their next run is sized on,
+# and of how many callers this replica remembers them.
+RECENT_WINDOWS = 8
+REMEMBERED_CALLERS = 4096
 
 
 def utc_now() -> datetime:
@@ -130,13 +133,13 @@ class Budgets:
     output_cap: int
     """Every call's output cap (`CHATBOT_MODEL_MAX_OUTPUT_TOKENS`): the most output a call is given."""
     reservation_seconds: float
-    output_floor: int = 256
-    """The least output an answer call is sent with: a budget with less room refuses it."""
+    output_floor: int = 128
+    """The least output an answer call is sent with (a short answer): a budget with less room refuses it."""
     answer_input_bound: int = 0
-    """The most input an answer call may send: the early hold's size until windows were seen."""
+    """The most input an answer call may send (CHATBOT_CONTEXT_TOKENS, its schema and framing)."""
     clock: Clock = utc_now
     """Where "now" comes from: day and month roll over at UTC midnight by this clock."""
-    _windows: deque[int] = field(default_factory=lambda: deque(maxlen=RECENT_WINDOWS), init=False)
+    _windows: dict[tuple[str, str], deque[int]] = field(default_factory=dict, init=False)
     _keeper: HoldKeeper = field(init=False)
 
     def __post_init__(self) -> None:
@@ -241,16 +244,20 @@ class Budgets:
         )
         return None if granted is None else Reservation(hold_id, tenant_id, user_id, kind, self.output_cap)
 
-    async def admit(self, tenant_id: TenantId, user_id: UserId, models: Sequence[str]) -> Reservation | None:
+    async def admit(
+        self, tenant_id: TenantId, user_id: UserId, models: Sequence[str], *, input_floor: int = 0
+    ) -> Reservation | None:
         """Hold a run's answer early, before its stream starts: a likely window plus the output floor.
 
-        The window is not built yet: its size is taken from the answer windows this replica
-        counted lately (the input bound before any). `size` replaces the hold at the model
-        step. Raises BudgetExhausted when even that does not fit; None when no budget applies.
+        The window is not built yet: its size is taken as the largest of the caller's latest
+        windows on this replica, and at least `input_floor` (the prompt and the question).
+        `size` replaces the hold at the model step. Raises BudgetExhausted when even that does
+        not fit; None when no budget applies.
         """
         if not models or all(m == OFFLINE for m in models):
             return None
-        likely = max(self._windows, default=self.answer_input_bound)
+        likely = max(self._windows.get((tenant_id, user_id), ()), default=input_floor)
+        likely = max(likely, input_floor)
         floor = min(self.output_floor, self.output_cap)
         hold_id = uuid.uuid4()
         granted = await self._hold(
@@ -264,13 +271,22 @@ class Budgets:
         )
         return None if granted is None else Reservation(hold_id, tenant_id, user_id, "answer", floor)
 
+    def _seen(self, tenant_id: str, user_id: str, input_tokens: int) -> None:
+        """Remember a caller's counted answer window: their next run's early hold is sized on it."""
+        key = (tenant_id, user_id)
+        windows = self._windows.pop(key, None) or deque(maxlen=RECENT_WINDOWS)
+        windows.append(input_tokens)
+        self._windows[key] = windows  # the most recent last: the oldest caller is forgotten first
+        if len(self._windows) > REMEMBERED_CALLERS:
+            del self._windows[next(iter(self._windows))]
+
     async def size(self, reservation: Reservation, *, model: str, input_tokens: int, spent: Sequence[Call]) -> int:
         """Resize an answer's hold to its counted input plus the output that fits; return that output.
 
         `spent`: the calls of the chain made before this one (billed, they stay held). Raises
         BudgetExhausted when the input plus the output floor does not fit (the hold is kept).
         """
-        self._windows.append(input_tokens)
+        self._seen(reservation.tenant_id, reservation.user_id, input_tokens)
         price = self.prices.get(model)
         tokens, usd = self.cost(spent)
         granted = await self._hold(

@@ -22,6 +22,7 @@ from langgraph.store.memory import InMemoryStore
 from chatbot.agent.collaborators import AgentDeps
 from chatbot.agent.context import Context
 from chatbot.agent.graph import build_graph
+from chatbot.agent.modelcall import answer_input_floor
 from chatbot.agent.outcome import GraphEvent, Token
 from chatbot.agent.run import run_graph
 from chatbot.agent.state import ConversationState
@@ -130,7 +131,9 @@ async def run_case(
     specs = [entry.spec for entry in candidate.chain]
     try:
         # Held as a run's answer is: early, then sized to the case's window at the model step.
-        reservation = await budgets.admit(tenant_id, EVAL_USER, specs)
+        language = "fa" if case.locale.lower().startswith("fa") else "en"
+        floor = answer_input_floor(specs[0], case.question, language, settings.context_tokens)
+        reservation = await budgets.admit(tenant_id, EVAL_USER, specs, input_floor=floor)
     except BudgetExhausted:
         return CaseResult(case.id, candidate.name, "error", [], None, "budget_exhausted", 0.0, None)
     result: CaseResult | None = None

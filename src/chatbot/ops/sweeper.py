@@ -158,12 +158,13 @@ class BudgetSweeper:
     def __init__(self, *, pool: Pool, interval_seconds: float, holder: str | None = None) -> None:
         self.pool = pool
         self.interval = interval_seconds
-        # A sweep is one short statement per tenant: a lease of a few intervals outlives it.
+        # A sweep is one short statement per tenant: two intervals outlive it, and a killed
+        # holder's lease runs out soon enough for the sweep to keep its interval.
         self.lease = MaintenanceLease(
             pool,
             BUDGET_LEASE_NAME,
             holder=holder or replica_name(),
-            lease_seconds=max(30.0, 3 * interval_seconds),
+            lease_seconds=max(1.0, 2 * interval_seconds),
             every_seconds=interval_seconds,
         )
         self._task: asyncio.Task[None] | None = None

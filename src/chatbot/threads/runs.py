@@ -40,6 +40,7 @@ from langgraph.graph.state import CompiledStateGraph
 
 from chatbot import metrics
 from chatbot.agent.context import Context, RunEnded
+from chatbot.agent.modelcall import answer_input_floor
 from chatbot.agent.outcome import GraphEvent, GraphOutcome, Token
 from chatbot.agent.record import chunk_versions
 from chatbot.agent.result import RunResult
@@ -90,6 +91,8 @@ class RunService:
     """Spending caps checked before the answer call (budgets/); None: no check at all."""
     answer_models: tuple[str, ...] = ()
     """The answer chain's `provider:model` specs: a run's early hold is priced at the dearest."""
+    context_tokens: int = 6000
+    """The window's budget (CHATBOT_CONTEXT_TOKENS): a question longer is cut to fit it."""
     _starting: int = field(default=0, init=False)
     _runs: dict[str, RunStream] = field(default_factory=dict, init=False)
     _tasks: set[asyncio.Task[None]] = field(default_factory=set, init=False)
@@ -206,7 +209,7 @@ class RunService:
             fresh = not check_owner(owner, caller, must_exist=False)
             # The answer call's worst case, held before anything is written: a run that does
             # not fit is refused like a rate-limited one, before its stream starts.
-            reservation = await self._reserve_answer(caller)
+            reservation = await self._reserve_answer(caller, content)
             retry = await self.limiter.consume(caller)
             if retry is not None:
                 raise _rate_limited(retry)
@@ -243,15 +246,16 @@ class RunService:
         task.add_done_callback(self._run_done)
         return listener
 
-    async def _reserve_answer(self, caller: CallerContext) -> Reservation | None:
+    async def _reserve_answer(self, caller: CallerContext, content: str) -> Reservation | None:
         """Hold the answer's early share against the caller's budgets, or refuse the run (429).
 
         The call itself is sized at the model step (`Budgets.size`), once its window is counted.
         """
-        if self.budgets is None:
-            return None
+        if self.budgets is None or not self.answer_models:
+            return None  # no check, or the offline model: it costs nothing
+        floor = answer_input_floor(self.answer_models[0], content, caller.language, self.context_tokens)
         try:
-            return await self.budgets.admit(caller.tenant_id, caller.user_id, self.answer_models)
+            return await self.budgets.admit(caller.tenant_id, caller.user_id, self.answer_models, input_floor=floor)
         except BudgetExhausted as exc:
             metrics.RUNS_REJECTED.labels(exc.reason).inc()
             raise Problem(

@@ -4,9 +4,12 @@
 -- (a run holds a small share at its start, its window's count at the model step).
 --
 -- `chatbot_budget_hold` replaces the hold `p_id` has (none, the first time) by p_tokens /
--- p_usd plus g output tokens (g * p_usd_per_out), g the largest that fits every applicable
--- budget, at most p_out_max; refused when g < p_out_min, the existing hold then left as it
--- was (its call may have been billed; its settlement needs the rows). Counters are locked in
+-- p_usd plus g output tokens (g * p_usd_per_out): at most p_out_max, and of the output
+-- room every applicable budget has left, a fair share: the room divided among this call and
+-- the other live holds on the budget (alone, the call may take all of it; beside 9 others, a
+-- tenth), but never less than p_out_min while the room holds that much. Refused when the
+-- room is under p_out_min, the existing hold then left as it was (its call may have been
+-- billed; its settlement needs the rows). Counters are locked in
 -- (subject, period) order, as 0009's functions lock them: no deadlock between the three.
 -- A currency budget cannot price a call of a model without a price (p_priced false): the
 -- call is refused with outcome 'unpriced' instead of passing uncounted.
@@ -23,9 +26,11 @@ declare
     k record;
     held numeric;
     held_usd numeric;
+    holders bigint;
     applies boolean := false;
     room numeric;
     fits numeric := p_out_max;
+    share numeric := p_out_max;
     tightest_scope text;
     tightest_period text;
     tenant_units text[] := '{}';
@@ -61,7 +66,7 @@ begin
         where c.tenant_id = p_tenant and c.user_id = b.subject and c.period = b.period and c.starts = b.starts
         for update;
         -- What others hold: this hold's own rows are what it replaces.
-        select coalesce(sum(r.tokens), 0), coalesce(sum(r.usd), 0) into held, held_usd
+        select coalesce(sum(r.tokens), 0), coalesce(sum(r.usd), 0), count(*) into held, held_usd, holders
         from budget_reservations r
         where r.tenant_id = p_tenant and r.user_id = b.subject and r.period = b.period
           and r.starts = b.starts and r.expires_at > p_now and r.id <> p_id;
@@ -79,6 +84,7 @@ begin
             tightest_scope := case when b.scope = 'tenant' then 'tenant' else 'user' end;
             tightest_period := b.period;
         end if;
+        share := least(share, floor(room / (1 + holders)));
         if b.scope = 'tenant' and b.amount > 0 then
             tenant_units := tenant_units || b.unit::text;
             tenant_amounts := tenant_amounts || b.amount;
@@ -94,6 +100,7 @@ begin
         return query select 'refused'::text, tightest_scope, tightest_period, null::numeric, 0::bigint;
         return;
     end if;
+    fits := least(fits, greatest(p_out_min, share));
     delete from budget_reservations r where r.tenant_id = p_tenant and r.id = p_id;
     insert into budget_reservations (tenant_id, id, user_id, period, starts, tokens, usd, expires_at)
     select p_tenant, p_id, case when x.scope = 'tenant' then '' else p_user end, x.period,
