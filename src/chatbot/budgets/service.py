@@ -6,16 +6,17 @@ that applies to its tenant and user, all or nothing, in one statement
 lowered to what every budget has left, and the provider is sent that lowered cap as its
 `max_tokens`: a call is refused only when its input plus a useful minimum
 (`output_floor`) does not fit, and spend plus holds never passes a budget, whatever the
-number of replicas. Priced with `CHATBOT_MODEL_PRICES`; calls in flight at once on a budget share its room (each is given at
-most its share of the output room, never less than the floor). Under a currency budget a model
-without a price is refused (`ModelUnpriced`), never let through uncounted.
+number of replicas. Calls in flight at once on a budget share its room: each is given at
+most its share of the output room, never less than the floor. Priced with
+`CHATBOT_MODEL_PRICES`; under a currency budget a model without a price is refused
+(`ModelUnpriced`), never let through uncounted.
 
 A run's answer is held in two steps (`admit`, then `size`): at the run's start, before its
 stream, a hold of the caller's latest answer window (at least the prompt and the question)
-plus the floor, so a run that cannot be afforded is refused with a 429; at the model step, the same hold resized to the
-window's real count and the output that fits. Summary and memory calls hold their worst
-case (`reserve`, `held`). After the call the hold is settled to the usage the provider
-reported (released, on a failure, by settling to nothing).
+plus the floor, so a run that cannot be afforded is refused with a 429; at the model step,
+the same hold resized to the window's real count and the output that fits. Summary and
+memory calls hold their worst case (`reserve`, `held`). After the call the hold is settled
+to the usage the provider reported (released, on a failure, by settling to nothing).
 
 A live process renews its holds (`HoldKeeper`, budgets/_keeper.py) every third of
 `CHATBOT_BUDGET_RESERVATION_SECONDS`; a killed one's stop counting when they expire, and the
