@@ -334,3 +334,22 @@ async def test_the_chain_falls_back_under_a_budget_and_a_budget_too_small_asks_n
         assert [r.provider for r in double.requests] == ["openai", "anthropic"]  # fell back on the 503
         [row] = await budget_rows(services, datetime.now(UTC))
         assert row["reserved"] == 0 and 0 < row["spent"] <= 2 * worst_case(services)
+
+
+async def test_a_model_without_a_price_is_refused_by_name_under_a_currency_budget(
+    isolated_database_url: str, double: ProviderDouble
+) -> None:
+    async with replicas(isolated_database_url, double, 1, Clock(NOON)) as (client,):
+        services = services_of(client)
+        assert "openai:gpt-4o-mini" not in services.budgets.prices  # CHATBOT_MODEL_PRICES does not price it
+        await set_budget(services.pool, BudgetTarget("acme", "tenant"), "day", "usd", Decimal("0.000001"))
+        for thread in ("unpriced-1", "unpriced-2"):
+            refused = await send_message(client, thread, QUESTION, locale="en-US")
+            assert refused.status_code == 429, refused.text
+            body = refused.json()
+            assert body["reason"] == "model_unpriced" and body["budget"] == {"scope": "tenant", "period": "day"}
+            assert "no price" in body["detail"] and refused.headers["Retry-After"] == str(12 * 3600)
+        assert double.requests == []  # nothing was sent uncounted
+        # A tokens budget counts an unpriced model's tokens: it answers.
+        await set_budget(services.pool, BudgetTarget("acme", "tenant"), "day", "tokens", Decimal(10**6))
+        assert _answered(await send_message(client, "unpriced-3", QUESTION, locale="en-US"))
