@@ -240,15 +240,28 @@ async def test_a_sized_call_gets_the_output_that_fits_and_is_refused_only_below_
     other = await b.admit(TenantId("acme"), UserId("u2"), [MODEL], input_floor=100)
     assert other is not None
     assert await _left(b.pool, clock()) == [("tenant", None, 0, 520)]
-    # 600 left: 560 input leaves 40 of output, under the cap and over the floor of 20.
-    assert await b.size(other, model=MODEL, input_tokens=560, spent=[]) == 40
-    assert await _left(b.pool, clock()) == [("tenant", None, 0, 1000)]
+    # 600 left: 560 input leaves 40 of output, shared with u1's call in flight: 20, the floor.
+    assert await b.size(other, model=MODEL, input_tokens=560, spent=[]) == 20
+    assert await _left(b.pool, clock()) == [("tenant", None, 0, 980)]
     await b.settle(early, [ModelCallUsage(kind="answer", model=MODEL, input_tokens=300, output_tokens=60)])
-    with pytest.raises(BudgetExhausted):  # 1000 - 360 - 600 = 40 left: u2's latest window (560) does not fit
+    with pytest.raises(BudgetExhausted):  # 1000 - 360 - 580 = 60 left: u2's latest window (560) does not fit
         await b.admit(TenantId("acme"), UserId("u2"), [MODEL], input_floor=10)
     with pytest.raises(BudgetExhausted):  # 700 input and the floor do not fit in 640: the hold stays as it was
         await b.size(other, model=MODEL, input_tokens=700, spent=[])
-    assert await _left(b.pool, clock()) == [("tenant", None, 360, 600)]
+    assert await _left(b.pool, clock()) == [("tenant", None, 360, 580)]
+
+
+async def test_calls_in_flight_share_the_output_room(budgets: tuple[Budgets, Clock]) -> None:
+    b, clock = budgets
+    b.output_cap = 1000
+    await set_budget(b.pool, BudgetTarget("acme", "tenant"), "day", "tokens", Decimal(2000))
+    holds = [await b.admit(TenantId("acme"), UserId(f"u{i}"), [MODEL], input_floor=80) for i in range(4)]
+    assert all(h is not None for h in holds)
+    # Alone, a call could take all 1000 of output; beside three holds of 100, it gets its share.
+    granted = [await b.size(h, model=MODEL, input_tokens=80, spent=[]) for h in holds if h is not None]
+    assert granted[0] == (2000 - 300 - 80) // 4 and all(g >= 20 for g in granted)
+    [row] = await report(b.pool, TenantId("acme"), clock())
+    assert row["reserved"] <= 2000
 
 
 async def test_a_usd_budget_refuses_a_model_without_a_price_and_prices_the_output_it_grants(
