@@ -102,18 +102,22 @@ begin
     end if;
     fits := least(fits, greatest(p_out_min, share));
     delete from budget_reservations r where r.tenant_id = p_tenant and r.id = p_id;
-    insert into budget_reservations (tenant_id, id, user_id, period, starts, tokens, usd, expires_at)
-    select p_tenant, p_id, case when x.scope = 'tenant' then '' else p_user end, x.period,
-           case when x.period = 'day' then p_day else p_month end,
-           p_tokens + fits, p_usd + fits * p_usd_per_out, p_expires
-    from budgets x
-    where x.tenant_id = p_tenant
-      and (x.scope = 'tenant' or (x.scope = 'user' and x.user_id = p_user)
-           or (x.scope = 'each_user' and not exists (
-               select 1 from budgets y
-               where y.tenant_id = p_tenant and y.scope = 'user' and y.user_id = p_user
-                 and y.period = x.period)))
-    on conflict do nothing;
+    for b in
+        select x.period,
+               case when x.scope = 'tenant' then '' else p_user end as subject,
+               case when x.period = 'day' then p_day else p_month end as starts
+        from budgets x
+        where x.tenant_id = p_tenant
+          and (x.scope = 'tenant' or (x.scope = 'user' and x.user_id = p_user)
+               or (x.scope = 'each_user' and not exists (
+                   select 1 from budgets y
+                   where y.tenant_id = p_tenant and y.scope = 'user' and y.user_id = p_user
+                     and y.period = x.period)))
+    loop
+        insert into budget_reservations (tenant_id, id, user_id, period, starts, tokens, usd, expires_at)
+        values (p_tenant, p_id, b.subject, b.period, b.starts, p_tokens + fits, p_usd + fits * p_usd_per_out,
+                p_expires);
+    end loop;
     for i in 1 .. coalesce(array_length(tenant_units, 1), 0) loop
         left_share := least(coalesce(left_share, 1), (tenant_rooms[i]
             - case when tenant_units[i] = 'tokens' then fits else fits * p_usd_per_out end) / tenant_amounts[i]);
