@@ -15,7 +15,7 @@ A run's answer is held in two steps (`admit`, then `size`): at the run's start, 
 stream, a hold of the caller's latest answer window (at least the prompt and the question)
 plus the floor, so a run that cannot be afforded is refused with a 429; at the model step,
 the same hold resized to the window's real count and the output that fits. Summary and
-memory calls hold their worst case (`reserve`, `held`). After the call the hold is settled
+memory calls are held the same way in one step (`held` with `sized`). After the call the hold is settled
 to the usage the provider reported (released, on a failure, by settling to nothing).
 
 A live process renews its holds (`HoldKeeper`, budgets/_keeper.py) every third of
@@ -38,6 +38,7 @@ from dataclasses import KW_ONLY, dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Literal, NotRequired, TypedDict, TypeVar, Unpack
 
+from langchain_core.language_models import BaseChatModel
 from pydantic import JsonValue
 
 from chatbot import metrics
@@ -102,9 +103,11 @@ class Reservation:
 
 @dataclass(slots=True)
 class Held:
-    """A call in flight under a reservation: what it used, as the provider reports it."""
+    """A call in flight under a reservation: the output it may produce, what it used as reported."""
 
     calls: list[Call] = field(default_factory=list)
+    output_tokens: int | None = None
+    """The output the call may produce (its `max_tokens`); None: the model's own cap (no budget applies)."""
 
     def used(self, call: Call) -> None:
         """Count a reported call against the reservation (settled when the call ends)."""
@@ -118,6 +121,7 @@ class CallAsk(TypedDict):
     models: Sequence[str]
     input_tokens: int
     calls: NotRequired[int]
+    sized: NotRequired[bool]
 
 
 AnswerSizer = Callable[[str, int, Sequence[Call]], Awaitable[int]]
@@ -229,21 +233,42 @@ class Budgets:
         models: Sequence[str],
         input_tokens: int,
         calls: int = 1,
+        sized: bool = False,
     ) -> Reservation | None:
-        """Hold a call's worst case (`input_tokens` plus the output cap); None when no budget applies.
+        """Hold a call's input plus its output; None when no budget applies.
 
-        `calls`: how many calls the reservation covers at most. Raises BudgetExhausted naming
-        the first budget the worst case does not fit.
+        The output is the whole cap, or with `sized` the output that fits (at least the
+        floor), which the caller then sends as the call's `max_tokens`. `calls`: how many
+        calls the reservation covers at most. Raises BudgetExhausted naming the first budget
+        that does not fit.
         """
         if not models or all(m == OFFLINE for m in models):
             return None  # the offline model costs nothing
-        tokens = calls * (input_tokens + self.output_cap)
-        usd = calls * self.worst_usd(models, input_tokens, self.output_cap)
         hold_id = uuid.uuid4()
-        granted = await self._hold(
-            tenant_id, user_id, hold_id, kind=kind, tokens=tokens, usd=usd, priced=self._priced(models)
-        )
-        return None if granted is None else Reservation(hold_id, tenant_id, user_id, kind, self.output_cap)
+        if sized:
+            per_out = max((p.cost(0, 1, 0) for m in models if (p := self.prices.get(m)) is not None), default=0.0)
+            granted = await self._hold(
+                tenant_id,
+                user_id,
+                hold_id,
+                kind=kind,
+                tokens=calls * input_tokens,
+                usd=calls * self.worst_usd(models, input_tokens, 0),
+                output=(self.output_cap, min(self.output_floor, self.output_cap), calls * per_out),
+                priced=self._priced(models),
+            )
+        else:
+            granted = await self._hold(
+                tenant_id,
+                user_id,
+                hold_id,
+                kind=kind,
+                tokens=calls * (input_tokens + self.output_cap),
+                usd=calls * self.worst_usd(models, input_tokens, self.output_cap),
+                priced=self._priced(models),
+            )
+            granted = None if granted is None else self.output_cap
+        return None if granted is None else Reservation(hold_id, tenant_id, user_id, kind, granted)
 
     async def admit(
         self, tenant_id: TenantId, user_id: UserId, models: Sequence[str], *, input_floor: int = 0
@@ -350,13 +375,14 @@ class Budgets:
 
     @asynccontextmanager
     async def held(self, tenant_id: TenantId, user_id: UserId, **call: Unpack[CallAsk]) -> AsyncIterator[Held]:
-        """Hold a call's worst case while it runs; settle to what `Held.used` was told when it ends.
+        """Hold a call while it runs; settle to what `Held.used` was told when it ends.
 
-        `call` as `reserve` takes it. Raises BudgetExhausted on entry when the worst case does
+        `call` as `reserve` takes it; with `sized`, `Held.output_tokens` is the output the call
+        may produce (send it as the call's `max_tokens`). Raises BudgetExhausted on entry when the worst case does
         not fit. A call that fails or is cancelled settles to what it reported (nothing: released).
         """
         reservation = await self.reserve(tenant_id, user_id, **call)
-        held = Held()
+        held = Held(output_tokens=None if reservation is None else reservation.output_tokens)
         try:
             yield held
         finally:
@@ -379,6 +405,20 @@ async def _through_cancel(work: Awaitable[T]) -> T:
     except asyncio.CancelledError:
         await task
         raise
+
+
+def with_output_cap(model: BaseChatModel, max_tokens: int | None) -> BaseChatModel:
+    """Return `model` sending at most `max_tokens` of output (what a hold allows); None: `model` itself.
+
+    A copy with the provider's own field lowered (`max_tokens`, Ollama's `num_predict`), its
+    client shared; a model class with neither field is returned as it is.
+    """
+    if max_tokens is None:
+        return model
+    for name in ("max_tokens", "num_predict"):
+        if name in type(model).model_fields:
+            return model.model_copy(update={name: max_tokens})
+    return model
 
 
 def budget_refusal_detail(exc: BudgetExhausted) -> str:
