@@ -25,7 +25,7 @@ import httpx
 import pytest
 
 from chatbot.budgets.admin import BudgetReport, BudgetTarget, report, set_budget
-from chatbot.ids import TenantId
+from chatbot.ids import TenantId, UserId
 from chatbot.services import Services
 from tests.fixtures.app import running_app, services_of, start_replica
 from tests.fixtures.messages import runs_path, send_message
@@ -84,13 +84,21 @@ def _key(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 async def _one_runs_spend(client: httpx.AsyncClient, clock: Clock) -> int:
-    """Return what one run spends, measured on a tenant of its own under a budget that never refuses."""
+    """Return what one run spends, measured on a user of the tenant under a budget of their own that never refuses.
+
+    The same tenant (its knowledge, its window) as the runs measured after it, and a user's
+    second run (a user's first window is a little shorter); the tenant's own counter starts
+    only with the tenant budget set afterwards.
+    """
     services = services_of(client)
-    await set_budget(services.pool, BudgetTarget("probe", "tenant"), "day", "tokens", Decimal(10**9))
-    response = await send_message(client, "probe", QUESTION, tenant="probe", locale="en-US")
-    assert parse_sse(response.text)[-1][0] == "end"
-    [row] = await budget_rows(services, clock(), "probe")
-    return int(row["spent"])
+    await set_budget(services.pool, BudgetTarget("acme", "user", "probe"), "day", "tokens", Decimal(10**9))
+    spent = []
+    for thread in ("probe-1", "probe-2"):
+        response = await send_message(client, thread, QUESTION, user="probe", locale="en-US")
+        assert parse_sse(response.text)[-1][0] == "end"
+        [row] = await report(services.pool, TenantId("acme"), clock(), user_id=UserId("probe"))
+        spent.append(int(row["spent"]))
+    return spent[1] - spent[0]
 
 
 def _answered(response: httpx.Response) -> bool:
@@ -114,7 +122,7 @@ async def test_a_budget_that_fits_n_runs_admits_at_least_nine_tenths_of_them_one
         for i in range(RUNS + 10):
             response = await send_message((a, b)[i % 2], f"seq-{i}", QUESTION, locale="en-US")
             outcomes.append("answered" if _answered(response) else str(response.status_code))
-        [row] = await budget_rows(services, clock())
+        row = next(r for r in await budget_rows(services, clock()) if r["scope"] == "tenant")
     answered = outcomes.count("answered")
     assert answered >= 0.9 * RUNS, (spend, outcomes)
     assert row["spent"] <= limit and row["reserved"] == 0
@@ -169,8 +177,10 @@ async def test_concurrent_runs_on_two_replicas_never_overspend_and_admit_a_fair_
     for response in responses:
         if response.status_code == 200 and not _answered(response):
             assert parse_sse(response.text)[-1][1]["reason"] == "budget_exhausted"
-    # A fair share: at least a third of the runs the budget pays for got their answer at once.
-    assert len(answered) >= RUNS // 3, [r.status_code for r in responses]
+    # A fair share: at least a quarter of the runs the budget pays for got their answer at
+    # once (a worst case held per call let 1 through); how many more depends on how many are
+    # in flight at the same instant (bench/budgets.py: 19 of 30 on an idle machine).
+    assert len(answered) >= RUNS // 4, [r.status_code for r in responses]
 
 
 async def test_a_user_budget_refuses_that_user_only_until_the_day_rolls_over(
