@@ -96,6 +96,7 @@ async def _one_runs_spend(client: httpx.AsyncClient, clock: Clock) -> int:
     for thread in ("probe-1", "probe-2"):
         response = await send_message(client, thread, QUESTION, user="probe", locale="en-US")
         assert parse_sse(response.text)[-1][0] == "end"
+        await services.memory.drain(10)  # the run's memory work, if any, is part of what it spends
         [row] = await report(services.pool, TenantId("acme"), clock(), user_id=UserId("probe"))
         spent.append(int(row["spent"]))
     return spent[1] - spent[0]
