@@ -388,10 +388,6 @@ class Budgets:
         finally:
             await self.settle(reservation, held.calls)
 
-    def start(self) -> None:
-        """Start renewing this process's holds (idempotent; `reserve` and `admit` start it too)."""
-        self._keeper.start()
-
     async def close(self) -> None:
         """Stop renewing, and release every hold still live (an interrupted process's calls)."""
         await self._keeper.close()
