@@ -364,3 +364,28 @@ async def test_a_model_without_a_price_is_refused_by_name_under_a_currency_budge
         # A tokens budget counts an unpriced model's tokens: it answers.
         await set_budget(services.pool, BudgetTarget("acme", "tenant"), "day", "tokens", Decimal(10**6))
         assert _answered(await send_message(client, "unpriced-3", QUESTION, locale="en-US"))
+
+
+async def test_a_run_whose_counted_window_no_longer_fits_ends_with_a_named_error_and_sends_nothing(
+    kb_database_url: str, double: ProviderDouble
+) -> None:
+    from chatbot.agent.modelcall import answer_input_floor
+
+    async with running_app(kb_database_url, model="openai:gpt-4o-mini", model_base_url=double.openai_base_url) as c:
+        services = services_of(c)
+        # Room for the prompt, the question and the output floor (the early hold of a user's
+        # first run), not for the knowledge chunks the window adds once it is built.
+        floor = answer_input_floor("openai:gpt-4o-mini", QUESTION, "en", services.settings.context_tokens)
+        room = floor + services.budgets.output_floor + 10
+        await set_budget(services.pool, BudgetTarget("acme", "user", "tight"), "day", "tokens", Decimal(room))
+        response = await send_message(c, "tight", QUESTION, user="tight", locale="en-US")
+        assert response.status_code == 200  # admitted at its start
+        name, problem = parse_sse(response.text)[-1]
+        assert name == "error" and (problem["reason"], problem["status"]) == ("budget_exhausted", 429)
+        assert double.requests == []  # the call was never sent
+        [row] = await report(services.pool, TenantId("acme"), datetime.now(UTC), user_id=UserId("tight"))
+        assert (row["spent"], row["reserved"]) == (0, 0)
+        # Not a stuck thread: the next run is refused at its start, before its stream, now
+        # that this caller's window is known.
+        again = await send_message(c, "tight", QUESTION, user="tight", locale="en-US")
+        assert again.status_code == 429 and again.json()["reason"] == "budget_exhausted"
