@@ -198,7 +198,10 @@ async def build_services(
         cancels=CancelListener(session_url, connection_kwargs(settings), runs.cancel_local),
         memory=memory,
         retention=retention,
-        budget_sweep=BudgetSweeper(pool=pool, interval_seconds=settings.budget_sweep_seconds),
+        # Read through `budgets`: a test that moves the budgets' clock moves the sweep's too.
+        budget_sweep=BudgetSweeper(
+            pool=pool, interval_seconds=settings.budget_sweep_seconds, clock=lambda: budgets.clock()
+        ),
         tracing=tracing,
         budgets=budgets,
     )

@@ -19,6 +19,7 @@ import contextlib
 import logging
 import random
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 from prometheus_client import Counter, Histogram
@@ -155,9 +156,18 @@ BUDGET_HOLDS_SWEPT = Counter("chatbot_budget_holds_swept_total", "Expired budget
 class BudgetSweeper:
     """The background task of one replica that deletes expired budget holds, one replica at a time."""
 
-    def __init__(self, *, pool: Pool, interval_seconds: float, holder: str | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        pool: Pool,
+        interval_seconds: float,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        holder: str | None = None,
+    ) -> None:
         self.pool = pool
         self.interval = interval_seconds
+        self.clock = clock
+        """The budgets' clock: a hold expires by the clock that wrote its expiry."""
         # A sweep is one short statement per tenant: two intervals outlive it, and a killed
         # holder's lease runs out soon enough for the sweep to keep its interval.
         self.lease = MaintenanceLease(
@@ -194,7 +204,7 @@ class BudgetSweeper:
         if not await self.lease.acquire():
             return None
         try:
-            swept = await sweep_expired(self.pool, datetime.now(UTC))
+            swept = await sweep_expired(self.pool, self.clock())
         except BaseException:
             with contextlib.suppress(Exception):
                 await asyncio.shield(self.lease.give_up())
