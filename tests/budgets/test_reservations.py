@@ -237,9 +237,10 @@ async def test_a_sized_call_gets_the_output_that_fits_and_is_refused_only_below_
     # The window counts 300: its whole output cap fits, and the hold is resized in place.
     assert await b.size(early, model=MODEL, input_tokens=300, spent=[]) == CAP
     assert await _left(b.pool, clock()) == [("tenant", None, 0, 400)]
+    # A caller not seen yet: the windows seen lately (300), over its floor (100), plus 20.
     other = await b.admit(TenantId("acme"), UserId("u2"), [MODEL], input_floor=100)
     assert other is not None
-    assert await _left(b.pool, clock()) == [("tenant", None, 0, 520)]
+    assert await _left(b.pool, clock()) == [("tenant", None, 0, 720)]
     # 600 left: 560 input leaves 40 of output, shared with u1's call in flight: 20, the floor.
     assert await b.size(other, model=MODEL, input_tokens=560, spent=[]) == 20
     assert await _left(b.pool, clock()) == [("tenant", None, 0, 980)]

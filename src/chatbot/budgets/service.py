@@ -12,7 +12,7 @@ most its share of the output room, never less than the floor. Priced with
 (`ModelUnpriced`), never let through uncounted.
 
 A run's answer is held in two steps (`admit`, then `size`): at the run's start, before its
-stream, a hold of the caller's latest answer window (at least the prompt and the question)
+stream, a hold of the caller's latest answer windows (at least the prompt and the question)
 plus the floor, so a run that cannot be afforded is refused with a 429; at the model step,
 the same hold resized to the window's real count and the output that fits. Summary and
 memory calls are held the same way in one step (`held` with `sized`). After the call the hold is settled
@@ -145,6 +145,7 @@ class Budgets:
     clock: Clock = utc_now
     """Where "now" comes from: day and month roll over at UTC midnight by this clock."""
     _windows: dict[tuple[str, str], deque[int]] = field(default_factory=dict, init=False)
+    _recent: deque[int] = field(default_factory=lambda: deque(maxlen=RECENT_WINDOWS), init=False)
     _keeper: HoldKeeper = field(init=False)
 
     def __post_init__(self) -> None:
@@ -276,14 +277,17 @@ class Budgets:
         """Hold a run's answer early, before its stream starts: a likely window plus the output floor.
 
         The window is not built yet: its size is taken as the largest of the caller's latest
-        windows on this replica, and at least `input_floor` (the prompt and the question).
+        windows on this replica (of anyone's, for a caller it has not served lately), and at
+        least `input_floor` (the prompt and the question).
         `size` replaces the hold at the model step. Raises BudgetExhausted when even that does
         not fit; None when no budget applies.
         """
         if not models or all(m == OFFLINE for m in models):
             return None
-        likely = max(self._windows.get((tenant_id, user_id), ()), default=input_floor)
-        likely = max(likely, input_floor)
+        # A caller this replica has not served lately: the windows it served anyone lately (a
+        # first window is built from the same knowledge and prompt as the others).
+        seen = self._windows.get((tenant_id, user_id)) or self._recent
+        likely = max(max(seen, default=input_floor), input_floor)
         floor = min(self.output_floor, self.output_cap)
         hold_id = uuid.uuid4()
         granted = await self._hold(
@@ -302,6 +306,7 @@ class Budgets:
         key = (tenant_id, user_id)
         windows = self._windows.pop(key, None) or deque(maxlen=RECENT_WINDOWS)
         windows.append(input_tokens)
+        self._recent.append(input_tokens)
         self._windows[key] = windows  # the most recent last: the oldest caller is forgotten first
         if len(self._windows) > REMEMBERED_CALLERS:
             del self._windows[next(iter(self._windows))]
