@@ -207,8 +207,8 @@ class RunService:
             # read in the statement that set the lease's fence).
             owner = None if lease.owner is None else Owner(*lease.owner)
             fresh = not check_owner(owner, caller, must_exist=False)
-            # The answer call's worst case, held before anything is written: a run that does
-            # not fit is refused like a rate-limited one, before its stream starts.
+            # The answer's early hold, before anything is written: a run that cannot afford
+            # even that is refused like a rate-limited one, before its stream starts.
             reservation = await self._reserve_answer(caller, content)
             retry = await self.limiter.consume(caller)
             if retry is not None:
