@@ -94,3 +94,7 @@ where not exists (select 1 from pg_dist_object where classid = 'pg_proc'::regcla
 -- chatbot_budget_settle(text, uuid, bigint, numeric): co-located with budgets by p_tenant
 select create_distributed_function('chatbot_budget_settle(text, uuid, bigint, numeric)', 'p_tenant', colocate_with => 'budgets')
 where not exists (select 1 from pg_dist_object where classid = 'pg_proc'::regclass and objid = 'chatbot_budget_settle(text, uuid, bigint, numeric)'::regprocedure and distribution_argument_index is not null);
+
+-- chatbot_budget_hold(text, text, uuid, bigint, numeric, bigint, bigint, numeric, boolean, date, date, timestamptz, timestamptz): co-located with budgets by p_tenant
+select create_distributed_function('chatbot_budget_hold(text, text, uuid, bigint, numeric, bigint, bigint, numeric, boolean, date, date, timestamptz, timestamptz)', 'p_tenant', colocate_with => 'budgets')
+where not exists (select 1 from pg_dist_object where classid = 'pg_proc'::regclass and objid = 'chatbot_budget_hold(text, text, uuid, bigint, numeric, bigint, bigint, numeric, boolean, date, date, timestamptz, timestamptz)'::regprocedure and distribution_argument_index is not null);

@@ -91,9 +91,12 @@ class Settings(BaseSettings):
     # The most output tokens any model call may produce: sent to the provider as its cap, and
     # the output part of a call's worst case that budgets reserve (budgets/service.py).
     model_max_output_tokens: int = Field(default=4096, ge=16)
-    # A model call's budget reservation stops counting after this long if its replica never
-    # settles it (killed); keep it above the longest a call may take (CHATBOT_MODEL_TIMEOUT_SECONDS).
-    budget_reservation_seconds: float = Field(default=600.0, gt=0)
+    # A model call's budget hold stops counting this long after its process last renewed it
+    # (a live one renews every third of it: budgets/_keeper.py), so a killed replica's or
+    # command's holds are released within it; the replicas' sweep deletes them every
+    # CHATBOT_BUDGET_SWEEP_SECONDS (ops/sweeper.py).
+    budget_reservation_seconds: float = Field(default=20.0, gt=0)
+    budget_sweep_seconds: float = Field(default=10.0, gt=0)
     offline_token_delay_ms: int = Field(default=0, ge=0)
     embeddings: str | None = None
     # What one file may cost `chatbot ingest` (docs/operations.md, "Knowledge"): its size on

@@ -21,6 +21,7 @@ FailureReason = Literal[
     "model_incomplete",
     "model_timeout",
     "model_rate_limited",
+    "budget_exhausted",
     "database",
     "cancelled",
     "interrupted",
@@ -32,6 +33,8 @@ _TABLE: dict[FailureReason, tuple[int, str]] = {
     "model_incomplete": (502, "the model stopped before finishing its answer; send the message again"),
     "model_timeout": (504, "the model did not answer in time"),
     "model_rate_limited": (503, "the model provider is rate limiting this service; retry later"),
+    # A run admitted at its start whose window, once counted, no longer fits a budget.
+    "budget_exhausted": (429, "a budget for model spending does not fit this answer; retry after its period resets"),
     "database": (503, DATABASE_UNAVAILABLE),
     "cancelled": (409, "the run was cancelled"),
     # A replica stopped (or lost its thread lock) before the run's end was written.

@@ -42,7 +42,8 @@ several checks fail, the first of this order answers: `413` body over 64 KiB (ch
 bodies too), `401` token, `422` request shape (unknown fields, `tenant_id`/`user_id` in a
 body, a body that is not UTF-8 JSON, U+0000 or unpaired surrogates in text), `404`
 another caller's thread, `429` rate limit or spending budget (`Retry-After` in whole
-seconds; a budget's problem has `reason` `budget_exhausted` and `budget`), `409` a run
+seconds; a budget's problem has `reason` `budget_exhausted`, or `model_unpriced` for a
+model without a price under a budget in US dollars, and `budget`), `409` a run
 in flight on the thread. `503` with `Retry-After` when Postgres is unreachable (within
 3 seconds, on every endpoint that needs it) or when a replica already runs as many runs
 as it may: retry, on any replica.
@@ -123,7 +124,8 @@ _PROBLEMS: dict[int, tuple[str, str, dict[str, JsonValue]]] = {
     431: ("The request headers are larger than 16 KiB.", "request headers too large", {}),
     429: (
         "The user's rate limit of runs per minute is exceeded; or a budget of model spending does not fit the"
-        ' run\'s answer: then `reason` is `budget_exhausted` and `budget` is `{"scope": "tenant" | "user",'
+        " run's answer: then `reason` is `budget_exhausted` (or `model_unpriced`: a model of the chain has no"
+        ' price under a budget in US dollars) and `budget` is `{"scope": "tenant" | "user",'
         ' "period": "day" | "month"}`, `Retry-After` the seconds until that period resets.',
         "rate limit exceeded",
         {"Retry-After": _RETRY_AFTER},

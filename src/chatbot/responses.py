@@ -47,10 +47,11 @@ class RunProblem(ProblemDetails):
     """The problem of a failed run (the SSE `error` event, the JSON answer of a failed run)."""
 
     reason: str | None = None
-    """model_failed, model_incomplete, model_timeout, model_rate_limited, database, cancelled,
+    """model_failed, model_incomplete, model_timeout, model_rate_limited, budget_exhausted, database, cancelled,
     interrupted or internal (chatbot/failures.py)."""
     retry_after: float | None = None
-    """On `model_rate_limited`: the seconds the provider asked to wait."""
+    """On `model_rate_limited`: the seconds the provider asked to wait; on `budget_exhausted`: the
+    seconds until the budget's period resets, at most 300."""
 
 
 class MessageRef(BaseModel):

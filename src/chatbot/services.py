@@ -37,7 +37,7 @@ from chatbot.memory.writer import Extractor, MemoryWriter, offline_extractor
 from chatbot.models.chain import Models
 from chatbot.models.offline import OFFLINE_CANDIDATES
 from chatbot.models.prices import parse_prices
-from chatbot.ops.sweeper import RetentionSweeper
+from chatbot.ops.sweeper import BudgetSweeper, RetentionSweeper
 from chatbot.recall.service import ThreadRecall
 from chatbot.retrieval.embeddings import load_embeddings
 from chatbot.retrieval.retriever import KnowledgeRetriever
@@ -71,6 +71,8 @@ class Services:
     URL (a session feature), counted in the connection budget (config.py)."""
     retention: RetentionSweeper | None
     """The retention sweep, when CHATBOT_RETENTION_DAYS is set."""
+    budget_sweep: BudgetSweeper
+    """Deletes expired budget holds (a killed process's), one replica at a time."""
     tracing: Tracing
     budgets: Budgets
     """Spending caps checked before every model call (budgets/service.py)."""
@@ -87,6 +89,7 @@ class Services:
             self.cancels.start()
             if self.retention is not None:
                 self.retention.start()
+            self.budget_sweep.start()
             # The store's TTL sweeper, when CHATBOT_MEMORY_TTL_DAYS is set.
             await start_memory_sweeper(self.store, settings.memory_ttl_sweep_minutes)
             self.memory.start()  # picks up memory jobs a killed replica left
@@ -94,12 +97,14 @@ class Services:
             await self.memory.stop()
             if self.retention is not None:
                 await self.retention.stop()
+            await self.budget_sweep.stop()
             await self.store.stop_ttl_sweeper(timeout=5)
             await self.runs.drain(settings.shutdown_grace_seconds)
             await self.memory.drain(settings.shutdown_grace_seconds)
         finally:
             await self.cancels.stop()
             await self.locks.close()
+            await self.budgets.close()  # what drained runs did not settle is released, not left to expire
             await self.pool.close()
             # After the drain, so the last runs' spans go too; in a thread: an unreachable
             # collector can hold the final export for the exporter's timeout.
@@ -125,6 +130,7 @@ async def build_services(
         prices=parse_prices(settings.model_prices),  # a malformed value fails the start, named
         output_cap=settings.model_max_output_tokens,
         reservation_seconds=settings.budget_reservation_seconds,
+        answer_input_bound=answer_input_bound(models.answer[0].spec, settings.context_tokens) if models.answer else 0,
     )
     store = AsyncPostgresStore(pool, ttl=memory_ttl(settings.memory_ttl_days))
     memory = MemoryWriter(
@@ -172,7 +178,7 @@ async def build_services(
         model=settings.model,
         budgets=budgets,
         answer_models=tuple(entry.spec for entry in models.answer),
-        answer_input_tokens=answer_input_bound(models.answer[0].spec, settings.context_tokens) if models.answer else 0,
+        context_tokens=settings.context_tokens,
     )
     retention = None
     if settings.retention_days > 0:
@@ -192,6 +198,10 @@ async def build_services(
         cancels=CancelListener(session_url, connection_kwargs(settings), runs.cancel_local),
         memory=memory,
         retention=retention,
+        # Read through `budgets`: a test that moves the budgets' clock moves the sweep's too.
+        budget_sweep=BudgetSweeper(
+            pool=pool, interval_seconds=settings.budget_sweep_seconds, clock=lambda: budgets.clock()
+        ),
         tracing=tracing,
         budgets=budgets,
     )

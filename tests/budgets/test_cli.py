@@ -54,7 +54,7 @@ def test_budgets_are_set_shown_and_cleared(isolated_database_url: str) -> None:
 def test_bad_budget_input_is_refused_with_a_reason(isolated_database_url: str) -> None:
     url = isolated_database_url
     cases = {
-        ("--daily", "-5", "--tokens"): "zero or more",
+        ("--daily", "-5", "--tokens"): "above zero and below 10^15",
         ("--daily", "5"): "give the unit",
         ("--daily", "5", "--tokens", "--usd"): "give the unit",
         ("--daily", "five", "--usd"): "not a number",
@@ -62,12 +62,48 @@ def test_bad_budget_input_is_refused_with_a_reason(isolated_database_url: str) -
         ("--daily", "--monthly", "5", "--tokens"): "not both",
         ("5", "--tokens"): "give --daily or --monthly",
         ("--user", "u1", "--each-user", "--daily", "5", "--tokens"): "--user or --each-user",
-        ("--daily", "nan", "--usd"): "zero or more",
+        ("--daily", "nan", "--usd"): "above zero and below 10^15",
+        ("--daily", "1e5000", "--tokens"): "above zero and below 10^15",
+        ("--daily", "1e400", "--usd"): "above zero and below 10^15",
+        ("--daily", "inf", "--usd"): "above zero and below 10^15",
+        ("--daily", "-inf", "--tokens"): "above zero and below 10^15",
+        ("--daily", "0", "--tokens"): "above zero and below 10^15",
+        ("--daily", "-1", "--usd"): "above zero and below 10^15",
+        ("--daily", "1000000000000000", "--tokens"): "above zero and below 10^15",
     }
     for args, reason in cases.items():
         code, _, err = _run(url, "budget", "set", "--tenant", "acme", *args)
         assert code == 2 and reason in err, (args, err)
+        assert len(err.strip().splitlines()) == 1, err  # one line, no traceback
     code, _, err = _run(url, "budget", "set", "--tenant", "acme", "--daily", "5", "--euros")
     assert code == 2 and "unknown unit or option --euros" in err  # an unknown unit is named
     code, out, _ = _run(url, "budget", "show", "--tenant", "acme", "--format", "json")
     assert json.loads(out)["budgets"] == []  # nothing was set by the refused commands
+
+
+def test_reports_never_fail_on_stored_amounts_and_print_valid_json(isolated_database_url: str) -> None:
+    """Rows stored before amounts were bounded (or by hand) still show, as numbers JSON can carry."""
+    import psycopg
+
+    url = isolated_database_url
+    with psycopg.connect(url, autocommit=True) as conn:
+        for user, unit, amount in (("", "tokens", "1e5000"), ("u1", "usd", "Infinity"), ("u2", "usd", "NaN")):
+            scope = "user" if user else "tenant"
+            conn.execute(
+                "insert into budgets (tenant_id, scope, user_id, period, unit, amount)"
+                " values ('odd', %s, %s, 'day', %s, %s)",
+                (scope, user, unit, amount),
+            )
+    code, out, err = _run(url, "budget", "show", "--tenant", "odd", "--format", "json")
+    assert code == 0, err
+    shown = json.loads(out, parse_constant=_refuse)["budgets"]
+    assert [b["limit"] for b in shown] == [10**15, 1e15, 1e15]
+    code, out, err = _run(url, "usage", "--since", "2000-01-01", "--format", "json")
+    assert code == 0, err
+    assert len(json.loads(out, parse_constant=_refuse)["budgets"]) == 3
+    code, out, err = _run(url, "budget", "show", "--tenant", "odd")
+    assert code == 0 and "budgets of odd" in out, err
+
+
+def _refuse(constant: str) -> None:
+    raise AssertionError(f"not JSON: {constant}")

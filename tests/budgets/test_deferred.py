@@ -47,7 +47,7 @@ async def test_a_memory_job_over_budget_waits_and_lands_when_the_next_days_budge
         async with running_app(isolated_database_url, **settings) as client:
             services = services_of(client)
             services.budgets.clock = clock
-            answer_worst = services.runs.answer_input_tokens + services.budgets.output_cap
+            answer_worst = services.budgets.answer_input_bound + services.budgets.output_cap
             await set_budget(services.pool, BudgetTarget("acme", "user", "u1"), "day", "tokens", Decimal(answer_worst))
             # The answer fits and spends nearly all of it: the extraction's worst case does not fit.
             double.script(Behaviour(usage=(answer_worst - 100, 50, 0)))
@@ -70,6 +70,62 @@ async def test_a_memory_job_over_budget_waits_and_lands_when_the_next_days_budge
             assert row["reserved"] == 0 and row["spent"] > 0  # the extraction settled in the new day
 
 
+async def test_a_memory_job_under_a_budget_with_room_lands_right_after_the_answer(
+    isolated_database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from chatbot.memory.model_extraction import _input_bound
+
+    monkeypatch.setenv("OPENAI_API_KEY", "test-key")
+    text = "Please remember that I live in Yazd."
+    with ProviderDouble() as double:
+        double.objects["ExtractedMemory"] = {"facts": [{"text": "I live in Yazd", "category": "residence"}]}
+        double.default = Behaviour(usage=(300, 60, 0))
+        settings: dict[str, Any] = {"model": "openai:gpt-4o-mini", "model_base_url": double.openai_base_url}
+        async with running_app(isolated_database_url, **settings) as client:
+            services = services_of(client)
+            memory_worst = _input_bound(text) + services.budgets.output_cap
+            # Room for the answer's spend and the extraction's worst case after it; not for the
+            # extraction beside the answer's hold, which is what the job met while the answer
+            # was still unsettled.
+            await set_budget(
+                services.pool, BudgetTarget("acme", "user", "u1"), "day", "tokens", Decimal(memory_worst + 1000)
+            )
+            deferred_before = await _count(client, "memory_writes", "over_budget")
+            response = await send_message(client, "memo", text, **EN)
+            assert parse_sse(response.text)[-1][0] == "end"
+            facts = await wait_until(lambda: _facts(client), what="the memory to land", timeout=15)
+            assert facts == ["I live in Yazd"]
+            assert await _count(client, "memory_writes", "over_budget") == deferred_before
+            [row] = await report(services.pool, TenantId("acme"), datetime.now(UTC), user_id=UserId("u1"))
+            assert row["reserved"] == 0 and row["spent"] == 2 * 360
+
+
+async def test_a_memory_call_is_sent_with_the_output_the_budget_has_left(
+    isolated_database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from chatbot.memory.model_extraction import _input_bound
+
+    monkeypatch.setenv("OPENAI_API_KEY", "test-key")
+    text = "Please remember that I live in Yazd."
+    with ProviderDouble() as double:
+        double.objects["ExtractedMemory"] = {"facts": [{"text": "I live in Yazd", "category": "residence"}]}
+        double.default = Behaviour(usage=(300, 60, 0))
+        settings: dict[str, Any] = {"model": "openai:gpt-4o-mini", "model_base_url": double.openai_base_url}
+        async with running_app(isolated_database_url, **settings) as client:
+            services = services_of(client)
+            # After the answer (360), room for the extraction's input and 500 of output: not
+            # for its whole output cap, which is what it held before.
+            limit = 360 + _input_bound(text) + 500
+            await set_budget(services.pool, BudgetTarget("acme", "user", "u1"), "day", "tokens", Decimal(limit))
+            response = await send_message(client, "memo", text, **EN)
+            assert parse_sse(response.text)[-1][0] == "end"
+            facts = await wait_until(lambda: _facts(client), what="the memory to land", timeout=15)
+            assert facts == ["I live in Yazd"]
+            extraction = double.requests[-1]
+            assert extraction.schema_name == "ExtractedMemory"
+            assert extraction.body["max_completion_tokens"] == 500
+
+
 async def test_a_summary_fold_over_budget_is_skipped_and_folds_later(
     isolated_database_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -84,10 +140,11 @@ async def test_a_summary_fold_over_budget_is_skipped_and_folds_later(
         }
         async with running_app(isolated_database_url, **settings) as client:
             services = services_of(client)
-            answer_worst = services.runs.answer_input_tokens + services.budgets.output_cap
-            # Each answer fits; a fold beside a held answer never does.
+            # Each answer fits (a window of at most 400 tokens, its schema and 128 of output; 15
+            # spent a turn); a fold's input (over 1024 with its instructions) beside the answer's
+            # early hold never does.
             target = BudgetTarget("acme", "tenant")
-            await set_budget(services.pool, target, "day", "tokens", Decimal(answer_worst + 1000))
+            await set_budget(services.pool, target, "day", "tokens", Decimal(1500))
             graph_config: Any = {"configurable": {"thread_id": "long"}}
             skipped_before = await _count(client, "summary_folds", "over_budget")
             for turn in range(1, 16):

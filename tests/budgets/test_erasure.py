@@ -32,3 +32,9 @@ async def test_erasing_a_user_removes_their_budget_rows_only(isolated_database_u
             for table in ("budgets", "budget_counters", "budget_reservations"):
                 cur = await conn.execute(f"select count(*) as n from {table} where user_id = 'gone'")
                 assert (await cur.fetchone())["n"] == 0, table  # type: ignore[index]
+        # The tenant's caps are not the user's rows: a user who comes back after erasing
+        # themselves is capped by the tenant's budget and its each-user default again.
+        again = await budgets.admit(TenantId("acme"), UserId("gone"), ["openai:x"], input_floor=100)
+        assert again is not None
+        rows = await report(pool, TenantId("acme"), datetime.now(UTC), user_id=UserId("gone"))
+        assert [(r["scope"], r["user_id"], r["default"]) for r in rows] == [("user", "gone", True)]

@@ -1,9 +1,16 @@
-"""`chatbot eval` is not counted against a tenant's budgets unless `--charge-tenant` asks for it."""
+"""`chatbot eval` is not counted against a tenant's budgets unless `--charge-tenant` asks for it.
+
+Stopped (Ctrl-C or SIGTERM) mid-call, it gives its holds back before it exits.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
+import subprocess
+import sys
 from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
@@ -41,10 +48,10 @@ def test_eval_charges_the_tenant_only_when_asked(
     lines = [json.dumps({"id": f"c{i}", "question": q, "locale": "en-US"}) for i, q in enumerate(QUESTIONS)]
     dataset.write_text("\n".join(lines) + "\n", encoding="utf-8")
     worst = answer_input_bound(MODEL, Settings(environment="dev").context_tokens) + 4096
-    # One worst case fits; after it settles (120 tokens) a second does not.
+    # Any window and its output fit; after the first call settles (`worst` + 40) no other does.
     assert asyncio.run(_budget(url, worst + 60)) == {"spent": 0, "reserved": 0}
     with ProviderDouble() as double:
-        double.default = Behaviour(usage=(100, 20, 0))
+        double.default = Behaviour(usage=(worst, 40, 0))
         env = {"CHATBOT_DATABASE_URL": url, "CHATBOT_MODEL": MODEL, "CHATBOT_MODEL_BASE_URL": double.openai_base_url}
         base = ["eval", "--tenant", "acme", "--dataset", str(dataset), "--model", MODEL, "--concurrency", "1"]
         free = CliRunner().invoke(cli, [*base, "--out", str(tmp_path / "free")], env=env)
@@ -57,4 +64,54 @@ def test_eval_charges_the_tenant_only_when_asked(
     results = json.loads((tmp_path / "charged" / "report.json").read_text(encoding="utf-8"))["cases"]
     errors = [case["results"][0]["error"] for case in results]
     assert errors == [None, "budget_exhausted", "budget_exhausted"]
-    assert asyncio.run(_budget(url)) == {"spent": 120, "reserved": 0}
+    assert asyncio.run(_budget(url)) == {"spent": worst + 40, "reserved": 0}
+
+
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM])
+def test_an_interrupted_charged_eval_gives_its_holds_back_before_it_exits(
+    kb_database_url: str, tmp_path: Path, stop: signal.Signals
+) -> None:
+    url = kb_database_url
+    dataset = tmp_path / "cases.jsonl"
+    lines = [json.dumps({"id": f"c{i}", "question": q, "locale": "en-US"}) for i, q in enumerate(QUESTIONS)]
+    dataset.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    asyncio.run(_budget(url, 10**9))
+    with ProviderDouble() as double:
+        double.hold()  # every case's call stays in flight until the process is stopped
+        env = {
+            **os.environ,
+            "CHATBOT_DATABASE_URL": url,
+            "CHATBOT_MODEL": MODEL,
+            "CHATBOT_MODEL_BASE_URL": double.openai_base_url,
+            "OPENAI_API_KEY": "test-key",
+            # Long: only a release, not an expiry, can free the holds within the test.
+            "CHATBOT_BUDGET_RESERVATION_SECONDS": "600",
+        }
+        args = ["eval", "--tenant", "acme", "--dataset", str(dataset), "--model", MODEL, "--charge-tenant"]
+        process = subprocess.Popen(
+            [sys.executable, "-m", "chatbot.cli", *args, "--concurrency", "3", "--out", str(tmp_path / "out")],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+        )
+        try:
+            assert double.wait_for(lambda d: len(d.requests) == 3, timeout=60)
+            assert asyncio.run(_budget(url))["reserved"] > 0  # three calls held
+            process.send_signal(stop)
+            _, err = process.communicate(timeout=30)
+        finally:
+            if process.poll() is None:
+                process.kill()
+        double.release()
+    assert process.returncode != 0
+    assert b"not settled" not in err and b"Traceback" not in err, err
+    assert asyncio.run(_budget(url))["reserved"] == 0
+    assert asyncio.run(_held_rows(url)) == 0
+
+
+async def _held_rows(url: str) -> int:
+    async with open_pool(settings_for(url), max_size=1) as pool, pool.connection() as conn:
+        cur = await conn.execute("select count(*) as n from budget_reservations where tenant_id = 'acme'")
+        row = await cur.fetchone()
+    assert row is not None
+    return int(row["n"])

@@ -10,7 +10,7 @@ from decimal import Decimal
 import pytest
 
 from chatbot.budgets.admin import BudgetTarget, clear_budgets, forget_user, report, set_budget
-from chatbot.budgets.service import BudgetExhausted, Budgets
+from chatbot.budgets.service import BudgetExhausted, Budgets, ModelUnpriced, Reservation
 from chatbot.db.pool import Pool
 from chatbot.ids import TenantId, UserId
 from chatbot.models.prices import Price
@@ -39,7 +39,9 @@ async def budgets(isolated_database_url: str) -> AsyncIterator[tuple[Budgets, Cl
     clock = Clock(datetime(2026, 12, 5, 12, 0, tzinfo=UTC))
     async with open_pool(settings_for(isolated_database_url), max_size=8) as pool:
         prices = {MODEL: Price(input=1.0, output=10.0, cached_input=0.5)}
-        yield Budgets(pool, prices=prices, output_cap=CAP, reservation_seconds=60, clock=clock), clock
+        b = Budgets(pool, prices=prices, output_cap=CAP, reservation_seconds=60, clock=clock, output_floor=20)
+        yield b, clock
+        await b.close()
 
 
 async def _reserve(b: Budgets, user: str = "u1", tenant: str = "acme") -> object:
@@ -222,3 +224,66 @@ async def test_an_answer_chain_reserves_one_worst_case_per_entry(budgets: tuple[
         ],
     )
     assert await _left(b.pool, clock()) == [("tenant", None, 1900, 0)]
+
+
+async def test_a_sized_call_gets_the_output_that_fits_and_is_refused_only_below_the_floor(
+    budgets: tuple[Budgets, Clock],
+) -> None:
+    b, clock = budgets
+    await set_budget(b.pool, BudgetTarget("acme", "tenant"), "day", "tokens", Decimal(1000))
+    early = await b.admit(TenantId("acme"), UserId("u1"), [MODEL], input_floor=900)
+    assert isinstance(early, Reservation)
+    assert await _left(b.pool, clock()) == [("tenant", None, 0, 920)]  # the input's floor plus the output floor
+    # The window counts 300: its whole output cap fits, and the hold is resized in place.
+    assert await b.size(early, model=MODEL, input_tokens=300, spent=[]) == CAP
+    assert await _left(b.pool, clock()) == [("tenant", None, 0, 400)]
+    # A caller not seen yet: the windows seen lately (300), over its floor (100), plus 20.
+    other = await b.admit(TenantId("acme"), UserId("u2"), [MODEL], input_floor=100)
+    assert other is not None
+    assert await _left(b.pool, clock()) == [("tenant", None, 0, 720)]
+    # 600 left: 560 input leaves 40 of output, shared with u1's call in flight: 20, the floor.
+    assert await b.size(other, model=MODEL, input_tokens=560, spent=[]) == 20
+    assert await _left(b.pool, clock()) == [("tenant", None, 0, 980)]
+    await b.settle(early, [ModelCallUsage(kind="answer", model=MODEL, input_tokens=300, output_tokens=60)])
+    with pytest.raises(BudgetExhausted):  # 1000 - 360 - 580 = 60 left: u2's latest window (560) does not fit
+        await b.admit(TenantId("acme"), UserId("u2"), [MODEL], input_floor=10)
+    with pytest.raises(BudgetExhausted):  # 700 input and the floor do not fit in 640: the hold stays as it was
+        await b.size(other, model=MODEL, input_tokens=700, spent=[])
+    assert await _left(b.pool, clock()) == [("tenant", None, 360, 580)]
+
+
+async def test_calls_in_flight_share_the_output_room(budgets: tuple[Budgets, Clock]) -> None:
+    b, clock = budgets
+    b.output_cap = 1000
+    await set_budget(b.pool, BudgetTarget("acme", "tenant"), "day", "tokens", Decimal(2000))
+    holds = [await b.admit(TenantId("acme"), UserId(f"u{i}"), [MODEL], input_floor=80) for i in range(4)]
+    assert all(h is not None for h in holds)
+    # Alone, a call could take all 1000 of output; beside three holds of 100, it gets its share.
+    granted = [await b.size(h, model=MODEL, input_tokens=80, spent=[]) for h in holds if h is not None]
+    assert granted[0] == (2000 - 300 - 80) // 4 and all(g >= 20 for g in granted)
+    [row] = await report(b.pool, TenantId("acme"), clock())
+    assert row["reserved"] <= 2000
+
+
+async def test_a_usd_budget_refuses_a_model_without_a_price_and_prices_the_output_it_grants(
+    budgets: tuple[Budgets, Clock],
+) -> None:
+    b, clock = budgets
+    await set_budget(b.pool, BudgetTarget("acme", "tenant"), "day", "usd", Decimal("0.001"))
+    with pytest.raises(ModelUnpriced) as refused:
+        await b.admit(TenantId("acme"), UserId("u1"), ["openai:unpriced"])
+    assert (refused.value.reason, refused.value.scope, refused.value.period) == ("model_unpriced", "tenant", "day")
+    with pytest.raises(ModelUnpriced):  # a chain with one unpriced entry cannot be counted either
+        await b.admit(TenantId("acme"), UserId("u1"), [MODEL, "openai:unpriced"])
+    with pytest.raises(ModelUnpriced):
+        await b.reserve(TenantId("acme"), UserId("u1"), kind="memory", models=["openai:unpriced"], input_tokens=10)
+    held = await b.admit(TenantId("acme"), UserId("u1"), [MODEL])
+    assert held is not None
+    # $0.001 - 500 input at $1/M = $0.0005: 50 output tokens at $10/M.
+    assert await b.size(held, model=MODEL, input_tokens=500, spent=[]) == 50
+    [row] = await report(b.pool, TenantId("acme"), clock())
+    assert row["reserved"] == pytest.approx(0.001)
+    # A tokens budget counts an unpriced model's tokens: it is not refused.
+    await clear_budgets(b.pool, BudgetTarget("acme", "tenant"), None)
+    await set_budget(b.pool, BudgetTarget("acme", "tenant"), "month", "tokens", Decimal(5000))
+    assert await b.admit(TenantId("acme"), UserId("u2"), ["openai:unpriced"]) is not None

@@ -29,6 +29,7 @@ from chatbot.cli.main import app as cli
 from chatbot.db.migrate import migrate
 from chatbot.db.placement import apply_placement, citus_sql, placement_of
 from chatbot.ids import RunId, TenantId, ThreadId, UserId
+from chatbot.models.prices import Price
 from chatbot.responses import ModelCallUsage
 from tests.db.statement_rules import Finding, StatementAudit
 from tests.db.statement_rules import Path as StatementPath
@@ -47,6 +48,7 @@ ORDER: dict[StatementPath, int] = {"rare": 0, "page": 1, "run": 2}
 BACKGROUND: tuple[str, ...] = (
     "select thread_id, run_id from memory_jobs where claimed_until <",
     "DELETE FROM store WHERE expires_at",
+    "select distinct tenant_id from budget_reservations where expires_at",
 )
 
 
@@ -183,11 +185,12 @@ async def _runs(url: str, thread: str, other: str) -> dict[str, str]:
         await services_of(client).memory.drain(10)
         # A model call under budgets: its reservation and settlement (the offline model has none).
         budgets = services_of(client).budgets
+        budgets.prices["openai:audit"] = Price(input=1.0, output=2.0, cached_input=0.5)  # a currency budget applies
         await set_budget(budgets.pool, BudgetTarget("acme", "each_user"), "day", "tokens", Decimal(10**6))
         await set_budget(budgets.pool, BudgetTarget("acme", "tenant"), "month", "usd", Decimal(100))
-        held = await budgets.reserve(
-            TenantId("acme"), UserId("u1"), kind="answer", models=["openai:audit"], input_tokens=100
-        )
+        held = await budgets.admit(TenantId("acme"), UserId("u1"), ["openai:audit"])
+        assert held is not None
+        await budgets.size(held, model="openai:audit", input_tokens=100, spent=[])
         await budgets.settle(
             held, [ModelCallUsage(kind="answer", model="openai:audit", input_tokens=50, output_tokens=5)]
         )

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from chatbot.agent.outcome import EventSink
 from chatbot.agent.result import RunResult
+from chatbot.budgets.service import AnswerSizer
 from chatbot.caller import CallerContext
 from chatbot.ids import RunId, TenantId, ThreadId, UserId
 from chatbot.memory.jobs import RunEnded as RunEnded  # the run service makes it (threads/runs.py)
@@ -51,6 +52,10 @@ class Context:
     ended: RunEnded | None = field(default=None, compare=False, repr=False)
     """How the run ended ("answered" or "other"), set by the run service once the final
     checkpoint is written or refused; a memory job of the run waits on it (memory/jobs.py)."""
+
+    size_answer: AnswerSizer | None = field(default=None, compare=False, repr=False)
+    """Sizes each answer call against the caller's budgets once its window is counted: the
+    output it may produce (its `max_tokens`), or BudgetExhausted. None: no budget applies."""
 
     @property
     def caller(self) -> CallerContext:

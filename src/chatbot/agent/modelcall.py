@@ -20,7 +20,9 @@ from langchain_core.messages import BaseMessage
 from pydantic import BaseModel, Field, ValidationError
 
 from chatbot import metrics
+from chatbot.agent._prompts import system_prompt
 from chatbot.agent._tokens import token_counter_for
+from chatbot.budgets.service import AnswerSizer, BudgetExhausted
 from chatbot.failures import FailureReason, bounded_retry_after
 from chatbot.models.answer_field import valid_unicode
 from chatbot.models.chain import ChainEntry
@@ -91,19 +93,39 @@ class StructuredAnswer(BaseModel):
 
 # As JSON schema: the request carries it as is, and the answer is read as JSON text.
 _ANSWER_SCHEMA = StructuredAnswer.model_json_schema()
-# Input an answer call sends beside its window's messages, which the window does not count:
-# the schema, the structured-output tool or format around it, each message's framing.
-_REQUEST_OVERHEAD_TOKENS = 256
+# Input an answer call sends beside its window's messages and its schema, which neither
+# counts: the structured-output tool or response format wrapped around the schema (the
+# messages' own framing is counted with them, agent/_tokens.py). A budget sizes each call
+# on the window plus these: generous, so the count stays above what the provider bills.
+_REQUEST_OVERHEAD_TOKENS = 64
 
 
 def answer_input_bound(model: str, context_tokens: int) -> int:
     """Return the most input tokens an answer call may send: a full window plus its schema.
 
-    A budget reserves this (plus the output cap) before the run starts, when the window is
-    not built yet: the window never passes `context_tokens` (agent/_window.py).
+    A budget's early hold of a run takes this before the replica has counted any window:
+    the window never passes `context_tokens` (agent/_window.py).
     """
-    schema = token_counter_for(model).count_text(json.dumps(_ANSWER_SCHEMA, ensure_ascii=False))
-    return context_tokens + schema + _REQUEST_OVERHEAD_TOKENS
+    return context_tokens + _schema_tokens(model) + _REQUEST_OVERHEAD_TOKENS
+
+
+def answer_input_tokens(model: str, window: Sequence[BaseMessage]) -> int:
+    """Return the input an answer call sends: the window as counted, its schema and framing."""
+    return token_counter_for(model).count_messages(window) + _schema_tokens(model) + _REQUEST_OVERHEAD_TOKENS
+
+
+def answer_input_floor(model: str, question: str, language: str, context_tokens: int) -> int:
+    """Return the least input an answer call sends: the system prompt and the question, schema and framing.
+
+    A budget's early hold of a run takes at least this, before its window is built.
+    """
+    counter = token_counter_for(model)
+    window = counter.count_text(system_prompt(language)) + counter.count_text(question)
+    return min(window, context_tokens) + _schema_tokens(model) + _REQUEST_OVERHEAD_TOKENS
+
+
+def _schema_tokens(model: str) -> int:
+    return token_counter_for(model).count_text(json.dumps(_ANSWER_SCHEMA, ensure_ascii=False))
 
 
 _FALLBACK = {
@@ -145,13 +167,17 @@ async def ask_model(
     limits: TimeLimits,
     on_delta: Callable[[str], None],
     on_cancelled: Callable[[ModelCallUsage], None] | None = None,
+    size: AnswerSizer | None = None,
 ) -> ModelAnswer:
     """Ask the chain for a structured answer, streaming its `answer` field as it arrives.
 
-    Whatever was streamed is what the answer's content becomes, so the deltas always add up
-    to it. A stream that stops short raises ModelFailure(`model_incomplete`) with the shown
-    text; a refusal is an escalation; output that does not fit the schema becomes a
-    clarifying question (counted and logged, never silent).
+    With `size` (budgets), each entry's call is first sized against the caller's budgets: it
+    is sent with the output that fits as its `max_tokens`, and a call that does not fit
+    raises ModelFailure(`budget_exhausted`) instead of being sent. Whatever was streamed is
+    what the answer's content becomes, so the deltas always add up to it. A stream that stops
+    short raises ModelFailure(`model_incomplete`) with the shown text; a refusal is an
+    escalation; output that does not fit the schema becomes a clarifying question (counted
+    and logged, never silent).
     """
     loop = asyncio.get_running_loop()
     deadline = loop.time() + limits.total
@@ -160,9 +186,12 @@ async def ask_model(
         state = Streamed()
         can_fall_back = index + 1 < len(chain)
         bounds = Limits(first_token=limits.first_token, idle=limits.idle, deadline=deadline)
+        max_tokens = await _sized(size, entry.spec, window, usage)
         started = time.perf_counter()
         try:
-            await stream_structured(entry, window, _ANSWER_SCHEMA, limits=bounds, on_delta=on_delta, into=state)
+            await stream_structured(
+                entry, window, _ANSWER_SCHEMA, limits=bounds, on_delta=on_delta, into=state, max_tokens=max_tokens
+            )
         except asyncio.CancelledError:
             # Stopped (a user's cancel): the calls so far still cost the tenant, and the run's
             # record keeps them (docs/records.md), so they go to `on_cancelled` on the way out.
@@ -218,6 +247,20 @@ async def ask_model(
         reply = _reply(state, known_chunk_ids, language, on_delta, entry.spec, started)
         return ModelAnswer(reply, entry.spec, usage)
     raise ModelFailure("EmptyChain", reason="model_failed", usage=usage)
+
+
+async def _sized(
+    size: AnswerSizer | None, spec: str, window: Sequence[BaseMessage], usage: Sequence[ModelCallUsage]
+) -> int | None:
+    """Return the output the budgets let this call produce (None: unchecked); refused: ModelFailure."""
+    if size is None:
+        return None
+    try:
+        return await size(spec, answer_input_tokens(spec, window), usage)
+    except BudgetExhausted as exc:
+        raise ModelFailure(
+            type(exc).__name__, reason="budget_exhausted", retry_after=exc.retry_after, model=spec, usage=usage
+        ) from None
 
 
 def _cut_usage(spec: str, window: Sequence[BaseMessage], state: Streamed) -> ModelCallUsage:

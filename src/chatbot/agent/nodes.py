@@ -31,7 +31,7 @@ from chatbot.agent.state import (
     ConversationState,
     Outcome,
 )
-from chatbot.budgets.service import BudgetExhausted, Held
+from chatbot.budgets.service import BudgetExhausted, Held, with_output_cap
 from chatbot.db.run_record import RecordedRun
 from chatbot.failures import Failure
 from chatbot.memory.extraction import MemoryCandidates, extract_offline
@@ -363,9 +363,11 @@ class Nodes:
         # The fold sends at most these messages (cut shorter) beside the summary and its prompt.
         bound = self.counter.count_messages(dropped) + self.counter.count_text(summary) + _FOLD_OVERHEAD_TOKENS
         async with budgets.held(
-            ctx.tenant_id, ctx.user_id, kind="summary", models=[model.spec], input_tokens=bound
+            ctx.tenant_id, ctx.user_id, kind="summary", models=[model.spec], input_tokens=bound, sized=True
         ) as held:
-            return await self._fold_call(summary, dropped, ctx, model, held)
+            # Sent with the output the hold leaves it, not the whole cap.
+            capped = ChainEntry(model.spec, with_output_cap(model.model, held.output_tokens))
+            return await self._fold_call(summary, dropped, ctx, capped, held)
 
     async def _fold_call(
         self, summary: str, dropped: list[Any], ctx: Context, model: ChainEntry | None, held: Held | None
@@ -453,6 +455,7 @@ class Nodes:
             ),
             on_delta=lambda delta: emit(Token(delta)),
             on_cancelled=self._usage(ctx).append,
+            size=ctx.size_answer,
         )
 
     def _handoff(

@@ -16,6 +16,8 @@ from chatbot.ids import TenantId, UserId
 Unit = Literal["tokens", "usd"]
 Subject = Literal["tenant", "user", "each_user"]
 PERIODS: tuple[Period, ...] = ("day", "month")
+MAX_AMOUNT = Decimal(10) ** 15
+"""Budgets are below this: it still prints, compares and sums exactly as a float and a JSON number."""
 
 
 class BudgetInputError(ValueError):
@@ -48,8 +50,8 @@ def checked_amount(amount: str, unit: str) -> Decimal:
         value = Decimal(amount)
     except ArithmeticError:
         raise BudgetInputError(f"{amount!r} is not a number") from None
-    if not value.is_finite() or value < 0:
-        raise BudgetInputError("a budget must be zero or more (0 stops every model call)")
+    if not value.is_finite() or not 0 < value < MAX_AMOUNT:
+        raise BudgetInputError(f"a budget is a finite number above zero and below 10^15, not {amount}")
     if unit == "tokens" and value != value.to_integral_value():
         raise BudgetInputError("a token budget is a whole number of tokens")
     return value
@@ -141,14 +143,14 @@ async def report(
 
 def _row(budget: queries.BudgetRow, subject: str, counter: queries.CounterRow | None, starts: date) -> BudgetReport:
     unit = budget["unit"]
-    amount = budget["amount"]
+    amount = _shown(budget["amount"])
     spent: Decimal | int = 0
     reserved: Decimal | int = 0
     if counter is not None:
         tokens = unit == "tokens"
         spent = (counter["spent_tokens"] if tokens else counter["spent_usd"]) or 0
         reserved = (counter["reserved_tokens"] if tokens else counter["reserved_usd"]) or 0
-    as_number: Callable[[Decimal | int], float] = int if unit == "tokens" else float
+    as_number: Callable[[Decimal | int], float] = _tokens if unit == "tokens" else _usd
     return {
         "scope": "tenant" if budget["scope"] == "tenant" else "user",
         "user_id": subject or None,
@@ -159,14 +161,34 @@ def _row(budget: queries.BudgetRow, subject: str, counter: queries.CounterRow | 
         "limit": as_number(amount),
         "spent": as_number(spent),
         "reserved": as_number(reserved),
-        "left": as_number(max(Decimal(0), amount - spent - reserved)),
+        "left": as_number(max(Decimal(0), amount - _shown(spent) - _shown(reserved))),
     }
+
+
+def _shown(value: Decimal | int) -> Decimal:
+    """Return a stored amount as a report can print it: one set before amounts were bounded may be huge."""
+    return max(-MAX_AMOUNT, min(MAX_AMOUNT, Decimal(value))) if Decimal(value).is_finite() else MAX_AMOUNT
+
+
+def _tokens(value: Decimal | int) -> float:
+    return int(_shown(value))
+
+
+def _usd(value: Decimal | int) -> float:
+    return float(_shown(value))
 
 
 async def tenants_with_budgets(pool: Pool) -> list[TenantId]:
     """Return every tenant with a budget."""
     async with pool.connection() as conn:
         return await queries.tenants_with_budgets(conn)
+
+
+async def sweep_expired(pool: Pool, now: datetime) -> int:
+    """Delete every tenant's expired holds (a killed process's; they stopped counting); return how many."""
+    async with pool.connection() as conn:
+        tenants = await queries.expired_tenants(conn, now)
+        return sum([await queries.forget_expired(conn, tenant, now) for tenant in tenants])
 
 
 async def forget_user(conn: queries.Conn, tenant_id: TenantId, user_id: UserId) -> int:

@@ -2,8 +2,8 @@
 
 Statements as module constants beside the small functions that run them on a connection
 the caller passes in. Every statement names `tenant_id` by equality (the tables'
-distribution column, docs/scaling.md); the reservation and its settlement are the two
-functions of the migration (0009_budgets.sql), one statement each.
+distribution column, docs/scaling.md); a hold and its settlement are functions of the
+migrations (0011_budget_holds.sql, 0009_budgets.sql), one statement each.
 """
 
 from __future__ import annotations
@@ -21,14 +21,16 @@ from chatbot.ids import TenantId
 Conn = AsyncConnection[Any]
 
 
-class Reserved(TypedDict):
-    """What `chatbot_budget_reserve` answered (RESERVE's columns)."""
+class Held(TypedDict):
+    """What `chatbot_budget_hold` answered (HOLD's columns)."""
 
     outcome: str
-    """reserved, refused or none (no budget applies)."""
+    """held, refused, unpriced (a currency budget and a model without a price) or none (no budget applies)."""
     refused_scope: Literal["tenant", "user"] | None
     refused_period: Period | None
     tenant_share_left: Decimal | None
+    granted: int
+    """The output tokens the hold allows the call (what it asked at most, lowered to fit)."""
 
 
 class BudgetRow(TypedDict):
@@ -54,12 +56,18 @@ class CounterRow(TypedDict):
     reserved_usd: Decimal | int
 
 
-RESERVE = """
-select outcome, refused_scope, refused_period, tenant_share_left
-from chatbot_budget_reserve(
-    %s::text, %s::text, %s::uuid, %s::bigint, %s::numeric, %s::date, %s::date, %s::timestamptz, %s::timestamptz
+HOLD = """
+select outcome, refused_scope, refused_period, tenant_share_left, granted
+from chatbot_budget_hold(
+    %(tenant)s::text, %(user)s::text, %(id)s::uuid, %(tokens)s::bigint, %(usd)s::numeric,
+    %(out_max)s::bigint, %(out_min)s::bigint, %(usd_per_out)s::numeric, %(priced)s::boolean,
+    %(day)s::date, %(month)s::date, %(now)s::timestamptz, %(expires)s::timestamptz
 )
 """
+# A live process keeps its holds: a killed one's stop counting when they expire.
+RENEW = "update budget_reservations set expires_at = %s where tenant_id = %s and id = any(%s::uuid[])"
+# Rare work, all shards: which tenants have expired holds for the sweep to delete.
+EXPIRED_TENANTS = "select distinct tenant_id from budget_reservations where expires_at <= %s"
 SETTLE = "select chatbot_budget_settle(%s::text, %s::uuid, %s::bigint, %s::numeric)"
 SET_BUDGET = """
 insert into budgets as b (tenant_id, scope, user_id, period, unit, amount)
@@ -96,24 +104,41 @@ FORGET_USER_RESERVATIONS = "delete from budget_reservations where tenant_id = %s
 TENANTS_WITH_BUDGETS = "select distinct tenant_id from budgets order by tenant_id"
 
 
-async def reserve(
-    conn: Conn,
-    *,
-    tenant: str,
-    user: str,
-    reservation: UUID,
-    tokens: int,
-    usd: float,
-    day: date,
-    month: date,
-    now: datetime,
-    expires: datetime,
-) -> Reserved:
-    """Reserve against every applicable budget; return outcome, refused_scope, refused_period, tenant_share_left."""
-    cur = await conn.execute(RESERVE, (tenant, user, reservation, tokens, usd, day, month, now, expires))
+class HoldAsk(TypedDict):
+    """One hold as `chatbot_budget_hold` takes it (HOLD's parameters)."""
+
+    tenant: str
+    user: str
+    id: UUID
+    tokens: int
+    usd: float
+    out_max: int
+    out_min: int
+    usd_per_out: float
+    priced: bool
+    day: date
+    month: date
+    now: datetime
+    expires: datetime
+
+
+async def hold(conn: Conn, ask: HoldAsk) -> Held:
+    """Hold (or resize the hold of) a call against every applicable budget, all or nothing."""
+    cur = await conn.execute(HOLD, dict(ask))
     row = await cur.fetchone()
     assert row is not None  # the function always returns one row
-    return cast(Reserved, dict(row))
+    return cast(Held, dict(row))
+
+
+async def renew(conn: Conn, tenant: str, ids: list[UUID], expires: datetime) -> None:
+    """Move the expiry of a tenant's live holds to `expires`."""
+    await conn.execute(RENEW, (expires, tenant, ids))
+
+
+async def expired_tenants(conn: Conn, now: datetime) -> list[str]:
+    """Return the tenants with holds that expired by `now`."""
+    cur = await conn.execute(EXPIRED_TENANTS, (now,))
+    return [str(row["tenant_id"]) for row in await cur.fetchall()]
 
 
 async def settle(conn: Conn, *, tenant: str, reservation: UUID, tokens: int, usd: float) -> None:
@@ -145,9 +170,10 @@ async def counters(conn: Conn, *, tenant: str, day: date, month: date, now: date
     return [cast(CounterRow, dict(row)) for row in await cur.fetchall()]
 
 
-async def forget_expired(conn: Conn, tenant: str, now: datetime) -> None:
-    """Delete the tenant's reservations that expired (a killed replica's): they no longer count."""
-    await conn.execute(FORGET_EXPIRED, (tenant, now))
+async def forget_expired(conn: Conn, tenant: str, now: datetime) -> int:
+    """Delete the tenant's reservations that expired (a killed replica's): they no longer count; return how many."""
+    cur = await conn.execute(FORGET_EXPIRED, (tenant, now))
+    return cur.rowcount
 
 
 async def forget_user(conn: Conn, tenant: str, user: str) -> int:

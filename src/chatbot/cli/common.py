@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import secrets
+import signal
 import sys
 import time
-from collections.abc import AsyncIterator, Coroutine
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Coroutine, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
@@ -49,6 +50,23 @@ def caller_id(value: str) -> str:
 def run(coro: Coroutine[Any, Any, T]) -> T:
     """Run a coroutine to completion from a synchronous command."""
     return asyncio.run(coro)
+
+
+@contextmanager
+def stopped_by_sigterm() -> Iterator[None]:
+    """Within the running loop: SIGTERM cancels the current task as Ctrl-C does, so its clean-up runs.
+
+    Without it SIGTERM ends the process at once, and what the command holds in Postgres (a
+    budget's holds) is left to expire.
+    """
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+    assert task is not None  # called from a coroutine
+    loop.add_signal_handler(signal.SIGTERM, task.cancel)
+    try:
+        yield
+    finally:
+        loop.remove_signal_handler(signal.SIGTERM)
 
 
 def dev_secret(data_dir: Path) -> str:

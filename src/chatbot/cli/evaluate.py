@@ -7,6 +7,7 @@ every case runs through a dry copy of the graph (chatbot/evaluation/dry_run.py).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import math
 import os
@@ -197,19 +198,31 @@ def evaluate_command(
                 found = await rated_cases(pool, locks, tenant_id=TenantId(tenant), since=first, until=last, score=rated)
                 if not found:
                     common.fail(f"no rated runs of tenant {tenant} in that period", 2)
-            budgets = None
-            if charge_tenant:
-                from chatbot.budgets.service import Budgets
+            if not charge_tenant:
+                return await _run(found, candidates, tenant, settings, pool, concurrency, prices)
+            from chatbot.agent.modelcall import answer_input_bound
+            from chatbot.budgets.service import Budgets
 
-                budgets = Budgets(
-                    pool,
-                    prices=dict(prices),
-                    output_cap=settings.model_max_output_tokens,
-                    reservation_seconds=settings.budget_reservation_seconds,
-                )
-            return await _run(found, candidates, tenant, settings, pool, concurrency, prices, budgets)
+            specs = [entry.spec for c in candidates for entry in c.chain]
+            budgets = Budgets(
+                pool,
+                prices=dict(prices),
+                output_cap=settings.model_max_output_tokens,
+                reservation_seconds=settings.budget_reservation_seconds,
+                answer_input_bound=max((answer_input_bound(s, settings.context_tokens) for s in specs), default=0),
+            )
+            try:
+                with common.stopped_by_sigterm():
+                    return await _run(found, candidates, tenant, settings, pool, concurrency, prices, budgets)
+            finally:
+                # Interrupted (Ctrl-C, SIGTERM): each case settled its hold on the way out;
+                # whatever could not be is released here, before the pool closes.
+                await budgets.close()
 
-    report = common.run(_go())
+    try:
+        report = common.run(_go())
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        common.fail("interrupted: nothing written; the tenant's budget holds were given back", 130)
     out.mkdir(parents=True, exist_ok=True)
     (out / "report.json").write_text(json.dumps(report, ensure_ascii=False, indent=2) + "\n", encoding="utf-8")
     (out / "report.md").write_text(render_markdown(report), encoding="utf-8")

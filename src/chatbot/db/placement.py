@@ -87,6 +87,12 @@ DISTRIBUTED_FUNCTIONS: tuple[tuple[str, str, str], ...] = (
         "budgets",
     ),
     ("chatbot_budget_settle(text, uuid, bigint, numeric)", "p_tenant", "budgets"),
+    (
+        "chatbot_budget_hold(text, text, uuid, bigint, numeric, bigint, bigint, numeric, boolean, date, date, "
+        "timestamptz, timestamptz)",
+        "p_tenant",
+        "budgets",
+    ),
 )
 
 

@@ -22,11 +22,11 @@ from langgraph.store.memory import InMemoryStore
 from chatbot.agent.collaborators import AgentDeps
 from chatbot.agent.context import Context
 from chatbot.agent.graph import build_graph
-from chatbot.agent.modelcall import answer_input_bound
+from chatbot.agent.modelcall import answer_input_floor
 from chatbot.agent.outcome import GraphEvent, Token
 from chatbot.agent.run import run_graph
 from chatbot.agent.state import ConversationState
-from chatbot.budgets.service import BudgetExhausted, Budgets
+from chatbot.budgets.service import BudgetExhausted, Budgets, Reservation
 from chatbot.caller import CallerContext
 from chatbot.config import Settings
 from chatbot.evaluation.candidates import Candidate
@@ -128,21 +128,24 @@ async def run_case(
     """
     if budgets is None or not candidate.chain:
         return await _run_case(case, candidate, tenant_id=tenant_id, settings=settings, search=search, budgets=None)
-    bound = answer_input_bound(candidate.chain[0].spec, settings.context_tokens)
     specs = [entry.spec for entry in candidate.chain]
     try:
-        async with budgets.held(
-            tenant_id, EVAL_USER, kind="answer", models=specs, input_tokens=bound, calls=len(specs)
-        ) as held:
-            result = await _run_case(
-                case, candidate, tenant_id=tenant_id, settings=settings, search=search, budgets=budgets
-            )
-            for call in result.usage:
-                if call.kind == "answer":
-                    held.used(call)
-            return result
+        # Held as a run's answer is: early, then sized to the case's window at the model step.
+        language = "fa" if case.locale.lower().startswith("fa") else "en"
+        floor = answer_input_floor(specs[0], case.question, language, settings.context_tokens)
+        reservation = await budgets.admit(tenant_id, EVAL_USER, specs, input_floor=floor)
     except BudgetExhausted:
         return CaseResult(case.id, candidate.name, "error", [], None, "budget_exhausted", 0.0, None)
+    result: CaseResult | None = None
+    try:
+        result = await _run_case(
+            case, candidate, tenant_id=tenant_id, settings=settings, search=search, budgets=budgets, held=reservation
+        )
+        return result
+    finally:
+        # Also when the evaluation is interrupted: the hold is given back before the process exits.
+        answers = [] if result is None else [call for call in result.usage if call.kind == "answer"]
+        await budgets.settle(reservation, answers)
 
 
 async def _run_case(
@@ -153,6 +156,7 @@ async def _run_case(
     settings: Settings,
     search: Search,
     budgets: Budgets | None,
+    held: Reservation | None = None,
 ) -> CaseResult:
     update: dict[str, str | int] = {"model": candidate.name}
     if case.window is not None and case.window.context_tokens:
@@ -187,6 +191,7 @@ async def _run_case(
         run_id=RunId(str(uuid.uuid4())),
         thread_id=thread_id,
         events=on_event,
+        size_answer=None if budgets is None else budgets.sizer(held),
     )
     config: RunnableConfig = {"configurable": {"thread_id": thread_id}}
     result = await run_graph(graph, state, config, context)

@@ -25,7 +25,7 @@ from langchain_core.messages import HumanMessage, SystemMessage
 from pydantic import BaseModel, Field
 
 from chatbot import metrics
-from chatbot.budgets.service import Budgets, Held
+from chatbot.budgets.service import Budgets, Held, with_output_cap
 from chatbot.db import usage_totals
 from chatbot.db.pool import Pool
 from chatbot.db.usage_totals import token_count
@@ -135,7 +135,9 @@ def model_extractor(
         if budgets is None:
             return await ask(job, baseline, None)
         bound = _input_bound(job.user_text)
-        async with budgets.held(job.tenant_id, job.user_id, kind="memory", models=[name], input_tokens=bound) as held:
+        async with budgets.held(
+            job.tenant_id, job.user_id, kind="memory", models=[name], input_tokens=bound, sized=True
+        ) as held:
             return await ask(job, baseline, held)
 
     async def ask(job: MemoryJob, baseline: MemoryCandidates, held: Held | None) -> MemoryCandidates:
@@ -143,7 +145,9 @@ def model_extractor(
         outcome = "ok"
         raw_message: Any = None
         try:
-            structured = model.with_structured_output(ExtractedMemory, include_raw=True)
+            # Under a budget, the output the hold leaves it (the model's own cap otherwise).
+            capped = with_output_cap(model, None if held is None else held.output_tokens)
+            structured = capped.with_structured_output(ExtractedMemory, include_raw=True)
             async with asyncio.timeout(timeout):
                 result = await structured.ainvoke([SystemMessage(_PROMPT), HumanMessage(job.user_text)])
             raw_message = result.get("raw") if isinstance(result, dict) else None

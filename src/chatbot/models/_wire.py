@@ -45,13 +45,16 @@ Reader = Callable[[Progress], AsyncGenerator[str, None]]
 
 
 def open_stream(model: BaseChatModel, messages: Sequence[BaseMessage], schema: dict[str, JsonValue],
-                method: Method) -> Reader | None:  # fmt: skip
-    """Return a reader of `model`'s structured answer, or None for a model read through LangChain."""
+                method: Method, extra: dict[str, int] | None = None) -> Reader | None:  # fmt: skip
+    """Return a reader of `model`'s structured answer, or None for a model read through LangChain.
+
+    `extra`: request arguments over the model's own (a lower `max_tokens`).
+    """
     kind = type(model).__module__.partition(".")[0]
     if kind == "langchain_openai":
-        return _openai(model, messages, schema, method)
+        return _openai(model, messages, schema, method, extra or {})
     if kind == "langchain_anthropic":
-        return _anthropic(model, messages, schema)
+        return _anthropic(model, messages, schema, extra or {})
     return None
 
 
@@ -180,7 +183,9 @@ class _OpenAIChunk(TypedDict, total=False):
     error: JsonValue
 
 
-def _openai(model: Any, messages: Sequence[BaseMessage], schema: dict[str, JsonValue], method: Method) -> Reader | None:
+def _openai(
+    model: Any, messages: Sequence[BaseMessage], schema: dict[str, JsonValue], method: Method, extra: dict[str, int]
+) -> Reader | None:
     import openai
     from langchain_openai.chat_models import base as lc_openai
 
@@ -192,7 +197,7 @@ def _openai(model: Any, messages: Sequence[BaseMessage], schema: dict[str, JsonV
         kwargs: dict[str, Any] = {"response_format": response_format}
     else:
         kwargs = dict(model.bind_tools([schema], tool_choice=schema["title"]).kwargs)
-    kwargs |= {"stream": True, "stream_options": {"include_usage": True}}
+    kwargs |= {"stream": True, "stream_options": {"include_usage": True}, **extra}
     if model._use_responses_api({**kwargs, **model.model_kwargs}):
         return None  # the Responses API streams other events: LangChain reads those
     payload = model._get_request_payload(list(messages), **kwargs)
@@ -275,11 +280,13 @@ class _AnthropicEvent(TypedDict, total=False):
     usage: dict[str, JsonValue] | None
 
 
-def _anthropic(model: Any, messages: Sequence[BaseMessage], schema: dict[str, JsonValue]) -> Reader:
+def _anthropic(
+    model: Any, messages: Sequence[BaseMessage], schema: dict[str, JsonValue], extra: dict[str, int]
+) -> Reader:
     import anthropic
     from langchain_anthropic import chat_models as lc_anthropic
 
-    kwargs = dict(model.bind_tools([schema], tool_choice=schema["title"]).kwargs)
+    kwargs = dict(model.bind_tools([schema], tool_choice=schema["title"]).kwargs) | extra
     payload = model._get_request_payload(list(messages), stream=True, **kwargs)
     client = model._async_client
     endpoint = client.beta.messages if "betas" in payload else client.messages

@@ -105,6 +105,13 @@ class Streamed:
         return value if isinstance(value, dict) else None
 
 
+def output_cap_kwargs(provider: str, max_tokens: int | None) -> dict[str, int]:
+    """Return the request arguments that cap a call's output at `max_tokens` ({}: the model's own cap)."""
+    if max_tokens is None:
+        return {}
+    return {"num_predict" if provider == "ollama" else "max_tokens": max_tokens}
+
+
 def structured_method(entry: ChainEntry) -> Method:
     """Return how `entry`'s model is asked for the schema."""
     name = entry.spec.partition(":")[2].lower()
@@ -131,14 +138,17 @@ async def stream_structured(
     limits: Limits,
     on_delta: Callable[[str], None],
     into: Streamed,
+    max_tokens: int | None = None,
 ) -> None:
     """Stream `entry`'s structured answer into `into`, handing answer text to `on_delta`.
 
+    `max_tokens`: this call's output cap, when lower than the model's own (a budget's room).
     Raises StreamTimeout when a limit passes, and the provider's own exception when the call
     fails; `into` then holds what came before.
     """
     method = structured_method(entry)
-    reader = open_stream(entry.model, messages, schema, method)
+    cap = output_cap_kwargs(entry.provider, max_tokens)
+    reader = open_stream(entry.model, messages, schema, method, cap)
     loop = asyncio.get_running_loop()
     started = loop.time()
 
@@ -162,7 +172,7 @@ async def stream_structured(
                     into.finish, into.refused = progress.finish, progress.refused
                     into.text_only, into.usage = progress.text_only, progress.usage
             else:
-                runnable = _bound(entry, schema, method)
+                runnable = _bound(entry, schema, method).bind(**cap) if cap else _bound(entry, schema, method)
                 openai_usage = entry.provider == "openai"
                 async for chunk in runnable.astream(list(messages)):
                     _read(chunk, method, into, on_delta, replace_usage=openai_usage)

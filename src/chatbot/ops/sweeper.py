@@ -1,4 +1,4 @@
-"""The retention sweep inside the replicas: old threads go without anyone running a command.
+"""The sweeps inside the replicas: old threads and expired budget holds go without a command.
 
 Every replica runs a `RetentionSweeper` when `CHATBOT_RETENTION_DAYS` is set. It wakes a
 few times per `CHATBOT_RETENTION_SWEEP_MINUTES` and tries the sweep's lease (ops/_lease.py):
@@ -6,6 +6,10 @@ one replica at a time sweeps, and the replicas together sweep about once per int
 The pass itself is `chatbot retention`'s (ops/retention.py): in batches, skipping threads
 with a run in flight, a thread's feedback with it. Each sweep leaves one JSON log line and
 its metrics; a failed sweep (say, Postgres went away) is logged and tried again later.
+
+Every replica also runs a `BudgetSweeper`: every `CHATBOT_BUDGET_SWEEP_SECONDS`, one replica
+at a time (its own lease) deletes the budget holds that expired (a killed replica's or
+command's: they stopped counting at their expiry), so the tables keep only live holds.
 """
 
 from __future__ import annotations
@@ -15,10 +19,12 @@ import contextlib
 import logging
 import random
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 from prometheus_client import Counter, Histogram
 
+from chatbot.budgets.admin import sweep_expired
 from chatbot.db.locks import Locks
 from chatbot.db.pool import Pool
 from chatbot.ops._lease import MaintenanceLease, MaintenanceLeaseLost, replica_name
@@ -141,3 +147,70 @@ class RetentionSweeper:
             },
         )
         return report
+
+
+BUDGET_LEASE_NAME = "budget_holds"
+BUDGET_HOLDS_SWEPT = Counter("chatbot_budget_holds_swept_total", "Expired budget holds deleted by the sweep.")
+
+
+class BudgetSweeper:
+    """The background task of one replica that deletes expired budget holds, one replica at a time."""
+
+    def __init__(
+        self,
+        *,
+        pool: Pool,
+        interval_seconds: float,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        holder: str | None = None,
+    ) -> None:
+        self.pool = pool
+        self.interval = interval_seconds
+        self.clock = clock
+        """The budgets' clock: a hold expires by the clock that wrote its expiry."""
+        # A sweep is one short statement per tenant: two intervals outlive it, and a killed
+        # holder's lease runs out soon enough for the sweep to keep its interval.
+        self.lease = MaintenanceLease(
+            pool,
+            BUDGET_LEASE_NAME,
+            holder=holder or replica_name(),
+            lease_seconds=max(1.0, 2 * interval_seconds),
+            every_seconds=interval_seconds,
+        )
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        """Start the background loop (idempotent)."""
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._loop(), name="budget-sweeper")
+
+    async def stop(self) -> None:
+        """Stop the loop."""
+        task, self._task = self._task, None
+        await stop_task(task)
+
+    async def _loop(self) -> None:
+        period = self.interval / WAKES_PER_INTERVAL
+        await asyncio.sleep(period * random.random())
+        while True:
+            try:
+                await self.sweep_once()
+            except Exception as exc:  # Postgres away: the next wake tries again
+                log.warning("budget hold sweep could not run", extra={"error": type(exc).__name__})
+            await asyncio.sleep(period * (0.75 + random.random() / 2))
+
+    async def sweep_once(self) -> int | None:
+        """Sweep now if this replica gets the lease and a sweep is due; None when it did not sweep."""
+        if not await self.lease.acquire():
+            return None
+        try:
+            swept = await sweep_expired(self.pool, self.clock())
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self.lease.give_up())
+            raise
+        await self.lease.finish()
+        BUDGET_HOLDS_SWEPT.inc(swept)
+        if swept:
+            log.info("budget holds swept", extra={"holds": swept})
+        return swept

@@ -40,12 +40,13 @@ from langgraph.graph.state import CompiledStateGraph
 
 from chatbot import metrics
 from chatbot.agent.context import Context, RunEnded
+from chatbot.agent.modelcall import answer_input_floor
 from chatbot.agent.outcome import GraphEvent, GraphOutcome, Token
 from chatbot.agent.record import chunk_versions
 from chatbot.agent.result import RunResult
 from chatbot.agent.run import run_graph
 from chatbot.agent.state import META_KEY, user_turn
-from chatbot.budgets.service import BudgetExhausted, Budgets, Reservation, budget_member
+from chatbot.budgets.service import BudgetExhausted, Budgets, Reservation, budget_member, budget_refusal_detail
 from chatbot.caller import CallerContext
 from chatbot.db import usage_totals
 from chatbot.db.locks import Fence, Lease, LeaseLost, Locks, UserErasing
@@ -89,9 +90,9 @@ class RunService:
     budgets: Budgets | None = None
     """Spending caps checked before the answer call (budgets/); None: no check at all."""
     answer_models: tuple[str, ...] = ()
-    """The answer chain's `provider:model` specs: a run's worst case is priced at the dearest."""
-    answer_input_tokens: int = 0
-    """The most input tokens an answer call may send (the window's budget, CHATBOT_CONTEXT_TOKENS)."""
+    """The answer chain's `provider:model` specs: a run's early hold is priced at the dearest."""
+    context_tokens: int = 6000
+    """The window's budget (CHATBOT_CONTEXT_TOKENS): a question longer is cut to fit it."""
     _starting: int = field(default=0, init=False)
     _runs: dict[str, RunStream] = field(default_factory=dict, init=False)
     _tasks: set[asyncio.Task[None]] = field(default_factory=set, init=False)
@@ -206,9 +207,9 @@ class RunService:
             # read in the statement that set the lease's fence).
             owner = None if lease.owner is None else Owner(*lease.owner)
             fresh = not check_owner(owner, caller, must_exist=False)
-            # The answer call's worst case, held before anything is written: a run that does
-            # not fit is refused like a rate-limited one, before its stream starts.
-            reservation = await self._reserve_answer(caller)
+            # The answer's early hold, before anything is written: a run that cannot afford
+            # even that is refused like a rate-limited one, before its stream starts.
+            reservation = await self._reserve_answer(caller, content)
             retry = await self.limiter.consume(caller)
             if retry is not None:
                 raise _rate_limited(retry)
@@ -245,27 +246,23 @@ class RunService:
         task.add_done_callback(self._run_done)
         return listener
 
-    async def _reserve_answer(self, caller: CallerContext) -> Reservation | None:
-        """Hold the answer call's worst case against the caller's budgets, or refuse the run (429)."""
-        if self.budgets is None:
-            return None
+    async def _reserve_answer(self, caller: CallerContext, content: str) -> Reservation | None:
+        """Hold the answer's early share against the caller's budgets, or refuse the run (429).
+
+        The call itself is sized at the model step (`Budgets.size`), once its window is counted.
+        """
+        if self.budgets is None or not self.answer_models:
+            return None  # no check, or the offline model: it costs nothing
+        floor = answer_input_floor(self.answer_models[0], content, caller.language, self.context_tokens)
         try:
-            return await self.budgets.reserve(
-                caller.tenant_id,
-                caller.user_id,
-                kind="answer",
-                models=self.answer_models,
-                input_tokens=self.answer_input_tokens,
-                # Every entry of the chain may be asked (and billed) when the ones before it fail.
-                calls=len(self.answer_models),
-            )
+            return await self.budgets.admit(caller.tenant_id, caller.user_id, self.answer_models, input_floor=floor)
         except BudgetExhausted as exc:
-            metrics.RUNS_REJECTED.labels("budget_exhausted").inc()
+            metrics.RUNS_REJECTED.labels(exc.reason).inc()
             raise Problem(
                 429,
-                f"the {exc.scope}'s {exc.period} budget for model spending is exhausted",
+                budget_refusal_detail(exc),
                 headers={"Retry-After": str(exc.retry_after)},
-                members={"reason": "budget_exhausted", "budget": budget_member(exc)},
+                members={"reason": exc.reason, "budget": budget_member(exc)},
             ) from None
 
     def _config(self, stream: RunStream, caller: CallerContext) -> RunnableConfig:
@@ -301,6 +298,7 @@ class RunService:
             events=sink,
             handoffs=handoffs,
             ended=ended,
+            size_answer=None if self.budgets is None else self.budgets.sizer(reservation),
         )
         failure: BaseException | None = None
         trace = self.tracing.start_run(
@@ -339,17 +337,21 @@ class RunService:
             if user_cancelled:
                 # Under the lock still: a rejoin that sees the thread free finds the record.
                 await self._record_cancelled(stream, context, config, lease, input_id)
-            ended.set_result("answered" if status == "answered" else "other")
             if handoffs:
                 # The memory job's row, written beside the final checkpoint: durable before `end`.
                 await asyncio.wait(handoffs)
             # Release before `end` goes out: a follow-up sent right after `end` must be accepted.
             await lease.release()
             self._runs.pop(stream.run_id, None)
-            # Before the terminal event: `chatbot usage` read right after `end` includes this run.
-            # The answer's budget reservation settles in the same round trip as the totals.
-            settle = self._answer_settlement(reservation, result)
-            await self._add_usage(caller.tenant_id, result.usage, settle)
+            try:
+                # Before the terminal event: `chatbot usage` read right after `end` includes this run.
+                # The answer's budget reservation settles in the same round trip as the totals.
+                settle = self._answer_settlement(reservation, result)
+                await self._add_usage(caller.tenant_id, result.usage, settle)
+            finally:
+                # After the settlement: the run's memory job (waiting on this) is then checked
+                # against what the answer spent, not against its hold.
+                ended.set_result("answered" if status == "answered" else "other")
             metrics.RUNS.labels(status).inc()
             if isinstance(terminal, Failure):
                 stream.fail(terminal)
