@@ -23,6 +23,7 @@ from chatbot import metrics
 from chatbot.agent._prompts import system_prompt
 from chatbot.agent._tokens import token_counter_for
 from chatbot.budgets.service import AnswerSizer, BudgetExhausted
+from chatbot.config import Settings
 from chatbot.failures import FailureReason, bounded_retry_after
 from chatbot.models.answer_field import valid_unicode
 from chatbot.models.chain import ChainEntry
@@ -147,6 +148,15 @@ class TimeLimits:
     first_token: float
     idle: float
     total: float
+
+    @classmethod
+    def of(cls, settings: Settings) -> TimeLimits:
+        """Return the bounds the settings give (`CHATBOT_MODEL_*_TIMEOUT_SECONDS`)."""
+        return cls(
+            first_token=settings.model_first_token_timeout_seconds,
+            idle=settings.model_idle_timeout_seconds,
+            total=settings.model_timeout_seconds,
+        )
 
 
 @dataclass(frozen=True, slots=True)

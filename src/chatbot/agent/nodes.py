@@ -442,17 +442,12 @@ class Nodes:
 
     async def _ask_model(self, window: Window, chunks: list[FoundChunk], ctx: Context) -> ModelAnswer:
         emit = _events(ctx)
-        settings = self.settings
         return await ask_model(
             self.deps.answer_chain(),
             window.messages,
             known_chunk_ids={c.chunk_id for c in chunks},
             language=ctx.language,
-            limits=TimeLimits(
-                first_token=settings.model_first_token_timeout_seconds,
-                idle=settings.model_idle_timeout_seconds,
-                total=settings.model_timeout_seconds,
-            ),
+            limits=TimeLimits.of(self.settings),
             on_delta=lambda delta: emit(Token(delta)),
             on_cancelled=self._usage(ctx).append,
             size=ctx.size_answer,
