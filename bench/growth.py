@@ -33,18 +33,18 @@ from chatbot.config import Settings
 from chatbot.db.pool import make_pool
 from chatbot.db.saver import PooledPostgresSaver
 from chatbot.ids import RunId, TenantId, ThreadId, UserId
-from chatbot.retrieval.search import FoundChunk
+from chatbot.responses import QuotedChunk
 from chatbot.timestamps import now_rfc3339
 
 CHUNKS = [
-    {
-        "chunk_id": f"doc-{i}#c{i}",
-        "document_id": f"doc-{i}",
-        "title": f"Document {i}",
-        "language": "en",
-        "score": 1.0 - i / 10,
-        "text": (f"Chunk {i}. " + "Coverage, deductibles and claim documents. " * 60)[:2000],
-    }
+    QuotedChunk(
+        chunk_id=f"doc-{i}#c{i}",
+        document_id=f"doc-{i}",
+        title=f"Document {i}",
+        language="en",
+        score=1.0 - i / 10,
+        text=(f"Chunk {i}. " + "Coverage, deductibles and claim documents. " * 60)[:2000],
+    )
     for i in range(5)
 ]
 _SIZE = """
@@ -54,8 +54,8 @@ select coalesce((select sum(pg_column_size(c.*)) from checkpoints c where thread
 """
 
 
-async def _chunks(_: CallerContext, __: str) -> list[FoundChunk]:
-    return [FoundChunk.from_state(c) for c in CHUNKS]
+async def _chunks(_: CallerContext, __: str) -> list[QuotedChunk]:
+    return list(CHUNKS)
 
 
 async def run_turn(graph: Any, thread: str, turn: int) -> float:

@@ -44,8 +44,9 @@ from chatbot.cli.common import mint_token
 from chatbot.db.pool import Pool
 from chatbot.db.saver import PooledPostgresSaver
 from chatbot.ids import RunId, TenantId, ThreadId, UserId
+from chatbot.responses import QuotedChunk
 from chatbot.retrieval.ingest import ingest_paths
-from chatbot.retrieval.search import FoundChunk, search_knowledge
+from chatbot.retrieval.search import search_knowledge
 from chatbot.threads.deletion import delete_threads
 from chatbot.threads.transcript import read_messages
 from chatbot.timestamps import now_rfc3339
@@ -63,11 +64,11 @@ def load_questions() -> list[tuple[str, str]]:
     return [(i["query"], "fa-IR" if i["document_id"].startswith("fa/") else "en-US") for i in items]
 
 
-def cached_retriever(pool: Pool) -> Callable[[CallerContext, str], Awaitable[list[FoundChunk]]]:
+def cached_retriever(pool: Pool) -> Callable[[CallerContext, str], Awaitable[list[QuotedChunk]]]:
     """Return the service's retrieval, memoised per question (the thread repeats its questions)."""
-    cache: dict[str, list[FoundChunk]] = {}
+    cache: dict[str, list[QuotedChunk]] = {}
 
-    async def retrieve(caller: CallerContext, query: str) -> list[FoundChunk]:
+    async def retrieve(caller: CallerContext, query: str) -> list[QuotedChunk]:
         if query not in cache:
             cache[query] = await search_knowledge(pool, caller, query, embeddings=None)
         return cache[query]

@@ -57,8 +57,9 @@ from chatbot.db.pool import Pool, connection_kwargs, make_pool
 from chatbot.db.saver import PooledPostgresSaver
 from chatbot.ids import RunId, TenantId, ThreadId, UserId
 from chatbot.memory.writer import MemoryWriter
+from chatbot.responses import QuotedChunk
 from chatbot.retrieval.ingest import ingest_paths
-from chatbot.retrieval.search import FoundChunk, search_knowledge
+from chatbot.retrieval.search import search_knowledge
 from chatbot.timestamps import now_rfc3339
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -326,7 +327,7 @@ async def main(args: argparse.Namespace) -> None:
             store = AsyncPostgresStore(pool)
             memory = MemoryWriter(pool=pool, locks=locks, max_facts=settings.memory_max_facts)
 
-            async def retriever(caller: CallerContext, query: str) -> list[FoundChunk]:
+            async def retriever(caller: CallerContext, query: str) -> list[QuotedChunk]:
                 return await search_knowledge(pool, caller, query)
 
             deps = AgentDeps(settings=settings, retriever=retriever, memory_sink=memory.submit)

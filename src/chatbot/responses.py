@@ -115,6 +115,34 @@ class ContextMessage(BaseModel):
     content: str
 
 
+class QuotedChunk(BaseModel):
+    """A knowledge chunk's text with its citation: the one shape every layer passes a chunk in.
+
+    Search finds these, the graph keeps them for the window and the offline responder, a run
+    record quotes its cited versions as these, and an evaluation case gives them back. It
+    lives here, beside the API's `RetrievedChunk` (built from it), so every feature may import it.
+    Not a response body: no endpoint returns it, so the OpenAPI document does not name it.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    chunk_id: str
+    document_id: str = ""
+    version: int = 1
+    """(chunk_id, version) names the exact row a run record cites."""
+    title: str = ""
+    """The heading path, `Document › Heading` (empty when the chunk has none)."""
+    text: str
+    language: str = ""
+    """"fa" or "en" (empty when unknown): the offline responder prefers chunks in the answer's language."""
+    pages: list[int] | None = None
+    """The 1-based PDF pages the text came from (None for a document without pages)."""
+    score: float = 0.0
+    """The search's fused relevance (0 when the chunk did not come from a search)."""
+
+
+# The wire form of a `QuotedChunk`'s citation (`quoting`); its text may be null once pruned.
+# The docstring is the schema's description: keep it as the OpenAPI document has it.
 class RetrievedChunk(BaseModel):
     """A knowledge chunk as it read when the run retrieved it."""
 
@@ -130,6 +158,17 @@ class RetrievedChunk(BaseModel):
         description="The 1-based PDF pages the chunk's text came from; null for formats without pages "
         "(Markdown, text, DOCX, HTML) and once the version was pruned.",
     )
+
+    @classmethod
+    def quoting(cls, chunk: QuotedChunk) -> RetrievedChunk:
+        """Return the API's view of a chunk version that still reads."""
+        return cls(
+            chunk_id=chunk.chunk_id,
+            document_id=chunk.document_id,
+            version=chunk.version,
+            text=chunk.text,
+            pages=chunk.pages,
+        )
 
 
 class RunContext(BaseModel):

@@ -18,17 +18,16 @@ from chatbot.caller import CallerContext
 from chatbot.ids import RunId, TenantId, ThreadId, UserId
 from chatbot.memory.items import StoredItem
 from chatbot.memory.read import Remembered
-from chatbot.models.chunks import QuotedChunk
 from chatbot.models.offline import offline_reply, rank_candidates
 from chatbot.models.reply import Reply
+from chatbot.responses import QuotedChunk
 from chatbot.retrieval.chunking import split_document
-from chatbot.retrieval.search import FoundChunk
 
 DEMO_FA = Path(__file__).resolve().parents[2] / "knowledge" / "demo" / "fa"
 
 
 def chunk(chunk_id: str, title: str, text: str, language: str = "en") -> QuotedChunk:
-    return {"chunk_id": chunk_id, "title": title, "text": text, "language": language}
+    return QuotedChunk(chunk_id=chunk_id, title=title, text=text, language=language)
 
 
 CAR_BODY = "Car body insurance"
@@ -169,11 +168,11 @@ async def _graph_turns(messages: Sequence[str], deps: AgentDeps) -> dict[str, An
 async def test_the_graph_gives_the_offline_responder_the_thread_and_the_users_memory() -> None:
     searched: list[str] = []
 
-    async def retrieve(_: CallerContext, query: str) -> list[FoundChunk]:
+    async def retrieve(_: CallerContext, query: str) -> list[QuotedChunk]:
         searched.append(query)
         # The follow-up alone finds health insurance; with the question before it, travel too.
         found = [HEALTH_FA, TRAVEL_FA] if "مسافرتی" in query else [HEALTH_FA]
-        return [FoundChunk.from_state(c) for c in found]
+        return found
 
     now = datetime.now(UTC)
 

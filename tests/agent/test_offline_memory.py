@@ -16,13 +16,13 @@ from chatbot.ids import RunId, TenantId, ThreadId, UserId
 from chatbot.memory.jobs import MemoryJob
 from chatbot.memory.pii import PiiCategory
 from chatbot.memory.writer import offline_extractor
-from chatbot.retrieval.search import FoundChunk
+from chatbot.responses import QuotedChunk
 
-CHUNK = {"chunk_id": "kb-1", "version": 1, "title": "Car body", "text": "Car body cover pays for damage."}
+CHUNK = QuotedChunk(chunk_id="kb-1", version=1, title="Car body", text="Car body cover pays for damage.")
 
 
-async def _one_chunk(_: CallerContext, __: str) -> list[FoundChunk]:
-    return [FoundChunk.from_state(CHUNK)]
+async def _one_chunk(_: CallerContext, __: str) -> list[QuotedChunk]:
+    return [CHUNK]
 
 
 async def _turn(text: str, *, locale: str = "en-US") -> tuple[dict[str, Any], list[MemoryJob]]:

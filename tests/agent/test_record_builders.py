@@ -7,7 +7,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 from chatbot.agent._window import Window
 from chatbot.agent.record import chunk_refs, chunk_versions, shortened_parts, window_by_ids
 from chatbot.agent.system_message import SystemCuts
-from chatbot.retrieval.search import FoundChunk
+from chatbot.responses import QuotedChunk
 
 HISTORY: list[BaseMessage] = [
     HumanMessage("q0", id="q-0"),
@@ -66,6 +66,6 @@ def test_what_was_cut_is_named_in_order() -> None:
 
 
 def test_chunk_versions_default_to_one_and_keep_rank_order() -> None:
-    chunks = [FoundChunk.from_state(c) for c in ({"chunk_id": "b#2", "version": 3}, {"chunk_id": "a#1"})]
+    chunks = [QuotedChunk(chunk_id="b#2", version=3, text=""), QuotedChunk(chunk_id="a#1", text="")]
     assert chunk_versions(chunks) == (("b#2", 3), ("a#1", 1))
     assert chunk_refs(chunks) == [["b#2", 3], ["a#1", 1]]  # the `retrieved` channel's form

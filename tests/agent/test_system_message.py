@@ -10,6 +10,7 @@ from langchain_core.messages import HumanMessage
 from chatbot.agent._prompts import system_prompt
 from chatbot.agent._window import Window, WindowInputs, build_window
 from chatbot.agent.system_message import compose_system_text, shorten_question
+from chatbot.responses import QuotedChunk
 from tests.agent.test_window import COUNTERS, make_inputs, meta, random_history
 from tests.fixtures.token_corpus import ENGLISH_PARAGRAPHS, PERSIAN_PARAGRAPHS
 
@@ -59,7 +60,7 @@ def test_a_runaway_summary_cut_from_the_whole_system_text_is_rebuilt_too() -> No
         profile={},
         facts=[],
         summary="خلاصه " * 3000,
-        chunks=[{"chunk_id": "kb-1", "title": "t", "text": "متن " * 50, "language": "fa"}],
+        chunks=[QuotedChunk(chunk_id="kb-1", title="t", text="متن " * 50, language="fa")],
         history=[],
         question=HumanMessage("فرانشیز چیست؟"),
     )

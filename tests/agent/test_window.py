@@ -13,7 +13,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, System
 from chatbot.agent._prompts import system_prompt
 from chatbot.agent._tokens import TokenCounter, token_counter_for
 from chatbot.agent._window import Window, WindowInputs, build_window, format_system_prompt
-from chatbot.models.chunks import QuotedChunk
+from chatbot.responses import QuotedChunk
 from tests.fixtures.token_corpus import ENGLISH_PARAGRAPHS, PERSIAN_PARAGRAPHS
 
 COUNTERS = {"o200k": token_counter_for("openai:gpt-4o-mini"), "approximate": token_counter_for("offline")}
@@ -53,7 +53,7 @@ def make_inputs(rng: random.Random, history: Sequence[BaseMessage], *, language:
     """Return window inputs around `history` with a profile, facts, summary and three chunks."""
     source = PERSIAN_PARAGRAPHS if language == "fa" else ENGLISH_PARAGRAPHS
     chunks: list[QuotedChunk] = [
-        {"chunk_id": f"kb-{k}", "title": f"Article {k}", "text": " ".join(rng.sample(source, 3)), "language": language}
+        QuotedChunk(chunk_id=f"kb-{k}", title=f"Article {k}", text=" ".join(rng.sample(source, 3)), language=language)
         for k in range(3)
     ]
     return WindowInputs(

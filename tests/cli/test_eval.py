@@ -293,11 +293,10 @@ async def test_a_recorded_window_reaches_the_model_whole(double: ProviderDouble)
     from chatbot.evaluation.candidates import load_candidate
     from chatbot.evaluation.cases import Case, RecordedWindow, Turn
     from chatbot.evaluation.dry_run import run_case
-    from chatbot.models.chunks import QuotedChunk
+    from chatbot.responses import QuotedChunk
 
-    chunk: dict[str, Any] = {"chunk_id": "en/travel.md#abc", "document_id": "en/travel.md", "version": 3,
-                             "title": "Travel", "text": "Lost baggage: up to €1,000 (as read then).",
-                             "language": "en", "score": 1.0}  # fmt: skip
+    chunk = QuotedChunk(chunk_id="en/travel.md#abc", document_id="en/travel.md", version=3, title="Travel",
+                        text="Lost baggage: up to €1,000 (as read then).", language="en", score=1.0)  # fmt: skip
     window = RecordedWindow(
         summary="The user asked about travel cover before.",
         profile={"products": ["travel"]},
@@ -312,13 +311,13 @@ async def test_a_recorded_window_reaches_the_model_whole(double: ProviderDouble)
     async def no_search(*_: Any) -> NoReturn:
         raise AssertionError("a recorded window is not searched again")
 
-    double.default = Behaviour(answer="Up to €1,000.", citations=[chunk["chunk_id"]])
+    double.default = Behaviour(answer="Up to €1,000.", citations=[chunk.chunk_id])
     result = await run_case(case, load_candidate(MODEL, settings), tenant_id=TenantId("acme"), settings=settings,
                             search=no_search)  # fmt: skip
-    assert (result.status, result.citations, result.error) == ("answered", [chunk["chunk_id"]], None)
+    assert (result.status, result.citations, result.error) == ("answered", [chunk.chunk_id], None)
     (request,) = double.requests
     system, *messages = request.body["messages"]
-    quoted = QuotedChunk(chunk_id=chunk["chunk_id"], title=chunk["title"], text=chunk["text"], language="en")
+    quoted = QuotedChunk(chunk_id=chunk.chunk_id, title=chunk.title, text=chunk.text, language="en")
     expected = format_system_prompt(system_prompt("en"), profile=window.profile, facts=window.facts,
                                     summary=window.summary, chunks=[quoted], language="en")  # fmt: skip
     assert system["content"] == expected

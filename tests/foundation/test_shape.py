@@ -12,6 +12,8 @@ Read from the source with `ast`, like tests/foundation/test_layers.py:
   sitting is split by what its parts do;
 - a stored fact's JSON is parsed in one module (memory/facts.py), and memory's store layout
   and its walk over stored values are spelled in memory/ alone.
+- a chunk's text with its citation is one class (`responses.QuotedChunk`): search, the graph,
+  the run record and the evaluation build from it, none declares a chunk's fields again.
 
 `test_the_checks_catch_what_they_are_for` feeds each check a small breaking source.
 """
@@ -271,3 +273,43 @@ def test_the_checks_catch_what_they_are_for(tmp_path: Path) -> None:
     assert import_problems(ops, ast.parse("from chatbot.threads._ownership import check_owner\n"))
     assert not import_problems(ops, ast.parse("from chatbot.ops import queries\n"))
     assert not import_problems(ops, ast.parse("from chatbot.threads.deletion import delete_thread_rows\n"))
+
+
+# --- one shape for a chunk's text with its citation ----------------------------------------
+
+CHUNK_SHAPE = "responses.py:QuotedChunk"
+# Classes that may declare a chunk id beside its text, each with why it is not a second shape
+# of a chunk as found, quoted and cited (those are all `QuotedChunk`).
+CHUNK_FIELDS_ELSEWHERE = {
+    "responses.py:RetrievedChunk": "the API's wire form, built from a QuotedChunk; its text is null once pruned",
+    "retrieval/chunking.py:Chunk": "a piece of a document being cut for ingest, before it is stored or versioned",
+    "retrieval/queries.py:ChunkInsert": "the insert statement's parameters: a version with its index forms",
+}
+
+
+def chunk_shapes(where: str, tree: ast.AST) -> list[str]:
+    """Return `module:Class` for each class of `tree` that declares both `chunk_id` and `text`."""
+    return [
+        f"{where}:{node.name}"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ClassDef)
+        and {"chunk_id", "text"}
+        <= {s.target.id for s in node.body if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)}
+    ]
+
+
+def test_one_class_is_a_chunks_text_with_its_citation() -> None:
+    found = {shape for path, tree in _modules(SRC) for shape in chunk_shapes(path.relative_to(SRC).as_posix(), tree)}
+    assert CHUNK_SHAPE in found
+    others = found - {CHUNK_SHAPE} - CHUNK_FIELDS_ELSEWHERE.keys()
+    assert not others, f"build these from {CHUNK_SHAPE} instead of declaring a chunk's fields again: {sorted(others)}"
+    assert CHUNK_FIELDS_ELSEWHERE.keys() <= found, "take a class that is gone off CHUNK_FIELDS_ELSEWHERE"
+
+
+def test_the_chunk_check_catches_a_second_shape() -> None:
+    # What this tree held before: the search's subclass narrowing the API's model, and a TypedDict.
+    narrowed = "class FoundChunk(RetrievedChunk):\n    chunk_id: str\n    text: str\n    score: float = 0.0\n"
+    assert chunk_shapes("retrieval/search.py", ast.parse(narrowed)) == ["retrieval/search.py:FoundChunk"]
+    typed = "class QuotedChunk(TypedDict):\n    chunk_id: str\n    title: str\n    text: str\n"
+    assert chunk_shapes("models/chunks.py", ast.parse(typed))
+    assert not chunk_shapes("agent/result.py", ast.parse("class Result:\n    chunks: list[QuotedChunk]\n"))

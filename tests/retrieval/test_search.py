@@ -11,7 +11,7 @@ from chatbot.caller import CallerContext
 from chatbot.db.pool import Pool
 from chatbot.ids import TenantId, UserId
 from chatbot.retrieval.ingest import ingest_paths
-from chatbot.retrieval.search import FoundChunk, search_knowledge
+from chatbot.retrieval.search import search_knowledge
 from tests.fixtures.retrieval_kb import HashingEmbeddings, chunk_ids, write_docs
 
 DEMO_KB = Path(__file__).resolve().parents[2] / "knowledge" / "demo"
@@ -168,17 +168,8 @@ async def test_results_are_best_first_with_scores_and_k(pool: Pool, two_tenants:
     assert 1 <= len(found) <= 2
     assert found[0].document_id == "cars.md"
     assert [c.score for c in found] == sorted((c.score for c in found), reverse=True)
-    state = found[0].to_state()
-    assert state == {
-        "chunk_id": found[0].chunk_id,
-        "document_id": "cars.md",
-        "title": found[0].title,
-        "text": found[0].text,
-        "language": "en",
-        "score": found[0].score,
-        "version": 1,
-    }
-    assert isinstance(found[0], FoundChunk)
+    assert (found[0].document_id, found[0].language, found[0].version) == ("cars.md", "en", 1)
+    assert found[0].title and found[0].text
 
 
 async def test_a_misspelt_word_still_finds_its_document(pool: Pool, two_tenants: tuple[str, str]) -> None:

@@ -38,8 +38,8 @@ async def test_a_changed_document_keeps_the_old_version_readable_and_searches_th
     assert "15%" in new.text and new.chunk_id != old.chunk_id and new.version == 2
     assert all("10%" not in c.text for c in await search_knowledge(pool, caller, "deductible claim rials"))
     rows = await read_chunk_versions(pool, tenant, [(old.chunk_id, old.version), (new.chunk_id, new.version)])
-    assert rows[(old.chunk_id, 1)]["text"] == old.text  # the text as a past run read it
-    assert rows[(new.chunk_id, 2)]["text"] == new.text
+    assert rows[(old.chunk_id, 1)].text == old.text  # the text as a past run read it
+    assert rows[(new.chunk_id, 2)].text == new.text
     assert await read_chunk_versions(pool, "another-tenant", [(old.chunk_id, 1)]) == {}
 
 
@@ -56,7 +56,7 @@ async def test_a_removed_document_leaves_search_but_not_the_records_and_can_come
     assert report.removed == 1
     assert await search_knowledge(pool, caller, "medical costs abroad euros") == []
     kept = await read_chunk_versions(pool, tenant, [(travel.chunk_id, travel.version)])
-    assert kept[(travel.chunk_id, travel.version)]["text"] == travel.text
+    assert kept[(travel.chunk_id, travel.version)].text == travel.text
     # Re-adding the same text makes it current again, as a new version of the same chunk id.
     write_docs(root, {"travel.md": OTHER})
     report = await ingest_paths(pool, tenant, [root])

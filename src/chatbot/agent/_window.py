@@ -27,7 +27,7 @@ from chatbot.agent.system_message import (
     format_system_prompt,
     shorten_question,
 )
-from chatbot.models.chunks import QuotedChunk
+from chatbot.responses import QuotedChunk
 from chatbot.text import looks_persian
 
 __all__ = [

@@ -15,14 +15,14 @@ from chatbot.memory.jobs import MemorySink, drop_memory_job
 from chatbot.memory.read import MemoryReader
 from chatbot.models.chain import ChainEntry
 from chatbot.recall.service import Recaller
-from chatbot.retrieval.search import FoundChunk
+from chatbot.responses import QuotedChunk
 
-Retriever = Callable[[CallerContext, str], Awaitable[Sequence[FoundChunk]]]
+Retriever = Callable[[CallerContext, str], Awaitable[Sequence[QuotedChunk]]]
 PromptRegistry = Callable[[str, str], Awaitable[None]]
 """Called as `registry(sha256, text)` before a system prompt is used: stores its text once."""
 
 
-async def no_retrieval(_: CallerContext, __: str) -> Sequence[FoundChunk]:
+async def no_retrieval(_: CallerContext, __: str) -> Sequence[QuotedChunk]:
     """Return no chunks (a graph built without a knowledge base)."""
     return []
 

@@ -39,11 +39,9 @@ from chatbot.memory.facts import Fact
 from chatbot.memory.jobs import MemoryJob
 from chatbot.memory.namespaces import PROFILE_KEY, facts_namespace, profile_namespace, user_prefix
 from chatbot.models.chain import ChainEntry
-from chatbot.models.chunks import QuotedChunk
 from chatbot.models.offline import MemoryRequest, leans_on_thread, offline_reply, rank_candidates, split_tokens
 from chatbot.models.reply import Reply
-from chatbot.responses import HandoffContext, ModelCallUsage, RoleMessage
-from chatbot.retrieval.search import FoundChunk
+from chatbot.responses import HandoffContext, ModelCallUsage, QuotedChunk, RoleMessage
 from chatbot.timestamps import now_rfc3339
 
 RECENT_IN_HANDOFF = 10
@@ -109,8 +107,8 @@ class Nodes:
         return ConversationState(retrieved=refs, record=partial.dump())
 
     async def _offline_chunks(
-        self, state: ConversationState, ctx: Context, question: str, chunks: list[FoundChunk]
-    ) -> list[FoundChunk]:
+        self, state: ConversationState, ctx: Context, question: str, chunks: list[QuotedChunk]
+    ) -> list[QuotedChunk]:
         """Order the candidates for the offline responder, the thread's topic included.
 
         A model reads the thread and resolves "and for the premium plan?" itself; the offline
@@ -123,9 +121,7 @@ class Nodes:
             found = await self.deps.retriever(ctx.caller, f"{earlier[-1]} {question}")
             seen = {c.chunk_id for c in chunks}
             chunks = chunks + [c for c in found if c.chunk_id not in seen]
-        by_id = {c.chunk_id: c for c in chunks}
-        ranked = rank_candidates(question, _quoted(chunks), language=ctx.language, thread=earlier)
-        return [by_id[str(c["chunk_id"])] for c in ranked]
+        return rank_candidates(question, chunks, language=ctx.language, thread=earlier)
 
     async def generate(self, state: ConversationState, runtime: Runtime[Context]) -> ConversationState:
         """Answer the question from the window, stream it, and decide the turn's status."""
@@ -157,7 +153,7 @@ class Nodes:
             ctx.result.memory_candidates = candidates
             reply = offline_reply(
                 str(question.text),
-                _quoted(chunks),
+                chunks,
                 language=ctx.language,
                 unanswered_streak=streak,
                 memory_request=_memory_request(candidates),
@@ -215,7 +211,7 @@ class Nodes:
         question: HumanMessage,
         recalled: Recalled,
         prompt_sha: str,
-        chunks: list[FoundChunk],
+        chunks: list[QuotedChunk],
         history: list[Any],
     ) -> ConversationState:
         """Return the update of a turn whose model failed: the reason and what was shown, no answer.
@@ -256,7 +252,7 @@ class Nodes:
         return tuple(call.model_dump() for call in calls)
 
     @staticmethod
-    def _chunks(state: ConversationState, ctx: Context) -> list[FoundChunk]:
+    def _chunks(state: ConversationState, ctx: Context) -> list[QuotedChunk]:
         """Return this run's retrieved chunks, text included, from the run's own memory."""
         wanted = [tuple(ref) for ref in state.get("retrieved") or []]
         # Only what `retrieve` recorded for this run: the ids in state are the authority.
@@ -269,7 +265,7 @@ class Nodes:
         question: HumanMessage,
         recalled: Recalled,
         prompt_sha: str,
-        chunks: list[FoundChunk],
+        chunks: list[QuotedChunk],
         history: list[Any],
     ) -> str:
         """Return the run record: how it ended, and what the model was given, by id (agent/record.py)."""
@@ -326,7 +322,7 @@ class Nodes:
         state: ConversationState,
         history: list[Any],
         question: HumanMessage,
-        chunks: list[FoundChunk],
+        chunks: list[QuotedChunk],
         turns: int,
         ctx: Context,
     ) -> tuple[TurnWindowParts, Window, ConversationState]:
@@ -420,7 +416,7 @@ class Nodes:
             profile=state.get("profile") or {},
             facts=state.get("facts") or [],
             summary=parts.summary,
-            chunks=_quoted(parts.chunks),
+            chunks=parts.chunks,
             # Never the oldest messages of the recent list: they are folded into the summary
             # before the list drops them (see state.py).
             history=parts.history[-WINDOW_HISTORY:],
@@ -440,7 +436,7 @@ class Nodes:
             if delay:
                 await asyncio.sleep(delay)
 
-    async def _ask_model(self, window: Window, chunks: list[FoundChunk], ctx: Context) -> ModelAnswer:
+    async def _ask_model(self, window: Window, chunks: list[QuotedChunk], ctx: Context) -> ModelAnswer:
         emit = _events(ctx)
         return await ask_model(
             self.deps.answer_chain(),
@@ -474,13 +470,6 @@ def _events(ctx: Context) -> EventSink:
     return ctx.events if ctx.events is not None else custom_stream_sink(get_stream_writer())
 
 
-def _quoted(chunks: list[FoundChunk]) -> list[QuotedChunk]:
-    """Return the chunks as the window and the offline responder read them (models/ imports no retrieval)."""
-    return [
-        QuotedChunk(chunk_id=c.chunk_id, title=c.title, text=c.text, language=c.language, pages=c.pages) for c in chunks
-    ]
-
-
 def _memory_request(candidates: MemoryCandidates) -> MemoryRequest | None:
     """Return what a "remember …" in the message asks of memory, as the offline responder answers it."""
     return "refused" if candidates.rejected else "noted" if candidates.facts else None
@@ -494,5 +483,5 @@ class TurnWindowParts:
     history: list[Any]
     question: HumanMessage
     summary: str
-    chunks: list[FoundChunk]
+    chunks: list[QuotedChunk]
     language: str

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from langchain_core.messages import BaseMessage
 
 from chatbot.db.run_record import ChunkVersion, WindowByIds
-from chatbot.retrieval.search import FoundChunk
+from chatbot.responses import QuotedChunk
 
 if TYPE_CHECKING:
     from chatbot.agent._window import Window
@@ -29,12 +29,12 @@ def prompt_sha256(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def chunk_versions(chunks: Sequence[FoundChunk]) -> tuple[ChunkVersion, ...]:
+def chunk_versions(chunks: Sequence[QuotedChunk]) -> tuple[ChunkVersion, ...]:
     """Return the (chunk_id, version) pairs of retrieved chunks, in rank order."""
     return tuple((c.chunk_id, c.version) for c in chunks)
 
 
-def chunk_refs(chunks: Sequence[FoundChunk]) -> list[list[Any]]:
+def chunk_refs(chunks: Sequence[QuotedChunk]) -> list[list[Any]]:
     """Return the same pairs as [chunk_id, version] lists: the `retrieved` channel's form."""
     return [list(pair) for pair in chunk_versions(chunks)]
 

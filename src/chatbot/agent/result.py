@@ -21,8 +21,7 @@ from chatbot.errors import DATABASE_ERRORS
 from chatbot.failures import Failure, FailureReason
 from chatbot.memory.extraction import MemoryCandidates
 from chatbot.recall.service import RecalledTurn
-from chatbot.responses import ModelCallUsage
-from chatbot.retrieval.search import FoundChunk
+from chatbot.responses import ModelCallUsage, QuotedChunk
 
 # What a run's graph may raise, and the reason each means; anything else is `internal`.
 # A lost lock session is a dropped database connection: the run cannot write.
@@ -57,7 +56,7 @@ class RunResult:
     """The model's failure the graph recorded as an `error` outcome (the run did not raise)."""
     usage: list[ModelCallUsage] = field(default_factory=list)
     """The run's model calls so far, in order (the summary fold's, then the answer's)."""
-    chunks: list[FoundChunk] = field(default_factory=list)
+    chunks: list[QuotedChunk] = field(default_factory=list)
     """What `retrieve` found, text included, in rank order."""
     memory_candidates: MemoryCandidates | None = None
     """What the offline rules found in the user's message for memory (offline answers only)."""

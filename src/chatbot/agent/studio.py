@@ -22,9 +22,9 @@ from chatbot.agent.context import Context
 from chatbot.agent.graph import build_graph
 from chatbot.caller import CallerContext
 from chatbot.ids import RunId, TenantId, ThreadId, UserId
+from chatbot.responses import QuotedChunk
 from chatbot.retrieval.chunking import document_title, split_document
 from chatbot.retrieval.normalize import detect_language, search_form
-from chatbot.retrieval.search import FoundChunk
 
 # The repository's demo knowledge base (absent from an installed wheel: then nothing is found).
 DEMO_KNOWLEDGE = Path(__file__).resolve().parents[3] / "knowledge" / "demo"
@@ -62,39 +62,38 @@ def _words(text: str) -> set[str]:
 
 
 @cache
-def _demo_chunks(root: Path) -> tuple[dict[str, Any], ...]:
-    chunks: list[dict[str, Any]] = []
+def _demo_chunks(root: Path) -> tuple[tuple[QuotedChunk, frozenset[str]], ...]:
+    """Return the demo knowledge base's chunks, each with the words it holds."""
+    chunks: list[tuple[QuotedChunk, frozenset[str]]] = []
     for path in sorted(root.rglob("*.md")) if root.is_dir() else []:
         text = path.read_text(encoding="utf-8")
         document_id = path.relative_to(root).as_posix()
         for chunk in split_document(document_id, document_title(text, path.stem), text):
-            chunks.append(
-                {
-                    "chunk_id": chunk.chunk_id,
-                    "document_id": document_id,
-                    "title": chunk.title,
-                    "text": chunk.text,
-                    "language": detect_language(chunk.text),
-                    "words": _words(f"{chunk.title} {chunk.text}"),
-                }
+            quoted = QuotedChunk(
+                chunk_id=chunk.chunk_id,
+                document_id=document_id,
+                title=chunk.title,
+                text=chunk.text,
+                language=detect_language(chunk.text),
             )
+            chunks.append((quoted, frozenset(_words(f"{chunk.title} {chunk.text}"))))
     return tuple(chunks)
 
 
 def demo_retriever(root: Path = DEMO_KNOWLEDGE) -> Any:
     """Return a retriever over a folder of Markdown files, ranked by the share of question words a chunk has."""
 
-    async def retrieve(caller: CallerContext, question: str) -> Sequence[FoundChunk]:
+    async def retrieve(caller: CallerContext, question: str) -> Sequence[QuotedChunk]:
         asked = _words(question)
         if not asked:
             return []
         scored = []
-        for chunk in _demo_chunks(root):
-            share = len(asked & chunk["words"]) / len(asked)
+        for chunk, words in _demo_chunks(root):
+            share = len(asked & words) / len(asked)
             if share >= MIN_SHARE:
-                scored.append({k: v for k, v in chunk.items() if k != "words"} | {"score": share})
-        scored.sort(key=lambda c: c["score"], reverse=True)
-        return [FoundChunk.from_state(c) for c in scored[:TOP]]
+                scored.append(chunk.model_copy(update={"score": share}))
+        scored.sort(key=lambda c: c.score, reverse=True)
+        return scored[:TOP]
 
     return retrieve
 

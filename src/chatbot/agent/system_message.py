@@ -15,7 +15,7 @@ from pydantic import JsonValue
 
 from chatbot.agent._prompts import SECTION_LABELS, TRUNCATION_MARKERS, SectionLabels, language_key
 from chatbot.memory.pii import normalize_for_pii
-from chatbot.models.chunks import QuotedChunk
+from chatbot.responses import QuotedChunk
 from chatbot.text import cut_at_word, looks_persian
 
 __all__ = [
@@ -191,17 +191,12 @@ def format_system_prompt(
         parts.append(f"## {labels.summary}\n{summary.strip()}")
     rendered = []
     for chunk in chunks:
-        title = chunk["title"].strip()
-        header = f"[chunk:{chunk['chunk_id']}]" + (f" {title}" if title else "")
-        rendered.append(f"{header}\n{chunk['text'].strip()}".rstrip())
+        title = chunk.title.strip()
+        header = f"[chunk:{chunk.chunk_id}]" + (f" {title}" if title else "")
+        rendered.append(f"{header}\n{chunk.text.strip()}".rstrip())
     empty = labels.chunks_omitted if chunks_omitted else labels.no_chunks
     parts.append(f"## {labels.chunks}\n" + ("\n\n".join(rendered) if rendered else empty))
     return "\n\n".join(parts)
-
-
-def quote(chunk_id: str, title: str, text: str) -> QuotedChunk:
-    """Return a chunk as the system message quotes it: a run record's cited version, to rebuild the message."""
-    return QuotedChunk(chunk_id=chunk_id, title=title, text=text, language="")
 
 
 def compose_system_text(
@@ -216,14 +211,14 @@ def compose_system_text(
     """Return the system message text the window sends, from its parts and how they were cut.
 
     The window gives its chunks; a run record rebuilding the message gives the versions it
-    cites (threads/record.py `CitedChunk.quoted`).
+    cites (threads/record.py `ResolvedRun.chunks`).
     """
     lang = "fa" if looks_persian(system_prompt) else "en"
     marker = TRUNCATION_MARKERS[lang]
     kept: list[QuotedChunk] = []
     for chunk in chunks[: cuts.chunks_kept]:
-        text = chunk["text"]
-        kept.append(chunk | {"text": cut_text(text, len(text) * cuts.chunk_permille // 1000, marker)})
+        text = chunk.text
+        kept.append(chunk.model_copy(update={"text": cut_text(text, len(text) * cuts.chunk_permille // 1000, marker)}))
     full = format_system_prompt(
         system_prompt,
         profile=profile,

@@ -12,6 +12,7 @@ from typing import Any, Literal, NotRequired, TypedDict
 from pydantic import JsonValue
 
 from chatbot.recall.service import RecalledTurn
+from chatbot.responses import QuotedChunk
 from chatbot.text import looks_persian
 
 STATUSES = ("answered", "clarifying", "escalate")
@@ -39,8 +40,8 @@ class RecordedWindow:
     summary: str
     profile: Mapping[str, JsonValue]
     facts: tuple[str, ...]
-    chunks: tuple[Mapping[str, JsonValue], ...]
-    """The retrieved chunks as they read then, in rank order (chunk_id, document_id, version, title, text, language)."""
+    chunks: tuple[QuotedChunk, ...]
+    """The retrieved chunks as they read then, in rank order."""
     context_tokens: int | None
     """The window budget the run was built with; None: today's setting."""
     recalled: tuple[RecalledTurn, ...] = ()

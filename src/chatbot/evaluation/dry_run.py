@@ -35,10 +35,9 @@ from chatbot.ids import RunId, TenantId, ThreadId, UserId
 from chatbot.memory.jobs import drop_memory_job
 from chatbot.memory.namespaces import PROFILE_KEY, facts_namespace, profile_namespace
 from chatbot.recall.service import RecordedRecall
-from chatbot.responses import ModelCallUsage
-from chatbot.retrieval.search import FoundChunk
+from chatbot.responses import ModelCallUsage, QuotedChunk
 
-Search = Callable[[CallerContext, str], Awaitable[Sequence[FoundChunk]]]
+Search = Callable[[CallerContext, str], Awaitable[Sequence[QuotedChunk]]]
 EVAL_USER = UserId("eval")
 """The user every case runs as: its memory is the in-memory store of that one run."""
 
@@ -103,9 +102,9 @@ def _retriever(case: Case, search: Search) -> Search:
     window = case.window
     if window is None:
         return search
-    chunks = [FoundChunk.from_state(c) for c in window.chunks]
+    chunks = list(window.chunks)
 
-    async def recorded(_: CallerContext, __: str) -> Sequence[FoundChunk]:
+    async def recorded(_: CallerContext, __: str) -> Sequence[QuotedChunk]:
         return chunks
 
     return recorded

@@ -12,15 +12,14 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Literal
 
-from pydantic import JsonValue
-
 from chatbot.db.locks import Locks
 from chatbot.db.pool import Pool
 from chatbot.evaluation.cases import Case, RecordedWindow, Turn, default_locale
 from chatbot.ids import TenantId
+from chatbot.responses import QuotedChunk
 from chatbot.retrieval.normalize import detect_language
 from chatbot.threads.export import rated_runs_of_tenant
-from chatbot.threads.record import CitedChunk, ResolvedRun, read_run_record
+from chatbot.threads.record import ResolvedRun, read_run_record
 
 Score = Literal["up", "down"]
 
@@ -62,7 +61,7 @@ def _case(record: ResolvedRun, locale: str | None) -> Case:
         summary=context.summary,
         profile=dict(context.profile),
         facts=tuple(context.facts),
-        chunks=tuple(_chunk(c) for c in record.chunks if c.chunk.text is not None),  # pruned: no retained run cites it
+        chunks=tuple(_chunk(c) for c in record.chunks),  # a pruned version is not among them
         context_tokens=tokens if isinstance(tokens, int) else None,
         recalled=tuple(record.recalled),
     )
@@ -81,15 +80,7 @@ def _locale(record: ResolvedRun, question: str) -> str:
     return "fa-IR" if language == "fa" else "en-US" if language == "en" else default_locale(question)
 
 
-def _chunk(cited: CitedChunk) -> dict[str, JsonValue]:
-    """Return a cited chunk as the graph takes it back (retrieval.search.FoundChunk.from_state)."""
-    text = cited.chunk.text or ""  # called for versions not pruned
-    return {
-        "chunk_id": cited.chunk.chunk_id,
-        "document_id": cited.chunk.document_id,
-        "version": cited.chunk.version,
-        "title": cited.title,
-        "text": text,
-        "language": detect_language(text),  # a chunk version's row has no language
-        "score": 1.0,
-    }
+def _chunk(cited: QuotedChunk) -> QuotedChunk:
+    """Return a cited chunk as the graph takes it back, as if found again."""
+    # A chunk version's row has no language; the recorded pages are not given back.
+    return cited.model_copy(update={"language": detect_language(cited.text), "pages": None, "score": 1.0})

@@ -24,7 +24,7 @@ from collections.abc import Set as AbstractSet
 from functools import lru_cache
 from itertools import pairwise
 
-from chatbot.models.chunks import QuotedChunk
+from chatbot.responses import QuotedChunk
 from chatbot.text import normalize_persian
 
 HEADING, DOCUMENT_TITLE, TEXT = 3.0, 3.0, 1.0
@@ -147,7 +147,7 @@ def section_scores(question: str, chunks: Sequence[QuotedChunk], *, thread: Sequ
     earlier = set().union(*(terms(text) for text in thread)) - asked - aside if thread else set()
     places = [_places(chunk) for chunk in chunks]
     everywhere = [heading | title | text for heading, title, text in places]
-    chunk_pairs = [pairs(words(f"{chunk.get('title') or ''} {chunk.get('text') or ''}")) for chunk in chunks]
+    chunk_pairs = [pairs(words(f"{chunk.title} {chunk.text}")) for chunk in chunks]
     count = len(chunks)
 
     def rarity(term: str) -> float:
@@ -181,7 +181,7 @@ def section_scores(question: str, chunks: Sequence[QuotedChunk], *, thread: Sequ
 
 def _places(chunk: QuotedChunk) -> tuple[_Vocabulary, _Vocabulary, _Vocabulary]:
     """Return the words of the chunk's own heading, of its document's title, and of its text."""
-    path = str(chunk.get("title") or "").split(" › ")
+    path = chunk.title.split(" › ")
     heading = _vocabulary(path[-1]) if len(path) > 1 else _Vocabulary(())
     title = _vocabulary(" ".join(path[:-1] if len(path) > 1 else path))
-    return heading, title, _vocabulary(str(chunk.get("text") or ""))
+    return heading, title, _vocabulary(chunk.text)

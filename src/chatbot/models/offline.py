@@ -17,8 +17,8 @@ from typing import Literal
 from pydantic import JsonValue
 
 from chatbot.models._sections import rank_sections
-from chatbot.models.chunks import QuotedChunk
 from chatbot.models.reply import Reply
+from chatbot.responses import QuotedChunk
 from chatbot.text import looks_persian, normalize_persian
 
 # Asking for a person, in English and Persian (matched on normalised, lower-cased text).
@@ -103,7 +103,7 @@ def answer_language(question: str, token_language: str) -> str:
 def _pick_chunk(chunks: Sequence[QuotedChunk], language: str) -> QuotedChunk:
     # The chunks come ranked (`rank_candidates`): the first in the answer's language.
     for chunk in chunks:
-        if chunk.get("language") == language:
+        if chunk.language == language:
             return chunk
     return chunks[0]
 
@@ -136,8 +136,8 @@ def rank_candidates(
     answer agree on what was found.
     """
     answer_in = answer_language(question, language)
-    same = [chunk for chunk in chunks if chunk.get("language") == answer_in]
-    other = [chunk for chunk in chunks if chunk.get("language") != answer_in]
+    same = [chunk for chunk in chunks if chunk.language == answer_in]
+    other = [chunk for chunk in chunks if chunk.language != answer_in]
     return rank_sections(question, same, thread=thread) + rank_sections(question, other, thread=thread)
 
 
@@ -229,10 +229,10 @@ def offline_reply(
         return Reply("answered", _about_self(texts, profile or {}, facts))
     if chunks and not _is_vague(question):
         chunk = _pick_chunk(chunks, language)
-        title = chunk.get("title") or chunk["chunk_id"]
-        where = _pages_note(chunk.get("pages"), texts)
-        content = texts["answer"].format(title=title, where=where, text=chunk["text"].strip())
-        return Reply("answered", content, [str(chunk["chunk_id"])])
+        title = chunk.title or chunk.chunk_id
+        where = _pages_note(chunk.pages, texts)
+        content = texts["answer"].format(title=title, where=where, text=chunk.text.strip())
+        return Reply("answered", content, [chunk.chunk_id])
     if unanswered_streak + 1 >= ESCALATE_AFTER_UNANSWERED:
         return Reply("escalate", texts["stuck"], escalation_reason="repeatedly_unanswerable")
     return Reply("clarifying", texts["vague"] if _is_vague(question) else texts["clarify"])

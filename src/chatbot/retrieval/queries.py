@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import timedelta
-from typing import Any, NamedTuple, TypedDict, cast
+from typing import Any, NamedTuple, TypedDict
 
 from psycopg import AsyncConnection, sql
 from psycopg.abc import Params
@@ -20,6 +20,7 @@ from psycopg.types.json import Jsonb
 from chatbot.db.langgraph_tables import CITED_CHUNK_VERSIONS
 from chatbot.db.locks import hold_vocabulary
 from chatbot.ids import TenantId
+from chatbot.responses import QuotedChunk
 
 Conn = AsyncConnection[Any]
 
@@ -43,36 +44,11 @@ class ChunkInsert(TypedDict):
     metadata: Jsonb
 
 
-class ChunkVersionRow(TypedDict):
-    """A chunk version as a run record cites it (READ_CHUNK_VERSIONS's columns)."""
-
-    chunk_id: str
-    version: int
-    document_id: str
-    title: str
-    text: str
-    pages: list[int] | None
-    """The 1-based pages its text came from (`metadata.pages`); None for a document without pages."""
-
-
 class CurrentChunk(NamedTuple):
     """A document's current chunk as ingest compares it with a new cut (CURRENT_CHUNKS's columns)."""
 
     title: str
     ordinal: int
-    pages: list[int] | None
-
-
-class SearchRow(TypedDict):
-    """A ranked chunk (SEARCH_SQL's columns)."""
-
-    chunk_id: str
-    version: int
-    document_id: str
-    title: str
-    text: str
-    language: str
-    score: float
     pages: list[int] | None
 
 
@@ -321,10 +297,10 @@ ORDER BY f.score DESC, c.chunk_id
 """
 
 
-async def search_rows(conn: Conn, params: Params) -> list[SearchRow]:
+async def search_rows(conn: Conn, params: Params) -> list[QuotedChunk]:
     """Return the chunks SEARCH_SQL ranks for `params` (search.py builds them), best first."""
     cur = await conn.execute(SEARCH_SQL, params)
-    return cast(list[SearchRow], await cur.fetchall())
+    return [QuotedChunk.model_validate(row) for row in await cur.fetchall()]
 
 
 # --- chunk versions: read back and pruned (retrieval/versions.py) ---
@@ -357,10 +333,13 @@ where d.removed_at is not null
 """
 
 
-async def chunk_versions(conn: Conn, tenant_id: str, refs: Sequence[tuple[str, int]]) -> list[ChunkVersionRow]:
-    """Return the tenant's chunk rows for (chunk id, version) pairs, current or superseded."""
+async def chunk_versions(conn: Conn, tenant_id: str, refs: Sequence[tuple[str, int]]) -> list[QuotedChunk]:
+    """Return the tenant's chunk versions for (chunk id, version) pairs, current or superseded.
+
+    A version's row has no language: it reads as unknown (empty).
+    """
     cur = await conn.execute(READ_CHUNK_VERSIONS, ([r[0] for r in refs], [int(r[1]) for r in refs], tenant_id))
-    return cast(list[ChunkVersionRow], await cur.fetchall())
+    return [QuotedChunk.model_validate(row) for row in await cur.fetchall()]
 
 
 async def any_prunable(conn: Conn, grace: timedelta) -> bool:

@@ -9,7 +9,8 @@ from langchain_core.embeddings import Embeddings
 
 from chatbot.caller import CallerContext
 from chatbot.db.pool import Pool
-from chatbot.retrieval.search import FoundChunk, search_knowledge
+from chatbot.responses import QuotedChunk
+from chatbot.retrieval.search import search_knowledge
 
 
 @dataclass(frozen=True)
@@ -23,7 +24,7 @@ class KnowledgeRetriever:
     k: int = 5
     """Chunks per question: what a model's prompt holds, or more for the offline responder."""
 
-    async def __call__(self, caller: CallerContext, query: str) -> list[FoundChunk]:
+    async def __call__(self, caller: CallerContext, query: str) -> list[QuotedChunk]:
         """Return the caller's tenant's most relevant chunks for `query`, best first."""
         async with asyncio.timeout(self.timeout_seconds):
             return await search_knowledge(self.pool, caller, query, k=self.k, embeddings=self.embeddings)

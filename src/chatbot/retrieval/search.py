@@ -30,15 +30,13 @@ reaches `MIN_COVERAGE`, and a vector hit only above `MIN_VECTOR_SIMILARITY`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any
 
 from langchain_core.embeddings import Embeddings
 from psycopg_pool import AsyncConnectionPool
-from pydantic import ConfigDict
 
 from chatbot.caller import CallerContext
-from chatbot.responses import RetrievedChunk
+from chatbot.responses import QuotedChunk
 from chatbot.retrieval import queries
 from chatbot.retrieval.normalize import detect_language, query_words, search_form, ts_config
 
@@ -59,50 +57,6 @@ VECTOR_CANDIDATES = 50
 RERANK = 50
 
 
-class FoundChunk(RetrievedChunk):
-    """One knowledge chunk found for a query: the chunk a run record cites (`responses.RetrievedChunk`,
-    the same type), with what the search adds: its title, language and fused relevance score.
-
-    The graph's retriever gives these (retriever.py); the run keeps them typed to the record.
-    """
-
-    model_config = ConfigDict(frozen=True)
-
-    version: int = 1
-    """The chunk's version: (chunk_id, version) names the exact row a run record cites."""
-    text: str
-    """The chunk's text as found (never pruned: a search reads current versions)."""
-    title: str = ""
-    language: str = ""
-    score: float = 0.0
-
-    def to_state(self) -> dict[str, str | int | float]:
-        """Return the chunk as a plain mapping: the offline responder ranks these (models/ imports no retrieval)."""
-        return {
-            "chunk_id": self.chunk_id,
-            "document_id": self.document_id,
-            "title": self.title,
-            "text": self.text,
-            "language": self.language,
-            "score": self.score,
-            "version": self.version,
-        }
-
-    @classmethod
-    def from_state(cls, chunk: Mapping[str, object]) -> FoundChunk:
-        """Return the chunk a recorded run or a demo gave as a mapping (one may lack the score,
-        the document or the language: they read as 0, empty)."""
-        return cls(
-            chunk_id=str(chunk["chunk_id"]),
-            document_id=str(chunk.get("document_id") or ""),
-            title=str(chunk.get("title") or ""),
-            text=str(chunk.get("text") or ""),
-            language=str(chunk.get("language") or ""),
-            score=float(str(chunk.get("score") or 0.0)),
-            version=int(str(chunk.get("version") or 1)),
-        )
-
-
 def _vector_literal(values: list[float]) -> str:
     return "[" + ",".join(repr(float(v)) for v in values) + "]"
 
@@ -114,10 +68,12 @@ async def search_knowledge(
     *,
     k: int = 5,
     embeddings: Embeddings | None = None,
-) -> list[FoundChunk]:
+) -> list[QuotedChunk]:
     """Return the caller's tenant's `k` most relevant chunks for `query`, best first.
 
     The tenant comes from `caller` only. An empty list means nothing relevant was found.
+    Each chunk is found with its title, language and fused relevance (`score`); the graph's
+    retriever gives these (retriever.py) and the run keeps them to the record.
     """
     if not caller.tenant_id:
         raise ValueError("search needs the caller's tenant")
@@ -148,17 +104,4 @@ async def search_knowledge(
         "k": k,
     }
     async with pool.connection() as conn:
-        rows = await queries.search_rows(conn, params)
-    return [
-        FoundChunk(
-            chunk_id=row["chunk_id"],
-            document_id=row["document_id"],
-            title=row["title"],
-            text=row["text"],
-            language=row["language"],
-            score=float(row["score"]),
-            version=int(row["version"]),
-            pages=row["pages"],
-        )
-        for row in rows
-    ]
+        return await queries.search_rows(conn, params)

@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from datetime import timedelta
 
 from chatbot.db.pool import Pool
+from chatbot.responses import QuotedChunk
 from chatbot.retrieval import queries
-from chatbot.retrieval.queries import ChunkVersionRow
 
 # Longer than any run: a run that retrieved a chunk just before an ingest superseded it
 # writes its record only when it ends, so a younger superseded version may be cited yet.
@@ -22,13 +22,13 @@ PRUNE_GRACE = timedelta(hours=1)
 
 async def read_chunk_versions(
     pool: Pool, tenant_id: str, refs: Sequence[tuple[str, int]]
-) -> dict[tuple[str, int], ChunkVersionRow]:
-    """Return the tenant's chunk rows for (chunk id, version) pairs, current or superseded."""
+) -> dict[tuple[str, int], QuotedChunk]:
+    """Return the tenant's chunk versions for (chunk id, version) pairs, current or superseded."""
     if not refs:
         return {}
     async with pool.connection() as conn:
         rows = await queries.chunk_versions(conn, tenant_id, refs)
-    return {(row["chunk_id"], int(row["version"])): row for row in rows}
+    return {(chunk.chunk_id, chunk.version): chunk for chunk in rows}
 
 
 async def prune_superseded_chunks(pool: Pool, *, grace: timedelta = PRUNE_GRACE) -> int:

@@ -21,7 +21,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from pydantic import JsonValue
 
 from chatbot.agent.state import message_meta
-from chatbot.agent.system_message import SystemCuts, compose_system_text, quote, shorten_question
+from chatbot.agent.system_message import SystemCuts, compose_system_text, shorten_question
 from chatbot.db.checkpoints import ChannelVersions, Checkpoints, RecordCheckpoint
 from chatbot.db.locks import Locks, thread_locked
 from chatbot.db.pool import Pool
@@ -33,6 +33,7 @@ from chatbot.responses import (
     ContextMessage,
     MessageRef,
     ModelCallUsage,
+    QuotedChunk,
     RecordedAnswer,
     RetrievedChunk,
     RunContext,
@@ -77,14 +78,6 @@ async def prompt_text(pool: Pool, sha256: str) -> str | None:
 
 
 @dataclass(frozen=True, slots=True)
-class CitedChunk:
-    """A chunk version the run cited, with its title: the system message shows it, the API body leaves it out."""
-
-    chunk: RetrievedChunk
-    title: str
-
-
-@dataclass(frozen=True, slots=True)
 class ResolvedRun:
     """A resolved run record: the API body, plus what only the command-line replay shows."""
 
@@ -97,8 +90,9 @@ class ResolvedRun:
     """The whole system message the model got, rebuilt from the record's parts."""
     recalled: list[RecalledTurn] = field(default_factory=list)
     """The recalled turns with their place and time (the evaluation gives them again)."""
-    chunks: list[CitedChunk] = field(default_factory=list)
-    """The cited chunk versions with their titles, in rank order (the evaluation gives them again)."""
+    chunks: list[QuotedChunk] = field(default_factory=list)
+    """The cited chunk versions that still read, with their titles, in rank order (the evaluation gives
+    them again); a pruned version is only in the body, its text null."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,33 +232,34 @@ def _window(record: RecordedRun, transcript: list[BaseMessage]) -> list[ContextM
     return messages
 
 
-async def _retrieved(pool: Pool, tenant_id: TenantId, refs: tuple[ChunkVersion, ...]) -> list[CitedChunk]:
-    """Return the cited chunk versions in rank order, with their title (for the system message)."""
-    rows = await read_chunk_versions(pool, tenant_id, list(refs))
-    out = []
-    for pair in refs:
-        row = rows.get(pair)
-        chunk = RetrievedChunk(
-            chunk_id=pair[0],
-            document_id=row["document_id"] if row else pair[0].partition("#")[0],
-            version=pair[1],
-            text=row["text"] if row else None,  # pruned: only if no retained run cited it
-            pages=row["pages"] if row else None,
-        )
-        out.append(CitedChunk(chunk, row["title"] if row else ""))
-    return out
+async def _retrieved(
+    pool: Pool, tenant_id: TenantId, refs: tuple[ChunkVersion, ...]
+) -> tuple[list[RetrievedChunk], list[QuotedChunk]]:
+    """Return the cited chunk versions in rank order: as the API shows them, and those that still
+    read as quoted, with their title (for the system message and the evaluation)."""
+    found = await read_chunk_versions(pool, tenant_id, list(refs))
+    shown, quoted = [], []
+    for chunk_id, version in refs:
+        chunk = found.get((chunk_id, version))
+        if chunk is None:  # pruned: only if no retained run cited it
+            document_id = chunk_id.partition("#")[0]
+            shown.append(RetrievedChunk(chunk_id=chunk_id, document_id=document_id, version=version, text=None))
+        else:
+            shown.append(RetrievedChunk.quoting(chunk))
+            quoted.append(chunk)
+    return shown, quoted
 
 
 def _system_message(
     record: RecordedRun,
     prompt: str | None,
     context: RunContext,
-    chunks: list[CitedChunk],
+    chunks: list[QuotedChunk],
     recalled: list[RecalledTurn],
 ) -> str | None:
     """Rebuild the system message from the record's parts, as the window built it (agent/system_message.py)."""
     cuts = record.window.system_cuts if record.window is not None else None
-    if prompt is None or cuts is None or any(c.chunk.text is None for c in chunks):
+    if prompt is None or cuts is None or any(c.text is None for c in context.retrieved):
         return None
     if len(recalled) != len(record.recalled):
         return None  # a recalled turn is not indexed any more: the message cannot be rebuilt
@@ -274,7 +269,7 @@ def _system_message(
         profile=context.profile,
         facts=context.facts,
         summary=context.summary,
-        chunks=[quote(c.chunk.chunk_id, c.title, c.chunk.text or "") for c in chunks],
+        chunks=chunks,
         cuts=SystemCuts.from_stored(cuts),
     ) + recalled_section(recalled, language)
 
@@ -289,7 +284,9 @@ class _Read:
     transcript: list[BaseMessage]
     profile: dict[str, JsonValue]
     facts: list[str]
-    chunks: list[CitedChunk]
+    retrieved: list[RetrievedChunk]
+    chunks: list[QuotedChunk]
+    """The retrieved versions that still read, quoted."""
     prompt: str | None
     recalled: list[RecalledTurn]
     """The recalled turns, in the order given."""
@@ -313,7 +310,7 @@ def _context(read: _Read) -> RunContext:
         profile=read.profile,
         facts=read.facts,
         messages=_window(read.record, read.transcript) if read.complete else [],
-        retrieved=[c.chunk for c in read.chunks],
+        retrieved=read.retrieved,
         recalled=[_recalled(t) for t in read.recalled],
     )
 
@@ -353,12 +350,12 @@ async def read_run_record(
     transcript = await _transcript_to(pool, thread_id, snap.versions.get("turn"), reach, run_id)
     # Profile and facts as loaded, when the run got as far as writing a record.
     profile, facts = await _memory(pool, thread_id, snap.versions) if snap.record is not None else ({}, [])
-    chunks = await _retrieved(pool, tenant_id, record.retrieved)
+    retrieved, chunks = await _retrieved(pool, tenant_id, record.retrieved)
     sha = record.system_prompt_sha256
     prompt = await prompt_text(pool, sha) if sha else None
     found = await ThreadRecall(pool).read(thread_id, record.recalled)
     recalled = [found[i] for i in record.recalled if i in found]
-    read = _Read(snap, record, status, transcript, profile, facts, chunks, prompt, recalled)
+    read = _Read(snap, record, status, transcript, profile, facts, retrieved, chunks, prompt, recalled)
     body = _body(read, thread_id)
     return ResolvedRun(
         body,
