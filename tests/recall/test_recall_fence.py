@@ -1,4 +1,4 @@
-"""Recall writes under the thread's fence: a run that lost its lock indexes nothing, and a thread id's next owner starts afresh.
+"""Recall writes under the thread's fence: a run that lost its lock indexes nothing; a next owner starts afresh.
 
 A run's lock sessions end while it waits at its recall step; meanwhile another replica
 deletes the thread, or erases its user. When the run goes on, its index write meets the
