@@ -55,7 +55,7 @@ async def _lose_the_lock_while_recalling(url: str, thread: str, gone: str) -> No
             )
         else:
             erased = await wait_until(lambda: _erased(b), what="the user's runs to let go, and the erasure")
-            assert erased.json()["threads_deleted"] == 1
+            assert erased is not None and erased.json()["threads_deleted"] == 1
         held.release.set()
         assert await run == 200  # the stream started; it ends in an error event
         await services_of(a).runs.drain(10)
