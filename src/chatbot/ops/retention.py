@@ -10,6 +10,9 @@ thread half-way through its deletion. A thread's feedback goes with it.
 one of them gets 409 until its group is deleted), so a batch is deleted in groups of that
 many threads, each group in one transaction.
 
+A thread with recall rows and no checkpoint left (recall/leftovers.py) is gone already: a
+pass deletes what is left of it too, whatever its age.
+
 A thread's pending memory jobs (memory/jobs.py, which hold the user's message) go with
 the thread; a pass also deletes any job row older than the cut-off, whatever its thread:
 such a row is work that never landed, and no copy of a user's text outlives retention.
@@ -21,12 +24,16 @@ import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
+
+from psycopg import AsyncConnection
 
 from chatbot.db import langgraph_tables
 from chatbot.db.locks import Lease, Locks
 from chatbot.db.pool import Pool
 from chatbot.ids import ThreadId
 from chatbot.memory.jobs import delete_jobs_older_than
+from chatbot.recall.leftovers import indexed_threads_after
 from chatbot.retrieval.versions import prune_superseded_chunks
 from chatbot.threads.deletion import delete_threads
 
@@ -65,6 +72,10 @@ async def purge_stale_threads(
     there; raising stops the pass between batches).
     """
     floor = uuid6_floor(cutoff)
+
+    async def still_stale(conn: AsyncConnection[Any], thread_ids: list[str]) -> list[str]:
+        return await langgraph_tables.still_stale(conn, thread_ids, floor)
+
     stale = deleted = skipped = 0
     after = ""
     group = max(1, min(max_locks or batch_size, batch_size))
@@ -80,17 +91,66 @@ async def purge_stale_threads(
         if dry_run:
             continue
         for start in range(0, len(batch), group):
-            done, busy = await _delete_unless_busy(pool, locks, batch[start : start + group], floor)
+            done, busy = await _delete_unless_busy(pool, locks, batch[start : start + group], still_stale)
             deleted += done
             skipped += busy
+    left_stale, left_deleted, left_skipped = await _purge_leftovers(
+        pool, locks, batch_size=batch_size, group=group, dry_run=dry_run, before_batch=before_batch
+    )
+    stale, deleted, skipped = stale + left_stale, deleted + left_deleted, skipped + left_skipped
     if not dry_run:
         await delete_jobs_older_than(pool, cutoff)
         await prune_superseded_chunks(pool)  # knowledge versions only the deleted threads cited
     return RetentionReport(stale, deleted, skipped)
 
 
-async def _delete_unless_busy(pool: Pool, locks: Locks, thread_ids: list[str], floor: str) -> tuple[int, int]:
-    """Delete the threads still stale under their locks; return (deleted, skipped as in flight)."""
+async def _purge_leftovers(
+    pool: Pool,
+    locks: Locks,
+    *,
+    batch_size: int,
+    group: int,
+    dry_run: bool,
+    before_batch: Callable[[], Awaitable[None]] | None,
+) -> tuple[int, int, int]:
+    """Delete the rows of threads that have recall rows and no checkpoint; return (found, deleted, skipped).
+
+    A thread without checkpoints is gone (deleted, erased): what a run wrote of it after losing
+    its lock, before recall's writes passed the thread's fence, is found by recall's rows.
+    """
+    found = deleted = skipped = 0
+    after = ""
+    while True:
+        if before_batch is not None:
+            await before_batch()
+        async with pool.connection() as conn:
+            batch = await indexed_threads_after(conn, after, batch_size)
+            written = await langgraph_tables.threads_with_checkpoints(conn, batch) if batch else set()
+        if not batch:
+            return found, deleted, skipped
+        after = batch[-1]
+        left = [t for t in batch if t not in written]
+        found += len(left)
+        if dry_run:
+            continue
+        for start in range(0, len(left), group):
+            done, busy = await _delete_unless_busy(pool, locks, left[start : start + group], _without_checkpoints)
+            deleted += done
+            skipped += busy
+
+
+async def _without_checkpoints(conn: AsyncConnection[Any], thread_ids: list[str]) -> list[str]:
+    written = await langgraph_tables.threads_with_checkpoints(conn, thread_ids)
+    return [t for t in thread_ids if t not in written]
+
+
+async def _delete_unless_busy(
+    pool: Pool,
+    locks: Locks,
+    thread_ids: list[str],
+    still: Callable[[AsyncConnection[Any], list[str]], Awaitable[list[str]]],
+) -> tuple[int, int]:
+    """Delete the threads `still` keeps, asked under their locks; return (deleted, skipped as in flight)."""
     leases: list[Lease] = []
     locked: list[str] = []
     skipped = 0
@@ -104,8 +164,8 @@ async def _delete_unless_busy(pool: Pool, locks: Locks, thread_ids: list[str], f
             locked.append(thread_id)
         # Re-checked under the locks: a run may have finished on a thread since the scan.
         async with pool.connection() as conn:
-            still = await langgraph_tables.still_stale(conn, locked, floor)
-        return await delete_threads(pool, still), skipped
+            kept = await still(conn, locked)
+        return await delete_threads(pool, kept), skipped
     finally:
         for lease in leases:
             await lease.release()
