@@ -45,9 +45,9 @@ async def _lose_the_lock_while_recalling(url: str, thread: str, gone: str) -> No
         # Short enough that the recent list is the whole thread, too long for the window: recall runs.
         for turn in range(9):
             await send_for_answer(a, thread, f"My policy code is {SECRET}-{turn}; claim number {turn}.")
-        held.held = True
+        gate = held.hold(thread)
         run = asyncio.create_task(_sent(a, thread, "Which policy code did I give first?"))
-        await asyncio.wait_for(held.reached.wait(), 30)
+        await asyncio.wait_for(gate.reached.wait(), 30)
         assert await terminate_lock_sessions(a, url) >= 1
         if gone == "deleted":
             await wait_until(
@@ -56,7 +56,7 @@ async def _lose_the_lock_while_recalling(url: str, thread: str, gone: str) -> No
         else:
             erased = await wait_until(lambda: _erased(b), what="the user's runs to let go, and the erasure")
             assert erased is not None and erased.json()["threads_deleted"] == 1
-        held.release.set()
+        gate.release.set()
         assert await run == 200  # the stream started; it ends in an error event
         await services_of(a).runs.drain(10)
 
