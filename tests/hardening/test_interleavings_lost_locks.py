@@ -34,12 +34,12 @@ from hypothesis import strategies as st
 
 from chatbot.caller import CallerContext
 from chatbot.ids import TenantId, ThreadId, UserId
-from tests.fixtures.app import running_app, services_of
+from tests.fixtures.app import services_of
 from tests.fixtures.catalogue import rows_containing
 from tests.fixtures.lost_locks import HeldRecall, terminate_lock_sessions
 from tests.fixtures.tokens import auth
 from tests.fixtures.wait import wait_until
-from tests.hardening.test_interleavings import EXAMPLES, SEED, Replicas, _drain
+from tests.hardening.test_interleavings import EXAMPLES, SEED, Replicas, _drain, serving
 from tests.recall.test_recall_scope import SMALL
 
 TENANT = "lost-locks"
@@ -55,23 +55,19 @@ class HeldReplicas(Replicas):
         super().__init__(database_url)
         self.recalls = [HeldRecall(), HeldRecall()]
 
+    def app_settings(self, replica: int) -> dict[str, Any]:
+        """Return replica `replica`'s settings: the small window, and its held recall."""
+        return {"context_tokens": SMALL, "agent_overrides": {"recall": self.recalls[replica]}}
+
     async def open(self) -> None:
-        for recall in self.recalls:
-            client = await self.stack.enter_async_context(
-                running_app(self.database_url, context_tokens=SMALL, agent_overrides={"recall": recall})
-            )
+        await super().open()
+        for recall, client in zip(self.recalls, self.clients, strict=True):
             recall.bind(client)
-            self.clients.append(client)
 
 
 @pytest.fixture(scope="module")
 def held_replicas(migrated_database_url: str) -> Iterator[HeldReplicas]:
-    pair = HeldReplicas(migrated_database_url)
-    try:
-        pair.call(pair.open())
-        yield pair
-    finally:
-        pair.stop()
+    yield from serving(HeldReplicas(migrated_database_url))
 
 
 @dataclass(frozen=True)

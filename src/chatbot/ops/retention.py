@@ -72,69 +72,61 @@ async def purge_stale_threads(
     there; raising stops the pass between batches).
     """
     floor = uuid6_floor(cutoff)
+    group = max(1, min(max_locks or batch_size, batch_size))
+
+    async def stale(conn: AsyncConnection[Any], after: str) -> tuple[list[str], list[str]]:
+        batch = await langgraph_tables.stale_threads(conn, after, floor, batch_size)
+        return batch, batch
 
     async def still_stale(conn: AsyncConnection[Any], thread_ids: list[str]) -> list[str]:
         return await langgraph_tables.still_stale(conn, thread_ids, floor)
 
-    stale = deleted = skipped = 0
-    after = ""
-    group = max(1, min(max_locks or batch_size, batch_size))
-    while True:
-        if before_batch is not None:
-            await before_batch()
-        async with pool.connection() as conn:
-            batch = await langgraph_tables.stale_threads(conn, after, floor, batch_size)
-        if not batch:
-            break
-        after = batch[-1]
-        stale += len(batch)
-        if dry_run:
-            continue
-        for start in range(0, len(batch), group):
-            done, busy = await _delete_unless_busy(pool, locks, batch[start : start + group], still_stale)
-            deleted += done
-            skipped += busy
-    left_stale, left_deleted, left_skipped = await _purge_leftovers(
-        pool, locks, batch_size=batch_size, group=group, dry_run=dry_run, before_batch=before_batch
-    )
-    stale, deleted, skipped = stale + left_stale, deleted + left_deleted, skipped + left_skipped
+    async def leftovers(conn: AsyncConnection[Any], after: str) -> tuple[list[str], list[str]]:
+        # Threads with recall rows and no checkpoint are gone already (recall/leftovers.py):
+        # what a run wrote of them after losing its lock goes too, whatever its age.
+        batch = await indexed_threads_after(conn, after, batch_size)
+        return batch, await _without_checkpoints(conn, batch) if batch else []
+
+    passes = [(stale, still_stale), (leftovers, _without_checkpoints)]
+    found = [await _pass(pool, locks, scan, still, group, dry_run, before_batch) for scan, still in passes]
+    stale_count, deleted, skipped = (sum(counts) for counts in zip(*found, strict=True))
     if not dry_run:
         await delete_jobs_older_than(pool, cutoff)
         await prune_superseded_chunks(pool)  # knowledge versions only the deleted threads cited
-    return RetentionReport(stale, deleted, skipped)
+    return RetentionReport(stale_count, deleted, skipped)
 
 
-async def _purge_leftovers(
+Scan = Callable[[AsyncConnection[Any], str], Awaitable[tuple[list[str], list[str]]]]
+"""One batch of a pass after a thread id: (the ids scanned, in order; the threads to delete among them)."""
+Still = Callable[[AsyncConnection[Any], list[str]], Awaitable[list[str]]]
+"""Which of the threads are still to delete, asked again under their locks."""
+
+
+async def _pass(
     pool: Pool,
     locks: Locks,
-    *,
-    batch_size: int,
+    scan: Scan,
+    still: Still,
     group: int,
     dry_run: bool,
     before_batch: Callable[[], Awaitable[None]] | None,
 ) -> tuple[int, int, int]:
-    """Delete the rows of threads that have recall rows and no checkpoint; return (found, deleted, skipped).
-
-    A thread without checkpoints is gone (deleted, erased): what a run wrote of it after losing
-    its lock, before recall's writes passed the thread's fence, is found by recall's rows.
-    """
+    """Scan batch by batch and delete what `scan` finds, `group` locks at a time; return (found, deleted, skipped)."""
     found = deleted = skipped = 0
     after = ""
     while True:
         if before_batch is not None:
             await before_batch()
         async with pool.connection() as conn:
-            batch = await indexed_threads_after(conn, after, batch_size)
-            written = await langgraph_tables.threads_with_checkpoints(conn, batch) if batch else set()
-        if not batch:
+            scanned, doomed = await scan(conn, after)
+        if not scanned:
             return found, deleted, skipped
-        after = batch[-1]
-        left = [t for t in batch if t not in written]
-        found += len(left)
+        after = scanned[-1]
+        found += len(doomed)
         if dry_run:
             continue
-        for start in range(0, len(left), group):
-            done, busy = await _delete_unless_busy(pool, locks, left[start : start + group], _without_checkpoints)
+        for start in range(0, len(doomed), group):
+            done, busy = await _delete_unless_busy(pool, locks, doomed[start : start + group], still)
             deleted += done
             skipped += busy
 
@@ -148,7 +140,7 @@ async def _delete_unless_busy(
     pool: Pool,
     locks: Locks,
     thread_ids: list[str],
-    still: Callable[[AsyncConnection[Any], list[str]], Awaitable[list[str]]],
+    still: Still,
 ) -> tuple[int, int]:
     """Delete the threads `still` keeps, asked under their locks; return (deleted, skipped as in flight)."""
     leases: list[Lease] = []

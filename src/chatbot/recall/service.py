@@ -23,7 +23,6 @@ one built from the thread's own messages.
 from __future__ import annotations
 
 import asyncio
-import re
 from collections import Counter
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -52,12 +51,12 @@ K1, B = 1.2, 0.5
 CANDIDATE_TURNS = 400
 NOVELTY = 1.0  # how much higher a turn that brought new terms ranks (queries.SEARCH_TURNS)
 RRF_K = 60  # reciprocal rank fusion of the lexical and the vector lists
-_LEXEME = re.compile(r"'([^']+)':")  # a term of a tsvector literal (recall/terms.py)
 _BATCH = 32  # transcript versions read at a time when a thread is indexed from its transcript
 # The newest recent messages whose terms' counts the search reads beside it: a run usually
 # indexes the previous run's question and answer, and their novelty needs those counts.
 _FRESH = 4
 _NO_BOUND = 2**31 - 1
+_TERMS_SLICE = 200  # turns whose terms are found between two yields to the event loop (`_rows`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -282,14 +281,15 @@ class ThreadRecall:
         """
         if not messages and not replace:
             return
-        rows = await self._rows(thread_id, messages, first, writer)
+        rows, held_by_row = await self._rows(thread_id, messages, first, writer)
+        counts = _term_turns(held_by_row)
         if held is None:
-            held = await queries.term_turns(conn, thread_id, sorted(_term_turns(rows)))
-        rows = _with_novelty(rows, held)
+            held = await queries.term_turns(conn, thread_id, sorted(counts))
+        rows = _with_novelty(rows, held_by_row, held)
         async with _index_transaction(conn, writer.fence):
             if replace:
                 await queries.forget_thread(conn, thread_id)
-            await queries.write_turns(conn, rows, _term_turns(rows))
+            await queries.write_turns(conn, rows, counts)
 
     async def _transcript(self, thread_id: str, *, stop_at: set[str]) -> list[BaseMessage]:
         """Return the thread's messages oldest first, through the newest of `stop_at` (the run's history)."""
@@ -312,15 +312,22 @@ class ThreadRecall:
 
     async def _rows(
         self, thread_id: str, messages: Sequence[BaseMessage], first: int, writer: IndexWriter
-    ) -> list[queries.TurnRow]:
+    ) -> tuple[list[queries.TurnRow], list[frozenset[str]]]:
+        """Return the turns' rows and, beside each, the set of terms it holds."""
         contents = [str(m.text) for m in messages]
         vectors: list[str | None] = [None] * len(messages)
         if self.embeddings is not None and contents:
             async with asyncio.timeout(self.embeddings_timeout):
                 vectors = [_vector(v) for v in await self.embeddings.aembed_documents(contents)]
         rows = []
+        held_by_row = []
         for offset, (message, content, vector) in enumerate(zip(messages, contents, vectors, strict=True)):
+            if offset and offset % _TERMS_SLICE == 0:
+                # A thread indexed from its transcript is thousands of turns (~75 us each):
+                # other runs of the replica are served between slices, not after all of them.
+                await asyncio.sleep(0)
             found = terms(content)
+            held_by_row.append(frozenset(found))
             meta = message.additional_kwargs.get(META_KEY) or {}
             rows.append(
                 queries.TurnRow(
@@ -338,7 +345,7 @@ class ThreadRecall:
                     user_id=writer.user_id,
                 )
             )
-        return rows
+        return rows, held_by_row
 
 
 @dataclass(frozen=True, slots=True)
@@ -418,22 +425,23 @@ def _hit(found: Mapping[int, RecalledTurn], position: int) -> RecallHit:
     return RecallHit(turn, neighbours)
 
 
-def _with_novelty(rows: list[queries.TurnRow], held: Mapping[str, int]) -> list[queries.TurnRow]:
+def _with_novelty(
+    rows: list[queries.TurnRow], held_by_row: Sequence[frozenset[str]], held: Mapping[str, int]
+) -> list[queries.TurnRow]:
     """Return the rows with how many terms each brought into the thread (none of its turns held them before)."""
     seen = {t for t, n in held.items() if n > 0}
     out = []
-    for row in rows:
-        found = set(_LEXEME.findall(row.terms))
+    for row, found in zip(rows, held_by_row, strict=True):
         out.append(replace(row, novel=len(found - seen)))
         seen |= found
     return out
 
 
-def _term_turns(rows: Sequence[queries.TurnRow]) -> dict[str, int]:
+def _term_turns(held_by_row: Sequence[frozenset[str]]) -> dict[str, int]:
     """Return how many of the rows hold each term (a term counts once per turn)."""
     counts: Counter[str] = Counter()
-    for row in rows:
-        counts.update(_LEXEME.findall(row.terms))
+    for found in held_by_row:
+        counts.update(found)
     return dict(counts)
 
 
