@@ -56,7 +56,7 @@ _BATCH = 32  # transcript versions read at a time when a thread is indexed from 
 # indexes the previous run's question and answer, and their novelty needs those counts.
 _FRESH = 4
 _NO_BOUND = 2**31 - 1
-_TERMS_SLICE = 200  # turns whose terms are found between two yields to the event loop (`_rows`)
+_TERMS_SLICE = 50  # turns whose terms are found between two yields to the event loop (`_rows`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -285,7 +285,7 @@ class ThreadRecall:
         counts = _term_turns(held_by_row)
         if held is None:
             held = await queries.term_turns(conn, thread_id, sorted(counts))
-        rows = _with_novelty(rows, held_by_row, held)
+        rows = await _with_novelty(rows, held_by_row, held)
         async with _index_transaction(conn, writer.fence):
             if replace:
                 await queries.forget_thread(conn, thread_id)
@@ -425,13 +425,15 @@ def _hit(found: Mapping[int, RecalledTurn], position: int) -> RecallHit:
     return RecallHit(turn, neighbours)
 
 
-def _with_novelty(
+async def _with_novelty(
     rows: list[queries.TurnRow], held_by_row: Sequence[frozenset[str]], held: Mapping[str, int]
 ) -> list[queries.TurnRow]:
     """Return the rows with how many terms each brought into the thread (none of its turns held them before)."""
     seen = {t for t, n in held.items() if n > 0}
     out = []
-    for row, found in zip(rows, held_by_row, strict=True):
+    for offset, (row, found) in enumerate(zip(rows, held_by_row, strict=True)):
+        if offset and offset % _TERMS_SLICE == 0:
+            await asyncio.sleep(0)  # as in `_rows`: thousands of turns, other runs served between slices
         out.append(replace(row, novel=len(found - seen)))
         seen |= found
     return out
