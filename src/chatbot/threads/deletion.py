@@ -132,7 +132,7 @@ async def delete_callers_thread(pool: Pool, locks: Locks, thread_id: ThreadId, c
     owner = await rows_owner(pool, thread_id)
     if owner is None or belongs_to_another(owner, caller):
         # Nothing of the caller's to delete. Another caller's thread and a thread that does not
-        # exist end here alike, after the same one statement and without the thread's lock:
+        # exist end here alike, after the same two reads and without the thread's lock:
         # neither the answer nor its timing tells them apart (docs/measurements/reliability.md), and another caller's
         # refused request never makes the owner's runs meet a 409. A first run that holds the
         # lock but has not written yet is a thread that does not exist yet: 204 (docs/api.md).
