@@ -60,14 +60,15 @@ isolation: $(STAMP)
 ## make faults: the long fault suite: 50 replica kills at seeded random points (CHATBOT_FAULT_SEED
 ## replays a run), a replica killed in its memory work, Postgres outages mid-run, faulty models,
 ## and 1,000 examples (about 2,000 interleavings) of cancel/end/delete/erase/feedback on two
-## replicas (CHATBOT_INTERLEAVINGS_SEED replays a run); `make test` runs 3 kills and 100 examples
+## replicas (CHATBOT_INTERLEAVINGS_SEED replays a run), and 50 of lost lock sessions at a run's recall
+## step against DELETE and erasure; `make test` runs 3 kills, 100 examples and 5
 FAULT_KILLS ?= 50
 FAULT_INTERLEAVINGS ?= 1000
 faults: $(STAMP)
 	CHATBOT_FAULT_KILLS=$(FAULT_KILLS) CHATBOT_INTERLEAVINGS=$(FAULT_INTERLEAVINGS) \
 		$(BIN)/python -m pytest -q -s -p no:cacheprovider --timeout=$(LONG_TIMEOUT) \
 		tests/hardening/test_faults_kill.py tests/hardening/test_faults_postgres.py tests/hardening/test_faults_model.py \
-		tests/hardening/test_interleavings.py
+		tests/hardening/test_interleavings.py tests/hardening/test_interleavings_lost_locks.py
 
 ## make soak: ten minutes of mixed traffic on two replicas, every transcript checked against what
 ## the clients were acknowledged (`make test` runs the same for 30 s); figures in docs/measurements/reliability.md

@@ -49,12 +49,13 @@ from chatbot.agent._recall import Recalled, question_terms, recall_into_window
 from chatbot.cli.common import mint_token
 from chatbot.config import Settings
 from chatbot.db.pool import Pool
-from chatbot.recall.service import Recaller, RecallQuery, ThreadRecall
+from chatbot.recall.service import IndexWriter, Recaller, RecallQuery, ThreadRecall
 from chatbot.text import normalize_persian
 from chatbot.threads.deletion import delete_threads
 
 TENANT = "bench-recall"
 STEP_DEPTHS = (100, 1000, 5000)
+BENCH_WRITER = IndexWriter(TENANT, "bench-user", None)  # the step alone: no lease, so no fence
 HITS: int = Settings.model_fields["recall_hits"].default  # as a run searches by default
 
 
@@ -197,7 +198,7 @@ async def _step_times(pool: Pool, seed: int) -> list[tuple[int, float, float, fl
         messages = _messages(conv, depth)
         async with pool.connection() as conn:
             for start in range(0, depth, 500):
-                await recall.add_turns(conn, thread, messages[start : start + 500], start)
+                await recall.add_turns(conn, thread, messages[start : start + 500], start, writer=BENCH_WRITER)
         recent = messages[-79:]
         times: list[float] = []
         hits: list[int] = []
@@ -208,6 +209,7 @@ async def _step_times(pool: Pool, seed: int) -> list[tuple[int, float, float, fl
                 found = await recall.find(
                     RecallQuery(
                         thread,
+                        BENCH_WRITER,
                         recent,
                         whole=False,
                         window_first=str(recent[-60].id),

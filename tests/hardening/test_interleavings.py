@@ -68,10 +68,14 @@ class Replicas:
         future: Future[T] = asyncio.run_coroutine_threadsafe(work, self.loop)
         return future.result(timeout)
 
+    def app_settings(self, replica: int) -> dict[str, Any]:
+        """Return the settings and agent overrides replica `replica` is started with."""
+        # Offline answers a token every 1 ms: a cancel can land before, during or after the stream.
+        return {"offline_token_delay_ms": 1}
+
     async def open(self) -> None:
-        for _ in range(2):
-            # Offline answers a token every 1 ms: a cancel can land before, during or after the stream.
-            client = await self.stack.enter_async_context(running_app(self.database_url, offline_token_delay_ms=1))
+        for replica in range(2):
+            client = await self.stack.enter_async_context(running_app(self.database_url, **self.app_settings(replica)))
             self.clients.append(client)
 
     async def close(self) -> None:
@@ -90,14 +94,21 @@ class Replicas:
         self.loop.close()
 
 
-@pytest.fixture(scope="module")
-def replicas(migrated_database_url: str) -> Iterator[Replicas]:
-    pair = Replicas(migrated_database_url)
+R = TypeVar("R", bound=Replicas)
+
+
+def serving(pair: R) -> Iterator[R]:
+    """Open the replicas, yield them, and stop them (a module fixture's body)."""
     try:
         pair.call(pair.open())
         yield pair
     finally:
         pair.stop()
+
+
+@pytest.fixture(scope="module")
+def replicas(migrated_database_url: str) -> Iterator[Replicas]:
+    yield from serving(Replicas(migrated_database_url))
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from chatbot.recall.related import related_terms
-from chatbot.recall.terms import query_weights, terms, tsvector_literal
+from chatbot.recall.terms import MAX_TERM_BYTES, query_weights, terms, tsvector_literal
 
 
 def test_persian_letters_digits_and_half_spaces_meet_one_spelling() -> None:
@@ -44,3 +44,13 @@ def test_related_words_are_of_the_asking_words_script_and_may_is_a_month() -> No
     assert "فروردین" in query and "اسفند" in query  # not crowded out by the English month names
     assert all(not term.isascii() for term in query)
     assert "may" in terms("It was on the 2nd of May.")
+
+
+def test_a_term_is_cut_to_what_postgres_stores_at_a_letter_boundary() -> None:
+    # Persian letters are two bytes: 1,030 of them are 2,060, cut to 1,023 whole letters.
+    (laughter,) = set(terms("خ" * 1030))
+    assert laughter == "خ" * (MAX_TERM_BYTES // 2) and len(laughter.encode()) <= MAX_TERM_BYTES
+    assert terms("a" * 8000) == ["a" * MAX_TERM_BYTES] and terms("z" * 2045) == ["z" * 2045]
+    # The question's terms are cut the same way, so the cut word finds its turn.
+    assert set(query_weights("b" * 5000, [], context_weight=0.3, limit=32)) == set(terms("b" * 5000))
+    assert tsvector_literal(["c" * 3000]) == f"'{'c' * MAX_TERM_BYTES}':1"

@@ -22,7 +22,7 @@ from chatbot.agent._window import Window
 from chatbot.config import Settings
 from chatbot.recall.block import recalled_heading, recalled_line, recalled_section
 from chatbot.recall.related import related_terms
-from chatbot.recall.service import RecalledTurn, Recaller, RecallHit, RecallQuery
+from chatbot.recall.service import IndexWriter, RecalledTurn, Recaller, RecallHit, RecallQuery
 from chatbot.recall.terms import query_weights
 
 # The recent turns read with the question (a follow-up names little of what it is about).
@@ -61,6 +61,7 @@ async def recall_into_window(
     settings: Settings,
     counter: TokenCounter,
     thread_id: str,
+    writer: IndexWriter,
     history: Sequence[BaseMessage],
     whole: bool,
     question: HumanMessage,
@@ -72,6 +73,7 @@ async def recall_into_window(
 
     `history` is the window's history (the recent messages before the question), `whole`
     whether it is the whole thread; `rebuild(budget)` builds the window again with less room.
+    `writer` is the thread's owner and the run's fence, which recall's index writes pass.
     """
     if settings.recall_hits <= 0 or settings.recall_share <= 0:
         return Recalled(window)
@@ -85,6 +87,7 @@ async def recall_into_window(
     hits = await recall.find(
         RecallQuery(
             thread_id,
+            writer,
             history,
             whole=whole,
             window_first=first,

@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from langchain_core.messages import AIMessage, HumanMessage
-from langgraph.config import get_stream_writer
+from langgraph.config import get_config, get_stream_writer
 from langgraph.runtime import Runtime
 from pydantic import JsonValue
 
@@ -32,7 +32,9 @@ from chatbot.agent.state import (
     Outcome,
 )
 from chatbot.budgets.service import BudgetExhausted, Held, with_output_cap
+from chatbot.db.locks import Fence
 from chatbot.db.run_record import RecordedRun
+from chatbot.db.saver import run_fence
 from chatbot.failures import Failure
 from chatbot.memory.extraction import MemoryCandidates, extract_offline
 from chatbot.memory.facts import Fact
@@ -41,6 +43,7 @@ from chatbot.memory.namespaces import PROFILE_KEY, facts_namespace, profile_name
 from chatbot.models.chain import ChainEntry
 from chatbot.models.offline import MemoryRequest, leans_on_thread, offline_reply, rank_candidates, split_tokens
 from chatbot.models.reply import Reply
+from chatbot.recall.service import IndexWriter
 from chatbot.responses import HandoffContext, ModelCallUsage, QuotedChunk, RoleMessage
 from chatbot.timestamps import now_rfc3339
 
@@ -139,7 +142,8 @@ class Nodes:
             await self.deps.prompt_registry(prompt_sha, prompt)
         parts, window, update = await self._window_and_summary(state, history, question, chunks, turns, ctx)
         summary = parts.summary
-        recalled = await self._recall(parts, window, ctx)
+        # The run's config carries its thread lease's fence (db/saver.py): recall's writes pass it.
+        recalled = await self._recall(parts, window, ctx, run_fence(get_config()))
         window = recalled.window
         ctx.result.recalled = recalled.turns
         if self.deps.window_observer is not None:
@@ -390,8 +394,11 @@ class Nodes:
             # Not found: it has left the recent list, so everything in it is newer.
         return messages_to_fold(len(history), start, end)
 
-    async def _recall(self, parts: TurnWindowParts, window: Window, ctx: Context) -> Recalled:
-        """Add the thread's earlier turns the question needs to the window, when it left some out (agent/_recall.py)."""
+    async def _recall(self, parts: TurnWindowParts, window: Window, ctx: Context, fence: Fence | None) -> Recalled:
+        """Add the thread's earlier turns the question needs to the window, when it left some out (agent/_recall.py).
+
+        Recall's index writes pass the run's fence, as its checkpoint writes do.
+        """
         if self.deps.recall is None:
             return Recalled(window)
         history = parts.history
@@ -400,6 +407,7 @@ class Nodes:
             settings=self.settings,
             counter=self.counter,
             thread_id=ctx.thread_id,
+            writer=IndexWriter(ctx.tenant_id, ctx.user_id, fence),
             history=history,
             # The recent list holds the whole thread until it first fills up.
             whole=len(parts.state["messages"]) < RECENT_MESSAGES and len(history) <= WINDOW_HISTORY,

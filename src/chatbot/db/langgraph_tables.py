@@ -194,6 +194,15 @@ group by thread_id having max(checkpoint_id) < %s
 """
 
 
+_WITH_CHECKPOINTS = "select distinct thread_id from checkpoints where thread_id = any(%s)"
+
+
+async def threads_with_checkpoints(conn: Conn, thread_ids: Sequence[str]) -> set[str]:
+    """Return those of `thread_ids` that have a checkpoint (the others exist only in rows left of them)."""
+    rows = await (await conn.execute(_WITH_CHECKPOINTS, (list(thread_ids),))).fetchall()
+    return {r["thread_id"] for r in rows}
+
+
 async def stale_threads(conn: Conn, after: str, floor: str, limit: int) -> list[str]:
     """Return up to `limit` threads after `after` (by id) whose newest checkpoint id is below `floor`."""
     rows = await (await conn.execute(_STALE, (after, floor, limit))).fetchall()

@@ -277,6 +277,12 @@ def fenced(config: RunnableConfig, fence: Fence) -> RunnableConfig:
     return {**config, "configurable": {**config.get("configurable", {}), FENCE_KEY: fence}}
 
 
+def run_fence(config: RunnableConfig) -> Fence | None:
+    """Return the fence every write of the config's run must pass, None for a run without one (Studio, tools)."""
+    fence = config.get("configurable", {}).get(FENCE_KEY)
+    return fence if isinstance(fence, Fence) else None
+
+
 class FencedPostgresSaver(PooledPostgresSaver):
     """Refuse a run's checkpoint writes once its thread lock has passed to another holder.
 
@@ -319,7 +325,7 @@ class FencedPostgresSaver(PooledPostgresSaver):
 @asynccontextmanager
 async def _fenced_write(config: RunnableConfig) -> AsyncIterator[None]:
     """Make `_cursor` check the config's fence (if any) for the writes inside."""
-    token = _writing_under.set(config["configurable"].get(FENCE_KEY))
+    token = _writing_under.set(run_fence(config))
     try:
         yield
     finally:

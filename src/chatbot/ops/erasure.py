@@ -1,7 +1,8 @@
 """Erasing a user: each feature deletes its own data, under the locks that keep runs and memory out.
 
-threads/ deletes the user's threads (every table keyed by `thread_id`, found in the
-catalogue), their feedback and rate counters; memory/ deletes everything stored under the
+threads/ deletes the user's threads (found by their checkpoints and by recall rows indexed
+for the user, then every table keyed by `thread_id`, found in the catalogue), their feedback
+and rate counters; memory/ deletes everything stored under the
 user's namespace (every table keyed by store prefix) and the reset row; retrieval/ prunes the
 knowledge versions only the erased threads cited. This module only orders them.
 """
@@ -11,14 +12,13 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from chatbot.budgets.admin import forget_user as forget_user_budgets
-from chatbot.db import langgraph_tables
 from chatbot.db.locks import Lease, Locks
 from chatbot.db.pool import Pool
 from chatbot.ids import TenantId, ThreadId, UserId
 from chatbot.memory.resets import erase_memory
 from chatbot.responses import ErasureReport
 from chatbot.retrieval.versions import prune_superseded_chunks
-from chatbot.threads.deletion import delete_user_threads
+from chatbot.threads.deletion import delete_user_threads, user_threads
 
 ERASURE_WAIT_SECONDS = 10.0
 """How long an erasure waits for the user's runs and memory writes in flight (then 409)."""
@@ -69,19 +69,20 @@ async def erase_user(
 async def _erase_locked(pool: Pool, locks: Locks, tenant_id: TenantId, user_id: UserId, wait: float) -> ErasureReport:
     leases: list[Lease] = []
     try:
-        async with pool.connection() as conn:
-            thread_ids = await langgraph_tables.threads_of_user(conn, tenant_id, user_id)
+        thread_ids = await user_threads(pool, tenant_id, user_id)
         for thread_id in thread_ids:
             lease = await locks.wait_thread(ThreadId(thread_id), wait)
             if lease is None:
                 raise ErasureBusy("a run stayed in flight on one of the user's threads")
             leases.append(lease)
         async with pool.connection() as conn, conn.transaction():
-            feedback = await delete_user_threads(conn, tenant_id, user_id, thread_ids)
+            deleted = await delete_user_threads(conn, tenant_id, user_id, thread_ids)
             memory = await erase_memory(conn, tenant_id, user_id)
             await forget_user_budgets(conn, tenant_id, user_id)
         await prune_superseded_chunks(pool)  # knowledge versions only the erased threads cited
-        return ErasureReport(threads_deleted=len(thread_ids), memory_items_deleted=memory, feedback_deleted=feedback)
+        return ErasureReport(
+            threads_deleted=deleted.threads, memory_items_deleted=memory, feedback_deleted=deleted.feedback
+        )
     finally:
         for lease in leases:
             await lease.release()

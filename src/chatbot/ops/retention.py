@@ -10,6 +10,9 @@ thread half-way through its deletion. A thread's feedback goes with it.
 one of them gets 409 until its group is deleted), so a batch is deleted in groups of that
 many threads, each group in one transaction.
 
+A thread with recall rows and no checkpoint left (recall/leftovers.py) is gone already: a
+pass deletes what is left of it too, whatever its age.
+
 A thread's pending memory jobs (memory/jobs.py, which hold the user's message) go with
 the thread; a pass also deletes any job row older than the cut-off, whatever its thread:
 such a row is work that never landed, and no copy of a user's text outlives retention.
@@ -21,12 +24,16 @@ import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
+
+from psycopg import AsyncConnection
 
 from chatbot.db import langgraph_tables
 from chatbot.db.locks import Lease, Locks
 from chatbot.db.pool import Pool
 from chatbot.ids import ThreadId
 from chatbot.memory.jobs import delete_jobs_older_than
+from chatbot.recall.leftovers import indexed_threads_after
 from chatbot.retrieval.versions import prune_superseded_chunks
 from chatbot.threads.deletion import delete_threads
 
@@ -65,32 +72,77 @@ async def purge_stale_threads(
     there; raising stops the pass between batches).
     """
     floor = uuid6_floor(cutoff)
-    stale = deleted = skipped = 0
-    after = ""
     group = max(1, min(max_locks or batch_size, batch_size))
+
+    async def stale(conn: AsyncConnection[Any], after: str) -> tuple[list[str], list[str]]:
+        batch = await langgraph_tables.stale_threads(conn, after, floor, batch_size)
+        return batch, batch
+
+    async def still_stale(conn: AsyncConnection[Any], thread_ids: list[str]) -> list[str]:
+        return await langgraph_tables.still_stale(conn, thread_ids, floor)
+
+    async def leftovers(conn: AsyncConnection[Any], after: str) -> tuple[list[str], list[str]]:
+        # Threads with recall rows and no checkpoint are gone already (recall/leftovers.py):
+        # what a run wrote of them after losing its lock goes too, whatever its age.
+        batch = await indexed_threads_after(conn, after, batch_size)
+        return batch, await _without_checkpoints(conn, batch) if batch else []
+
+    passes = [(stale, still_stale), (leftovers, _without_checkpoints)]
+    found = [await _pass(pool, locks, scan, still, group, dry_run, before_batch) for scan, still in passes]
+    stale_count, deleted, skipped = (sum(counts) for counts in zip(*found, strict=True))
+    if not dry_run:
+        await delete_jobs_older_than(pool, cutoff)
+        await prune_superseded_chunks(pool)  # knowledge versions only the deleted threads cited
+    return RetentionReport(stale_count, deleted, skipped)
+
+
+Scan = Callable[[AsyncConnection[Any], str], Awaitable[tuple[list[str], list[str]]]]
+"""One batch of a pass after a thread id: (the ids scanned, in order; the threads to delete among them)."""
+Still = Callable[[AsyncConnection[Any], list[str]], Awaitable[list[str]]]
+"""Which of the threads are still to delete, asked again under their locks."""
+
+
+async def _pass(
+    pool: Pool,
+    locks: Locks,
+    scan: Scan,
+    still: Still,
+    group: int,
+    dry_run: bool,
+    before_batch: Callable[[], Awaitable[None]] | None,
+) -> tuple[int, int, int]:
+    """Scan batch by batch and delete what `scan` finds, `group` locks at a time; return (found, deleted, skipped)."""
+    found = deleted = skipped = 0
+    after = ""
     while True:
         if before_batch is not None:
             await before_batch()
         async with pool.connection() as conn:
-            batch = await langgraph_tables.stale_threads(conn, after, floor, batch_size)
-        if not batch:
-            break
-        after = batch[-1]
-        stale += len(batch)
+            scanned, doomed = await scan(conn, after)
+        if not scanned:
+            return found, deleted, skipped
+        after = scanned[-1]
+        found += len(doomed)
         if dry_run:
             continue
-        for start in range(0, len(batch), group):
-            done, busy = await _delete_unless_busy(pool, locks, batch[start : start + group], floor)
+        for start in range(0, len(doomed), group):
+            done, busy = await _delete_unless_busy(pool, locks, doomed[start : start + group], still)
             deleted += done
             skipped += busy
-    if not dry_run:
-        await delete_jobs_older_than(pool, cutoff)
-        await prune_superseded_chunks(pool)  # knowledge versions only the deleted threads cited
-    return RetentionReport(stale, deleted, skipped)
 
 
-async def _delete_unless_busy(pool: Pool, locks: Locks, thread_ids: list[str], floor: str) -> tuple[int, int]:
-    """Delete the threads still stale under their locks; return (deleted, skipped as in flight)."""
+async def _without_checkpoints(conn: AsyncConnection[Any], thread_ids: list[str]) -> list[str]:
+    written = await langgraph_tables.threads_with_checkpoints(conn, thread_ids)
+    return [t for t in thread_ids if t not in written]
+
+
+async def _delete_unless_busy(
+    pool: Pool,
+    locks: Locks,
+    thread_ids: list[str],
+    still: Still,
+) -> tuple[int, int]:
+    """Delete the threads `still` keeps, asked under their locks; return (deleted, skipped as in flight)."""
     leases: list[Lease] = []
     locked: list[str] = []
     skipped = 0
@@ -104,8 +156,8 @@ async def _delete_unless_busy(pool: Pool, locks: Locks, thread_ids: list[str], f
             locked.append(thread_id)
         # Re-checked under the locks: a run may have finished on a thread since the scan.
         async with pool.connection() as conn:
-            still = await langgraph_tables.still_stale(conn, locked, floor)
-        return await delete_threads(pool, still), skipped
+            kept = await still(conn, locked)
+        return await delete_threads(pool, kept), skipped
     finally:
         for lease in leases:
             await lease.release()

@@ -19,14 +19,16 @@ from psycopg.rows import DictRow
 
 Conn = AsyncConnection[Any]
 
+# With its owner: rows another caller's thread left under this thread id are not this index.
 NEWEST_TURN = """
-select position, message_id from thread_turns where thread_id = %s order by position desc limit 1
+select position, message_id, tenant_id, user_id from thread_turns where thread_id = %s order by position desc limit 1
 """
 # One row per statement (a multi-row insert is not a router statement under the audit's
 # rules); the caller sends them in one pipeline. Conflicts are turns indexed already.
 INSERT_TURN = """
-insert into thread_turns (thread_id, position, message_id, role, created_at, content, terms, length, novel, embedding)
-values (%s, %s, %s, %s, %s::timestamptz, %s, %s::tsvector, %s, %s, %s::vector)
+insert into thread_turns (thread_id, position, message_id, role, created_at, content, terms, length, novel, embedding,
+                          tenant_id, user_id)
+values (%s, %s, %s, %s, %s::timestamptz, %s, %s::tsvector, %s, %s, %s::vector, %s, %s)
 on conflict do nothing
 """
 # The bound of the search: the position of the oldest message the window kept (`first`), or
@@ -139,6 +141,15 @@ select position, message_id, role, created_at, content from thread_turns
 where thread_id = %s and message_id = any(%s::text[])
 """
 POSITION_OF = "select position from thread_turns where thread_id = %s and message_id = %s"
+# A thread's whole index, before it is built again for the thread's owner (another caller's
+# rows under a reused thread id, or an index its transcript no longer holds).
+FORGET_TURNS = "delete from thread_turns where thread_id = %s"
+FORGET_TERMS = "delete from thread_terms where thread_id = %s"
+# Who the thread's index was written for: a thread whose checkpoints are gone is still found
+# by its recall rows (deletion, erasure, retention: threads/deletion.py, ops/).
+INDEX_OWNER = "select tenant_id, user_id from thread_turns where thread_id = %s limit 1"
+INDEXED_FOR = "select distinct thread_id from thread_turns where tenant_id = %s and user_id = %s"
+INDEXED_AFTER = "select distinct thread_id from thread_turns where thread_id > %s order by thread_id limit %s"
 
 
 class SearchParams(TypedDict):
@@ -194,6 +205,8 @@ class TurnRow:
     length: int
     novel: int
     embedding: str | None
+    tenant_id: str
+    user_id: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,6 +215,8 @@ class Searched:
 
     newest: tuple[int, str] | None
     """The (position, message id) of the thread's newest indexed turn, None when none is."""
+    owner: tuple[str, str] | None
+    """The (tenant, user) the newest indexed turn was written for, None when none is."""
     first: int | None
     """The position of the window's oldest message, None when it is not indexed (or not named)."""
     held: dict[str, int]
@@ -235,6 +250,7 @@ async def search(
     position_row = await position.fetchone() if position is not None else None
     return Searched(
         newest=None if newest_row is None else (int(newest_row["position"]), str(newest_row["message_id"])),
+        owner=None if newest_row is None else (str(newest_row["tenant_id"]), str(newest_row["user_id"])),
         first=None if position_row is None else int(position_row["position"]),
         held={str(r["term"]): int(r["turns"]) for r in await held.fetchall()} if held is not None else {},
         lexical=[_found(r) for r in await lexical.fetchall()] if lexical is not None else [],
@@ -257,11 +273,14 @@ def _found(row: DictRow) -> FoundTurn:
 
 
 async def write_turns(conn: Conn, rows: Sequence[TurnRow], counts: Mapping[str, int]) -> None:
-    """Index the turns and add to their terms' turn counts, in one pipeline (turns indexed already stay)."""
+    """Index the turns and add to their terms' turn counts (turns indexed already stay).
+
+    Sent in the caller's pipeline and transaction (recall/service.py), with its fence check.
+    """
     if not rows:
         return
     thread = rows[0].thread_id
-    async with conn.pipeline(), conn.cursor() as cur:
+    async with conn.cursor() as cur:
         await cur.executemany(
             INSERT_TURN,
             [
@@ -276,6 +295,8 @@ async def write_turns(conn: Conn, rows: Sequence[TurnRow], counts: Mapping[str, 
                     r.length,
                     r.novel,
                     r.embedding,
+                    r.tenant_id,
+                    r.user_id,
                 )
                 for r in rows
             ],
@@ -293,3 +314,25 @@ async def term_turns(conn: Conn, thread_id: str, terms: Sequence[str]) -> dict[s
 async def turns_by_id(conn: Conn, thread_id: str, message_ids: Sequence[str]) -> list[IndexedTurn]:
     """Return the thread's turns with these message ids (in no order)."""
     return [_indexed(r) for r in await (await conn.execute(TURNS_BY_ID, (thread_id, list(message_ids)))).fetchall()]
+
+
+async def forget_thread(conn: Conn, thread_id: str) -> None:
+    """Delete the thread's whole index: its turns and its terms' counts."""
+    await conn.execute(FORGET_TURNS, (thread_id,))
+    await conn.execute(FORGET_TERMS, (thread_id,))
+
+
+async def index_owner(conn: Conn, thread_id: str) -> tuple[str, str] | None:
+    """Return the (tenant, user) the thread's index was written for, None without one."""
+    row = await (await conn.execute(INDEX_OWNER, (thread_id,))).fetchone()
+    return None if row is None else (str(row["tenant_id"]), str(row["user_id"]))
+
+
+async def indexed_for(conn: Conn, tenant_id: str, user_id: str) -> list[str]:
+    """Return the threads holding turns indexed for this tenant and user."""
+    return [str(r["thread_id"]) for r in await (await conn.execute(INDEXED_FOR, (tenant_id, user_id))).fetchall()]
+
+
+async def indexed_after(conn: Conn, after: str, limit: int) -> list[str]:
+    """Return up to `limit` indexed threads after `after`, by id."""
+    return [str(r["thread_id"]) for r in await (await conn.execute(INDEXED_AFTER, (after, limit))).fetchall()]

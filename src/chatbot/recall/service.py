@@ -10,14 +10,22 @@ whose index fell behind the recent list, is indexed from its transcript once, an
 searched again). Only messages the checkpoints already hold are indexed, never the
 running turn's own question: a failed or cancelled run leaves nothing in the index that
 its transcript does not.
+
+The index writes are a write of the run like its checkpoints: they pass the thread's fence
+in their own transaction (db/locks.py `fenced_transaction`), so a run that lost its thread
+lock (and whose thread may have been deleted or given to another caller since) writes
+nothing and fails with `LeaseLost`. Each row names the owner it was indexed for: rows of
+another owner under the thread id (left by a thread deleted before this rule), or an index
+its thread's transcript no longer holds, are not this thread's index, and are replaced by
+one built from the thread's own messages.
 """
 
 from __future__ import annotations
 
 import asyncio
-import re
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any, Protocol
@@ -27,6 +35,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
 from chatbot.db import langgraph_tables
 from chatbot.db.checkpoints import decode
+from chatbot.db.locks import Fence, fenced_transaction
 from chatbot.db.pool import Pool
 from chatbot.ids import ThreadId
 from chatbot.recall import queries
@@ -42,12 +51,12 @@ K1, B = 1.2, 0.5
 CANDIDATE_TURNS = 400
 NOVELTY = 1.0  # how much higher a turn that brought new terms ranks (queries.SEARCH_TURNS)
 RRF_K = 60  # reciprocal rank fusion of the lexical and the vector lists
-_LEXEME = re.compile(r"'([^']+)':")  # a term of a tsvector literal (recall/terms.py)
 _BATCH = 32  # transcript versions read at a time when a thread is indexed from its transcript
 # The newest recent messages whose terms' counts the search reads beside it: a run usually
 # indexes the previous run's question and answer, and their novelty needs those counts.
 _FRESH = 4
 _NO_BOUND = 2**31 - 1
+_TERMS_SLICE = 50  # turns whose terms are found between two yields to the event loop (`_rows`)
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,10 +80,26 @@ class RecallHit:
 
 
 @dataclass(frozen=True, slots=True)
+class IndexWriter:
+    """For whom and under which fence a run indexes its thread: the thread's owner, the run's lease."""
+
+    tenant_id: str
+    user_id: str
+    fence: Fence | None
+    """The run's thread lease fence, checked by every index write; None writes unchecked (Studio, a bench)."""
+
+    @property
+    def owner(self) -> tuple[str, str]:
+        """The (tenant, user) the index rows are written for."""
+        return (self.tenant_id, self.user_id)
+
+
+@dataclass(frozen=True, slots=True)
 class RecallQuery:
     """What a run asks recall: the thread, its recent messages, and the question with its weighted terms."""
 
     thread_id: str
+    writer: IndexWriter
     recent: Sequence[BaseMessage]
     """The thread's recent messages before the question, oldest first."""
     whole: bool
@@ -202,27 +227,39 @@ class ThreadRecall:
     ) -> _Indexed:
         """Index what is not indexed yet; return where the window's oldest message is and where the index ends."""
         ids = [str(m.id) for m in messages]
-        newest = searched.newest
-        held: Mapping[str, int] | None = searched.held
+        # Rows written for another caller are not this thread's index: they are replaced.
+        stale = searched.newest is not None and searched.owner != query.writer.owner
+        newest = None if stale else searched.newest
+        held: Mapping[str, int] | None = {} if newest is None else searched.held
         if newest is not None and newest[1] in ids:
             start = ids.index(newest[1]) + 1
             new, first_position = messages[start:], newest[0] + 1
             if len(new) > _FRESH:
                 held = None  # more than the fresh turns whose counts the search read
         elif newest is None and query.whole:
-            new, first_position, held = messages, 0, None
+            new, first_position = messages, 0
         else:
             # Older than the feature, or the index fell behind the recent list: the transcript.
             transcript = await self._transcript(query.thread_id, stop_at=set(ids[-1:]))
+            if newest is not None and transcript and not _holds(transcript, newest):
+                # An index the thread's own messages do not hold: another thread's, under this id.
+                newest, stale, held = None, True, {}
             skip = 0 if newest is None else newest[0] + 1
-            new, first_position, held = transcript[skip:], skip, None
-        await self.add_turns(conn, query.thread_id, new, first_position, held=held)
+            new, first_position = transcript[skip:], skip
+            if newest is not None:
+                held = None
+        # Without an index of its own the thread's index is built from position 0, and
+        # whatever the thread id held goes first, in the same transaction.
+        replace = stale or (newest is None and bool(new))
+        await self.add_turns(
+            conn, query.thread_id, new, first_position, writer=query.writer, held=held, replace=replace
+        )
         # The recent messages are the transcript's tail, now indexed through `end - 1`.
         end = first_position + len(new)
-        first = searched.first
+        first = None if newest is None else searched.first
         if first is None and query.window_first in ids:
             first = end - len(messages) + ids.index(query.window_first)
-        return _Indexed(first=first, start=first_position, end=end)
+        return _Indexed(first=first, start=first_position, end=end, stale=stale)
 
     async def add_turns(
         self,
@@ -231,20 +268,28 @@ class ThreadRecall:
         messages: Sequence[BaseMessage],
         first: int,
         *,
+        writer: IndexWriter,
         held: Mapping[str, int] | None = None,
+        replace: bool = False,
     ) -> None:
         """Index `messages` as the thread's turns from position `first`: their rows and their terms' counts.
 
         `held` is how many turns held each of their terms before (read with the search);
-        None reads it here.
+        None reads it here. `replace` deletes the thread's index first (then `first` is 0 and
+        `held` empty). The writes are one transaction that passes the writer's fence: after
+        the run's lease is lost they raise `LeaseLost` and write nothing.
         """
-        if not messages:
+        if not messages and not replace:
             return
-        rows = await self._rows(thread_id, messages, first)
+        rows, held_by_row = await self._rows(thread_id, messages, first, writer)
+        counts = _term_turns(held_by_row)
         if held is None:
-            held = await queries.term_turns(conn, thread_id, sorted(_term_turns(rows)))
-        rows = _with_novelty(rows, held)
-        await queries.write_turns(conn, rows, _term_turns(rows))
+            held = await queries.term_turns(conn, thread_id, sorted(counts))
+        rows = await _with_novelty(rows, held_by_row, held)
+        async with _index_transaction(conn, writer.fence):
+            if replace:
+                await queries.forget_thread(conn, thread_id)
+            await queries.write_turns(conn, rows, counts)
 
     async def _transcript(self, thread_id: str, *, stop_at: set[str]) -> list[BaseMessage]:
         """Return the thread's messages oldest first, through the newest of `stop_at` (the run's history)."""
@@ -265,15 +310,24 @@ class ThreadRecall:
         last = max((ids.index(i) for i in stop_at if i in ids), default=-1)
         return ordered[: last + 1]
 
-    async def _rows(self, thread_id: str, messages: Sequence[BaseMessage], first: int) -> list[queries.TurnRow]:
+    async def _rows(
+        self, thread_id: str, messages: Sequence[BaseMessage], first: int, writer: IndexWriter
+    ) -> tuple[list[queries.TurnRow], list[frozenset[str]]]:
+        """Return the turns' rows and, beside each, the set of terms it holds."""
         contents = [str(m.text) for m in messages]
         vectors: list[str | None] = [None] * len(messages)
         if self.embeddings is not None and contents:
             async with asyncio.timeout(self.embeddings_timeout):
                 vectors = [_vector(v) for v in await self.embeddings.aembed_documents(contents)]
         rows = []
+        held_by_row = []
         for offset, (message, content, vector) in enumerate(zip(messages, contents, vectors, strict=True)):
+            if offset and offset % _TERMS_SLICE == 0:
+                # A thread indexed from its transcript is thousands of turns (~75 us each):
+                # other runs of the replica are served between slices, not after all of them.
+                await asyncio.sleep(0)
             found = terms(content)
+            held_by_row.append(frozenset(found))
             meta = message.additional_kwargs.get(META_KEY) or {}
             rows.append(
                 queries.TurnRow(
@@ -287,9 +341,11 @@ class ThreadRecall:
                     length=len(found),
                     novel=0,
                     embedding=vector,
+                    tenant_id=writer.tenant_id,
+                    user_id=writer.user_id,
                 )
             )
-        return rows
+        return rows, held_by_row
 
 
 @dataclass(frozen=True, slots=True)
@@ -300,10 +356,31 @@ class _Indexed:
     """The position of the first turn this call indexed (`end` when it indexed none)."""
     end: int
     """One past the newest indexed turn."""
+    stale: bool
+    """Whether the first search read rows that were not this thread's index (replaced since)."""
+
+
+@asynccontextmanager
+async def _index_transaction(conn: Any, fence: Fence | None) -> AsyncIterator[None]:
+    """One transaction for an index write, in one pipeline: passing the run's fence when it has one."""
+    if fence is not None:
+        async with fenced_transaction(conn, fence):
+            yield
+        return
+    async with conn.pipeline(), conn.transaction():
+        yield
+
+
+def _holds(transcript: Sequence[BaseMessage], newest: tuple[int, str]) -> bool:
+    """Whether the transcript has the index's newest turn (position, message id) at its place."""
+    position, message_id = newest
+    return position < len(transcript) and str(transcript[position].id) == message_id
 
 
 def _searched_the_window(query: RecallQuery, searched: queries.Searched, indexed: _Indexed) -> bool:
     """Whether the first search covered every turn before the window (else it runs again, after indexing)."""
+    if indexed.stale:
+        return False  # what it read is gone
     if query.window_first is None:
         return indexed.start == indexed.end  # every indexed turn may be recalled, the new ones too
     # The new turns are the window's (at or after its oldest message), which the search leaves out anyway.
@@ -348,22 +425,25 @@ def _hit(found: Mapping[int, RecalledTurn], position: int) -> RecallHit:
     return RecallHit(turn, neighbours)
 
 
-def _with_novelty(rows: list[queries.TurnRow], held: Mapping[str, int]) -> list[queries.TurnRow]:
+async def _with_novelty(
+    rows: list[queries.TurnRow], held_by_row: Sequence[frozenset[str]], held: Mapping[str, int]
+) -> list[queries.TurnRow]:
     """Return the rows with how many terms each brought into the thread (none of its turns held them before)."""
     seen = {t for t, n in held.items() if n > 0}
     out = []
-    for row in rows:
-        found = set(_LEXEME.findall(row.terms))
+    for offset, (row, found) in enumerate(zip(rows, held_by_row, strict=True)):
+        if offset and offset % _TERMS_SLICE == 0:
+            await asyncio.sleep(0)  # as in `_rows`: thousands of turns, other runs served between slices
         out.append(replace(row, novel=len(found - seen)))
         seen |= found
     return out
 
 
-def _term_turns(rows: Sequence[queries.TurnRow]) -> dict[str, int]:
+def _term_turns(held_by_row: Sequence[frozenset[str]]) -> dict[str, int]:
     """Return how many of the rows hold each term (a term counts once per turn)."""
     counts: Counter[str] = Counter()
-    for row in rows:
-        counts.update(_LEXEME.findall(row.terms))
+    for found in held_by_row:
+        counts.update(found)
     return dict(counts)
 
 

@@ -8,6 +8,11 @@ of both languages go (the `simple` text-search form has none, and "the" or "که
 match every turn), and English words lose a plural "s" (a light stemmer: "plates" meets
 "plate"). The terms are built here and handed to Postgres as a tsvector literal, so the
 database never re-tokenises them: a plate like "12ب345" stays the tokens it was here.
+
+Every term is at most `MAX_TERM_BYTES` long in UTF-8, cut at a letter's boundary: Postgres
+refuses a longer word in a tsvector or a tsquery ("word is too long"), and one such word
+would fail every later search and index write of its thread. A question's terms are cut
+the same way, so the cut word is still found by itself.
 """
 
 from __future__ import annotations
@@ -39,6 +44,8 @@ STOPWORDS = ENGLISH_STOPWORDS | PERSIAN_STOPWORDS
 # side, so a question and a turn meet whichever of them carries the ending. Added, never
 # replacing: a word whose own last letter looks like an ending ("پیام") keeps its form.
 _PERSIAN_ENDING = re.compile(r"^(\w{3,}?)(شان|تان|مان|ام|ات|اش|ی|م|ش)$")
+# Postgres' bound on one lexeme (tsvector and tsquery alike): 2,046 bytes.
+MAX_TERM_BYTES = 2046
 # Words of one letter carry no topic, except Persian plate letters between digits (kept: "ب").
 _MIN_LETTERS = 2
 
@@ -100,8 +107,23 @@ def _stem(word: str) -> str:
     return _final_e(word)
 
 
+def bounded(term: str) -> str:
+    """Return the term cut to at most `MAX_TERM_BYTES` in UTF-8, never inside a letter."""
+    encoded = term.encode()
+    if len(encoded) <= MAX_TERM_BYTES:
+        return term
+    return encoded[:MAX_TERM_BYTES].decode(errors="ignore")
+
+
 def terms(text: str) -> list[str]:
-    """Return the text's search terms in order, repeats kept (their count is BM25's term frequency)."""
+    """Return the text's search terms in order, repeats kept (their count is BM25's term frequency).
+
+    Each is bounded (`bounded`): what Postgres can store, whatever the text.
+    """
+    return [bounded(term) for term in _unbounded_terms(text)]
+
+
+def _unbounded_terms(text: str) -> list[str]:
     out: list[str] = []
     for word in _WORD.findall(index_form(text)):
         for part in _SCRIPT_RUN.findall(word) if not word.isdigit() else [word]:
@@ -119,7 +141,7 @@ def terms(text: str) -> list[str]:
 def tsvector_literal(found: Iterable[str]) -> str:
     """Return the terms as a tsvector literal with their positions ('plate':1,4 'garage':2)."""
     places: dict[str, list[int]] = {}
-    for position, term in enumerate(found, start=1):
+    for position, term in enumerate(map(bounded, found), start=1):
         # tsvector positions stop at 16383, and 256 positions per term are kept.
         places.setdefault(term, []).append(min(position, 16383))
     return " ".join(f"'{term}':{','.join(str(p) for p in spots[:256])}" for term, spots in places.items())
