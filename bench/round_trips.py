@@ -54,8 +54,6 @@ KB = ROOT / "knowledge" / "demo"
 TENANT = "acme"
 QUESTION = "How do I file a car body claim and which documents do I need?"
 FACT = "Please remember I live in Shiraz. How do I file a car body claim?"
-# Background work that is no run's: the lock sessions' liveness ping.
-BACKGROUND = {"select 1"}
 
 
 @dataclass
@@ -66,11 +64,6 @@ class Timeline:
     first_token: float = 0.0
     ended: float = 0.0
     memory_done: float = 0.0
-
-
-def runs_of(exchanges: list[Exchange]) -> list[Exchange]:
-    """Return the exchanges that are a run's work, not a background ping."""
-    return [e for e in exchanges if not set(e.statements) <= BACKGROUND]
 
 
 async def stream_turn(client: httpx.AsyncClient, thread: str, text: str, token: str) -> Timeline:
@@ -154,9 +147,9 @@ async def count_scenario(
     seen = proxy.exchanges
     return Counted(
         name,
-        first_token=runs_of(seen.between(timeline.sent, timeline.first_token)),
-        run=runs_of(seen.between(timeline.sent, timeline.ended)),
-        memory=runs_of(seen.between(timeline.ended, timeline.memory_done)),
+        first_token=seen.between(timeline.sent, timeline.first_token),
+        run=seen.between(timeline.sent, timeline.ended),
+        memory=seen.between(timeline.ended, timeline.memory_done),
     )
 
 
@@ -166,7 +159,8 @@ SCENARIOS = (("new thread", 0), ("10-turn thread", 10), ("recall and a summary f
 async def count_part(url: str, secret: str) -> list[Counted]:
     """Count the exchanges of one run of each scenario; print them by name."""
     results = []
-    async with proxied(url) as proxy:
+    # A small delay: work the service overlaps is then seen overlapped, whatever the load.
+    async with proxied(url, rtt_ms=2.0) as proxy:
         # A small window: 14 earlier turns then leave it, so the run recalls and folds.
         settings = bench_settings(proxy.url(url), service_secret=_secret(secret), context_tokens=1500)
         token = mint_token(settings, tenant=TENANT, user=f"rtt-{uuid.uuid4().hex[:6]}", locale="en-US", ttl=3600)

@@ -1,0 +1,83 @@
+"""A run's sequential exchanges with Postgres, counted through a proxy: a network multiplies each.
+
+With Postgres across a network every sequential exchange costs a round trip, so the count
+of them before the first token is a latency budget. The proxy (tests/fixtures/pg_proxy.py)
+reads the wire protocol and counts exchanges as the network pays them: work pipelined on
+one connection or overlapped on several counts once. The first token's moment is when the
+model is handed its window (`window_observer`): nothing after it reads Postgres before
+the answer streams. A change that adds an exchange to a path fails here with the list of
+them by name; bench/round_trips.py prints the same lists and what they cost at 1 and 5 ms.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Sequence
+
+import psycopg
+import pytest
+from langchain_core.messages import BaseMessage
+
+from tests.fixtures.app import running_app
+from tests.fixtures.messages import send_for_events
+from tests.fixtures.pg_proxy import Exchange, proxied
+from tests.fixtures.wait import wait_until
+
+EN = {"locale": "en-US"}
+QUESTION = "How do I file a car body claim and which documents do I need?"
+FACT = "Please remember I live in Shiraz. How do I file a car body claim?"
+
+# The budgets this tree keeps, by scenario: (earlier turns, exchanges before the first token,
+# exchanges of the whole run and of its memory work after it). The memory writer starts as
+# the run ends, so the two are counted together: which side of `end` its first exchange falls
+# on is a race.
+BUDGETS = {"new thread": (0, 10, 27), "10-turn thread": (10, 18, 35)}
+# A small delay, so work the service overlaps is seen overlapped whatever the machine's load.
+ROUND_TRIP_MS = 2.0
+
+
+def named(exchanges: Sequence[Exchange]) -> str:
+    """Return the exchanges one a line, numbered: what a failure shows."""
+    return "\n".join(f"{i}. {e.name[:200]}" for i, e in enumerate(exchanges, 1))
+
+
+async def memory_jobs_left(database_url: str, thread: str) -> int:
+    """Return the thread's memory jobs not done yet (read beside the proxy, not through it)."""
+    async with await psycopg.AsyncConnection.connect(database_url, autocommit=True) as conn:
+        row = await (await conn.execute("select count(*) from memory_jobs where thread_id = %s", (thread,))).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+@pytest.mark.parametrize("scenario", list(BUDGETS))
+async def test_a_run_keeps_its_exchange_budget(isolated_database_url: str, scenario: str) -> None:
+    earlier, first_token_budget, run_budget = BUDGETS[scenario]
+    handed_window: list[float] = []
+
+    def note_window(_: Sequence[BaseMessage]) -> None:
+        handed_window.append(time.monotonic())
+
+    thread = f"rtt-{uuid.uuid4().hex[:12]}"
+    async with proxied(isolated_database_url, rtt_ms=ROUND_TRIP_MS) as proxy:
+        overrides = {"window_observer": note_window}
+        async with running_app(proxy.url(isolated_database_url), agent_overrides=overrides) as client:
+            # A run first, on another thread: connections opened, statements prepared.
+            await send_for_events(client, f"warm-{thread}", QUESTION, **EN)
+            for _ in range(earlier):
+                await send_for_events(client, thread, QUESTION, **EN)
+            await wait_until(lambda: _done(isolated_database_url, thread), what="earlier memory jobs done")
+            await wait_until(lambda: _done(isolated_database_url, f"warm-{thread}"), what="warm-up job done")
+            sent = time.monotonic()
+            events = await send_for_events(client, thread, FACT, **EN)
+            await wait_until(lambda: _done(isolated_database_url, thread), what="the run's memory job done")
+            remembered = time.monotonic()
+    assert events[-1][0] == "end"
+    assert proxy.exchanges is not None
+    before_first_token = proxy.exchanges.between(sent, handed_window[-1])
+    run_and_memory = proxy.exchanges.between(sent, remembered)
+    assert len(before_first_token) <= first_token_budget, named(before_first_token)
+    assert len(run_and_memory) <= run_budget, named(run_and_memory)
+
+async def _done(database_url: str, thread: str) -> bool:
+    return await memory_jobs_left(database_url, thread) == 0
