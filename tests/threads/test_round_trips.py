@@ -79,5 +79,6 @@ async def test_a_run_keeps_its_exchange_budget(isolated_database_url: str, scena
     assert len(before_first_token) <= first_token_budget, named(before_first_token)
     assert len(run_and_memory) <= run_budget, named(run_and_memory)
 
+
 async def _done(database_url: str, thread: str) -> bool:
     return await memory_jobs_left(database_url, thread) == 0
