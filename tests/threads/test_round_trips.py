@@ -32,7 +32,7 @@ FACT = "Please remember I live in Shiraz. How do I file a car body claim?"
 # exchanges of the whole run and of its memory work after it). The memory writer starts as
 # the run ends, so the two are counted together: which side of `end` its first exchange falls
 # on is a race.
-BUDGETS = {"new thread": (0, 10, 27), "10-turn thread": (10, 18, 35)}
+BUDGETS = {"new thread": (0, 8, 21), "10-turn thread": (10, 13, 26)}
 # A small delay, so work the service overlaps is seen overlapped whatever the machine's load.
 ROUND_TRIP_MS = 2.0
 

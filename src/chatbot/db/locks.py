@@ -37,6 +37,7 @@ from psycopg import AsyncConnection
 from psycopg.rows import DictRow
 
 from chatbot.db.connection_options import ConnectionOptions
+from chatbot.db.transactions import one_flush_transaction
 from chatbot.ids import TenantId, ThreadId, UserId
 from chatbot.tasks import stop_task
 
@@ -206,10 +207,11 @@ async def fenced_transaction(conn: AsyncConnection[Any], fence: Fence) -> AsyncI
     Every write of a run (its checkpoints, its recall rows) goes through here: the fence check
     is the transaction's first statement, in the same pipeline as the writes, and share-locks
     the thread's fence row, so a new holder's token update waits for a write already under
-    way and a write after it fails with `LeaseLost` having written nothing.
+    way and a write after it fails with `LeaseLost` having written nothing. The whole
+    transaction, `BEGIN` to `COMMIT`, goes out in one flush (db/transactions.py): one round trip.
     """
     try:
-        async with conn.pipeline(), conn.transaction():
+        async with one_flush_transaction(conn):
             await conn.execute(_HOLD_FENCE, (fence.thread_id, fence.token))
             yield conn
     except psycopg.Error as exc:

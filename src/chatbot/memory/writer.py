@@ -35,6 +35,7 @@ from chatbot import metrics
 from chatbot.budgets.service import BudgetExhausted
 from chatbot.db.locks import Locks
 from chatbot.db.pool import Pool
+from chatbot.db.transactions import one_flush_transaction
 from chatbot.ids import TenantId, UserId
 from chatbot.memory import _profile_sources as profile_sources
 from chatbot.memory import items, jobs, queries
@@ -150,8 +151,8 @@ class MemoryWriter:
             metrics.MEMORY_WRITES.labels("nothing").inc()
             return
         try:
-            # One round trip (pipelined): this is awaited before the run's final checkpoint.
-            async with self.pool.connection() as conn, conn.pipeline(), conn.transaction():
+            # One round trip (one flush): this is awaited before the run's final checkpoint.
+            async with self.pool.connection() as conn, one_flush_transaction(conn):
                 # Shared with a reset's exclusive hold: a reset either deletes this row or comes after it.
                 await hold_for_write(conn, job.tenant_id, job.user_id)
                 await queries.insert_job(conn, job, now=items.utcnow(), lease=self.lease, holder=self.holder)
