@@ -160,7 +160,7 @@ async def count_part(url: str, secret: str) -> list[Counted]:
     """Count the exchanges of one run of each scenario; print them by name."""
     results = []
     # A small delay: work the service overlaps is then seen overlapped, whatever the load.
-    async with proxied(url, rtt_ms=2.0) as proxy:
+    async with proxied(url, rtt_ms=5.0) as proxy:
         # A small window: 14 earlier turns then leave it, so the run recalls and folds.
         settings = bench_settings(proxy.url(url), service_secret=_secret(secret), context_tokens=1500)
         token = mint_token(settings, tenant=TENANT, user=f"rtt-{uuid.uuid4().hex[:6]}", locale="en-US", ttl=3600)

@@ -19,12 +19,14 @@ import psycopg
 import pytest
 from langchain_core.messages import BaseMessage
 
+from chatbot.config import Settings
 from tests.fixtures.app import running_app
 from tests.fixtures.messages import send_for_events
 from tests.fixtures.pg_proxy import Exchange, proxied
 from tests.fixtures.wait import wait_until
 
 EN = {"locale": "en-US"}
+POOL_MIN_SIZE = Settings.model_fields["pool_min_size"].default
 QUESTION = "How do I file a car body claim and which documents do I need?"
 FACT = "Please remember I live in Shiraz. How do I file a car body claim?"
 
@@ -32,9 +34,11 @@ FACT = "Please remember I live in Shiraz. How do I file a car body claim?"
 # exchanges of the whole run and of its memory work after it). The memory writer starts as
 # the run ends, so the two are counted together: which side of `end` its first exchange falls
 # on is a race.
-BUDGETS = {"new thread": (0, 8, 21), "10-turn thread": (10, 13, 26)}
-# A small delay, so work the service overlaps is seen overlapped whatever the machine's load.
-ROUND_TRIP_MS = 2.0
+BUDGETS = {"new thread": (0, 7, 20), "10-turn thread": (10, 12, 26)}
+# The measured run's added round trip: far longer than the CPU work between two statements the
+# service overlaps, even on a loaded machine, so they are seen overlapped. The turns before it
+# go without delay.
+ROUND_TRIP_SECONDS = 0.05
 
 
 def named(exchanges: Sequence[Exchange]) -> str:
@@ -59,25 +63,33 @@ async def test_a_run_keeps_its_exchange_budget(isolated_database_url: str, scena
         handed_window.append(time.monotonic())
 
     thread = f"rtt-{uuid.uuid4().hex[:12]}"
-    async with proxied(isolated_database_url, rtt_ms=ROUND_TRIP_MS) as proxy:
+    async with proxied(isolated_database_url) as proxy:
         overrides = {"window_observer": note_window}
-        async with running_app(proxy.url(isolated_database_url), agent_overrides=overrides) as client:
+        # The service's default pool floor (the tests' is 1): two reads overlapped need two connections.
+        url = proxy.url(isolated_database_url)
+        async with running_app(url, agent_overrides=overrides, pool_min_size=POOL_MIN_SIZE) as client:
             # A run first, on another thread: connections opened, statements prepared.
             await send_for_events(client, f"warm-{thread}", QUESTION, **EN)
             for _ in range(earlier):
                 await send_for_events(client, thread, QUESTION, **EN)
             await wait_until(lambda: _done(isolated_database_url, thread), what="earlier memory jobs done")
             await wait_until(lambda: _done(isolated_database_url, f"warm-{thread}"), what="warm-up job done")
+            proxy.one_way = ROUND_TRIP_SECONDS / 2
             sent = time.monotonic()
             events = await send_for_events(client, thread, FACT, **EN)
             await wait_until(lambda: _done(isolated_database_url, thread), what="the run's memory job done")
             remembered = time.monotonic()
+            proxy.one_way = 0
     assert events[-1][0] == "end"
     assert proxy.exchanges is not None
     before_first_token = proxy.exchanges.between(sent, handed_window[-1])
     run_and_memory = proxy.exchanges.between(sent, remembered)
-    assert len(before_first_token) <= first_token_budget, named(before_first_token)
-    assert len(run_and_memory) <= run_budget, named(run_and_memory)
+    counted = {
+        "before the first token": (before_first_token, first_token_budget),
+        "run and memory": (run_and_memory, run_budget),
+    }
+    over = {what: f"{len(found)} > {budget}" for what, (found, budget) in counted.items() if len(found) > budget}
+    assert not over, "\n".join([str(over), *(f"{what}:\n{named(found)}" for what, (found, _) in counted.items())])
 
 
 async def _done(database_url: str, thread: str) -> bool:

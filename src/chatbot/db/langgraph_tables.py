@@ -657,6 +657,19 @@ async def store_items(conn: Conn, prefix: str, visible_after: datetime, limit: i
     return list(await (await conn.execute(_ITEMS, params)).fetchall())
 
 
+async def send_store_read(
+    conn: Conn, prefix: str, visible_after: datetime, *, key: str | None = None, limit: int = 1
+) -> Cursor:
+    """Send one read of `prefix` (the row of `key`, or up to `limit` rows newest first); return its cursor.
+
+    In a pipeline the read goes out without waiting: several reads sent this way come back
+    in the round trip of the first fetch.
+    """
+    if key is None:
+        return await conn.execute(_ITEMS, {"prefix": prefix, "visible_after": visible_after, "limit": limit})
+    return await conn.execute(_ITEM, {"prefix": prefix, "key": key, "visible_after": visible_after})
+
+
 async def store_item(conn: Conn, prefix: str, key: str, visible_after: datetime) -> dict[str, Any] | None:
     """Return one row (key, value, created_at, updated_at), None when absent or expired by `visible_after`."""
     params = {"prefix": prefix, "key": key, "visible_after": visible_after}

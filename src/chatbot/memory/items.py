@@ -81,6 +81,34 @@ async def read_one(conn: Conn, namespace: tuple[str, ...], key: str, lifetime: L
     return None if row is None else _item(row)
 
 
+@dataclass(frozen=True, slots=True)
+class Wanted:
+    """One read of `read_together`: the item `key` of `namespace`, or up to `limit` items of it."""
+
+    namespace: tuple[str, ...]
+    key: str | None = None
+    limit: int = 1
+
+
+async def read_together(conn: Conn, wanted: Sequence[Wanted], lifetime: Lifetime) -> list[list[StoredItem]]:
+    """Return each read's items (newest first; none or one for a key), all sent in one round trip.
+
+    The reads and their namespaces' TTL refreshes go out in one pipeline, as `read` and
+    `read_one` one after the other would send them; only the waiting is shared.
+    """
+    now = utcnow()
+    async with conn.pipeline():
+        cursors = [
+            await langgraph_tables.send_store_read(
+                conn, prefix_of(w.namespace), lifetime.visible_after(now), key=w.key, limit=w.limit
+            )
+            for w in wanted
+        ]
+        for prefix in dict.fromkeys(prefix_of(w.namespace) for w in wanted):
+            await refresh(conn, prefix, lifetime, now)
+        return [[_item(row) for row in await cursor.fetchall()] for cursor in cursors]
+
+
 async def refresh(conn: Conn, prefix: str, lifetime: Lifetime, now: datetime) -> None:
     """Move the namespace's expiry forward (a read counts as use); no statement without a TTL."""
     expires_at = lifetime.expires_at(now)
