@@ -78,16 +78,16 @@ _UNLOCK_THREAD = f"select pg_advisory_unlock({_THREAD_KEY})"
 
 # A run's thread lock comes with a shared hold on its user's erasure key, in the same
 # round trip: an erasure takes that key exclusively, so it waits for the user's runs in
-# flight on every thread, and refuses new ones until it is done (ops/erasure.py). CASE
-# orders the attempts; a shared hold whose thread lock was refused is given back at once.
-_TRY_RUN = f"""
-with run as (select pg_try_advisory_lock_shared({_ERASE_KEY}) as ok),
-lock as (select case when (select ok from run) then pg_try_advisory_lock({_THREAD_KEY}) else false end as ok),
-undo as (select pg_advisory_unlock_shared({_ERASE_KEY}) from run, lock where run.ok and not lock.ok)
-select lock.ok, run.ok as user_ok, (select count(*) from undo) as undone
-from run, lock
-"""
+# flight on every thread, and refuses new ones until it is done (ops/erasure.py). A shared
+# hold whose thread lock was refused is given back at once.
 _UNLOCK_RUN = f"select pg_advisory_unlock({_THREAD_KEY}), pg_advisory_unlock_shared({_ERASE_KEY})"
+# A run's start in one round trip (migration 0012: `_THREAD_KEY` and `_ERASE_KEY` computed there): the owner
+# check, both locks, the fence token and the owner read under the lock, in one function run
+# on the coordinator. A thread another caller created is refused before any lock is touched.
+_TAKE_RUN = (
+    "select ok, user_ok, owned, tenant_id, user_id"
+    " from chatbot_take_thread(%(thread)s, %(token)s, %(tenant)s, %(user)s)"
+)
 _TRY_USER = f"select pg_try_advisory_lock({_USER_KEY}) as ok"
 _UNLOCK_USER = f"select pg_advisory_unlock({_USER_KEY})"
 _TRY_ERASE = f"select pg_try_advisory_lock({_ERASE_KEY}) as ok"
@@ -226,6 +226,10 @@ class LeaseLost(Exception):
 
 class UserErasing(Exception):
     """The run's user is being erased: no run of theirs may start until the erasure is done."""
+
+
+class OwnedByAnother(Exception):
+    """The thread was created by another caller: a run of this one is refused, no lock touched."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -385,7 +389,9 @@ class Locks:
     async def try_run(self, thread_id: ThreadId, tenant_id: TenantId, user_id: UserId) -> Lease | None:
         """Take a run's thread lock and a shared hold on its user's erasure key, or return None.
 
-        None when the thread is held; raise `UserErasing` when the user is being erased.
+        One round trip: the thread's owner is checked first and the fence set under the lock
+        in the same statement. None when the thread is held; raise `OwnedByAnother` when
+        another caller created the thread, `UserErasing` when the user is being erased.
         """
         erasure = f"erase/{tenant_id}/{user_id}"
         if erasure in self._held:
@@ -393,7 +399,7 @@ class Locks:
         token = str(uuid.uuid4())
         params = LockParams(thread=thread_id, token=token, tenant=tenant_id, user=user_id)
         fence = Fence(thread_id, token)
-        return await self._try(f"thread/{thread_id}", _TRY_RUN, _UNLOCK_RUN, params, fence, shared=erasure)
+        return await self._try(f"thread/{thread_id}", _TAKE_RUN, _UNLOCK_RUN, params, fence, shared=erasure)
 
     async def wait_erasure(self, tenant_id: TenantId, user_id: UserId, timeout: float) -> Lease | None:
         """Poll for the user's erasure key, exclusive: granted once no run of the user is in flight."""
@@ -473,11 +479,15 @@ class Locks:
         if not row["ok"]:
             del self._held[name]
             self._unshare(shared)
+            if row.get("owned") and (row["tenant_id"], row["user_id"]) != (params.get("tenant"), params.get("user")):
+                raise OwnedByAnother()
             if not row.get("user_ok", True):
                 raise UserErasing()
             return None
         owner = None
-        if fence is not None:
+        if "owned" in row:  # the statement set the fence and read the owner under the lock itself
+            owner = (TenantId(row["tenant_id"]), UserId(row["user_id"])) if row["owned"] else None
+        elif fence is not None:
             owner = await self._set_fence(name, session, conn, unlock_sql, params, shared)
         lease = Lease(self, name, session, conn, unlock_sql, params, fence, shared, owner)
         self._held[name] = lease

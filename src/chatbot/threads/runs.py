@@ -48,7 +48,7 @@ from chatbot.agent.state import META_KEY, user_turn
 from chatbot.budgets.service import BudgetExhausted, Budgets, Reservation, budget_member
 from chatbot.caller import CallerContext
 from chatbot.db import usage_totals
-from chatbot.db.locks import Fence, Lease, LeaseLost, Locks, UserErasing
+from chatbot.db.locks import Fence, Lease, LeaseLost, Locks, OwnedByAnother, UserErasing
 from chatbot.db.pool import Pool
 from chatbot.db.run_record import RecordedRun
 from chatbot.db.saver import fenced
@@ -56,7 +56,7 @@ from chatbot.errors import DATABASE_ERRORS, Problem, database_problem
 from chatbot.failures import Failure
 from chatbot.ids import RunId, TenantId, ThreadId
 from chatbot.threads import cancel
-from chatbot.threads._ownership import Owner, check_owner, check_thread_access
+from chatbot.threads._ownership import Owner, check_owner, thread_not_found
 from chatbot.threads._stream import Listener, RunStream
 from chatbot.threads.deletion import forget_unwritten_thread
 from chatbot.threads.ratelimit import RateLimiter
@@ -174,18 +174,19 @@ class RunService:
     async def _start(
         self, thread_id: ThreadId, caller: CallerContext, content: str, trace_parent: Mapping[str, str] | None
     ) -> Listener:
-        # The owner is decided before the lock: another caller's request is refused (404)
-        # without touching the thread's lock, so requests that are refused anyway cannot
-        # make the owner's own runs meet a 409. A run that gets the lock checks
-        # its owner again under it: another caller's first run on a new thread id may have
-        # created the thread since.
+        # The owner is decided before the lock, in the lock's own statement: another caller's
+        # request is refused (404) without touching the thread's lock, so requests that are
+        # refused anyway cannot make the owner's own runs meet a 409. A run that gets the
+        # lock checks its owner again under it: another caller's first run on a new thread
+        # id may have created the thread since.
         erasing = False
         try:
-            await check_thread_access(self.pool, thread_id, caller, must_exist=False)
             try:
                 lease = await self.locks.try_run(thread_id, caller.tenant_id, caller.user_id)
             except UserErasing:
                 lease, erasing = None, True
+            except OwnedByAnother:
+                raise thread_not_found() from None
             if lease is None:
                 retry = await self.limiter.retry_after(caller)
         except DATABASE_ERRORS:
