@@ -34,7 +34,7 @@ FACT = "Please remember I live in Shiraz. How do I file a car body claim?"
 # exchanges of the whole run and of its memory work after it). The memory writer starts as
 # the run ends, so the two are counted together: which side of `end` its first exchange falls
 # on is a race.
-BUDGETS = {"new thread": (0, 5, 18), "10-turn thread": (10, 10, 23)}
+BUDGETS = {"new thread": (0, 5, 17), "10-turn thread": (10, 8, 21)}
 # The measured run's added round trip: far longer than the CPU work between two statements the
 # service overlaps, even on a loaded machine, so they are seen overlapped. The turns before it
 # go without delay.

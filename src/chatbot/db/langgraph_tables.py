@@ -308,7 +308,7 @@ async def checkpoint_rows(
     return list(await cur.fetchall())
 
 
-def _delta_walk_page(channels: int, *, include_cursor: bool) -> str:
+def _delta_walk_page(channels: int, *, include_cursor: bool, cursor: str = "%(cursor)s") -> str:
     # The library's stage-1 walk (`_build_delta_stage1_sql`, its columns ver_i, hb_i,
     # inline_i), the blob probe naming the thread by the parameter.
     columns = "".join(
@@ -326,7 +326,7 @@ def _delta_walk_page(channels: int, *, include_cursor: bool) -> str:
     bound = "<=" if include_cursor else "<"
     return (
         f"select{columns}\n    checkpoint_id, parent_checkpoint_id\nfrom checkpoints\n"
-        f"where thread_id = %(thread)s and checkpoint_ns = %(ns)s and checkpoint_id {bound} %(cursor)s\n"
+        f"where thread_id = %(thread)s and checkpoint_ns = %(ns)s and checkpoint_id {bound} {cursor}\n"
         "order by checkpoint_id desc limit %(page)s"
     )
 
@@ -346,6 +346,36 @@ async def delta_walk_page(
     params.update({f"ch{i}": channel for i, channel in enumerate(channels)})
     await cur.execute(_delta_walk_page(len(channels), include_cursor=include_cursor), params)
     return list(await cur.fetchall())
+
+
+# The walk's first page from the thread's newest checkpoint, named by a subquery of its own
+# thread: sent beside the checkpoint's read, before its id is known.
+_NEWEST_ID = (
+    "(select checkpoint_id from checkpoints where thread_id = %(thread)s and checkpoint_ns = %(ns)s"
+    " order by checkpoint_id desc limit 1)"
+)
+
+
+async def send_first_walk_page(
+    cur: Cursor,
+    thread_id: ThreadId,
+    checkpoint_ns: str,
+    channels: Sequence[str],
+    *,
+    checkpoint_id: str | None,
+    page: int,
+) -> None:
+    """Send, without fetching, `delta_walk_page`'s first page from `checkpoint_id` (the newest when None).
+
+    In a pipeline it goes out with the checkpoint's own read: one round trip for both.
+    """
+    params: dict[str, str | int] = {"thread": thread_id, "ns": checkpoint_ns, "page": page}
+    params.update({f"ch{i}": channel for i, channel in enumerate(channels)})
+    if checkpoint_id:
+        params["cursor"] = checkpoint_id
+        await cur.execute(_delta_walk_page(len(channels), include_cursor=True), params)
+    else:
+        await cur.execute(_delta_walk_page(len(channels), include_cursor=True, cursor=_NEWEST_ID), params)
 
 
 # The library's stage 2 (`_build_delta_stage2_sql`): per channel, its writes on the walk's

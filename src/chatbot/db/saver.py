@@ -29,7 +29,7 @@ upstream fix ships, drop this module and use `AsyncPostgresSaver` again.
 from __future__ import annotations
 
 import asyncio
-from collections import defaultdict
+from collections import OrderedDict, defaultdict
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
@@ -54,6 +54,7 @@ from psycopg_pool import AsyncConnectionPool
 from chatbot.db import langgraph_tables
 from chatbot.db.checkpoints import SERDE
 from chatbot.db.locks import Fence, fenced_transaction
+from chatbot.ids import ThreadId
 
 T = TypeVar("T")
 
@@ -79,6 +80,10 @@ class _PoolLock(asyncio.Lock):
 # 36 ms at 1000). A smaller page reads what the walk needs; a longer walk just takes more
 # pages (the loop pages until it finds the snapshot), so results are unchanged.
 DELTA_WALK_PAGE = 64
+# First walk pages read beside their checkpoint and not yet used (a read whose history is
+# never asked for leaves one): the oldest go first. A page is a checkpoint's, which never changes.
+_KEPT_PAGES = 64
+_PageKey = tuple[str, str, str, tuple[str, ...]]
 
 
 class _ThreadlessAsyncio:
@@ -130,6 +135,10 @@ class PooledPostgresSaver(AsyncPostgresSaver):
         # allows only on one) still needs the lock to keep coroutines off it.
         if isinstance(conn, AsyncConnectionPool):
             self.lock = _PoolLock()
+        # The graph's delta channels, as its first history read named them: every later
+        # checkpoint read sends the walk's first page beside it (`aget_tuple`).
+        self._delta_channels: tuple[str, ...] = ()
+        self._first_pages: OrderedDict[_PageKey, list[Any]] = OrderedDict()
 
     # The reads below are the library's methods (3.2) with its statements replaced by
     # db/langgraph_tables.py's, which Citus routes to the thread's shard; the decoding and
@@ -139,10 +148,9 @@ class PooledPostgresSaver(AsyncPostgresSaver):
         """Return the checkpoint of `config` (the thread's newest without a checkpoint_id), None when absent."""
         configurable = config["configurable"]
         thread_id = configurable["thread_id"]
+        checkpoint_ns = configurable.get("checkpoint_ns", "")
         async with self._cursor() as cur:
-            value = await langgraph_tables.checkpoint_row(
-                cur, thread_id, configurable.get("checkpoint_ns", ""), get_checkpoint_id(config)
-            )
+            value = await self._checkpoint_row(cur, thread_id, checkpoint_ns, get_checkpoint_id(config))
             if value is None:
                 return None
             if value["checkpoint"]["v"] < 4 and value["parent_checkpoint_id"]:
@@ -152,6 +160,33 @@ class PooledPostgresSaver(AsyncPostgresSaver):
                         value["channel_values"] = []
                     self._migrate_pending_sends(sends["sends"], value["checkpoint"], value["channel_values"])
             return await self._load_checkpoint_tuple(value)
+
+    async def _checkpoint_row(
+        self, cur: AsyncCursor[DictRow], thread_id: str, checkpoint_ns: str, checkpoint_id: str | None
+    ) -> Any:
+        """Read one checkpoint's row; on a pool, with the delta walk's first page in the same round trip.
+
+        A graph with delta channels reads their history right after the checkpoint (three
+        round trips: the row, the walk, the writes). The walk's first page goes out beside the
+        row, pipelined, and is kept for `aget_delta_channel_history` under the checkpoint's id.
+        """
+        channels = self._delta_channels
+        if not channels or not isinstance(self.conn, AsyncConnectionPool):
+            return await langgraph_tables.checkpoint_row(cur, ThreadId(thread_id), checkpoint_ns, checkpoint_id)
+        conn = cur.connection
+        async with conn.pipeline():
+            walk = conn.cursor(binary=True, row_factory=dict_row)
+            await langgraph_tables.send_first_walk_page(
+                walk, ThreadId(thread_id), checkpoint_ns, channels, checkpoint_id=checkpoint_id, page=DELTA_WALK_PAGE
+            )
+            value = await langgraph_tables.checkpoint_row(cur, ThreadId(thread_id), checkpoint_ns, checkpoint_id)
+            page = list(await walk.fetchall())
+        # Each statement reads its own snapshot: the page is kept only if it starts at that row.
+        if value is not None and page and page[0]["checkpoint_id"] == value["checkpoint_id"]:
+            self._first_pages[(thread_id, checkpoint_ns, value["checkpoint_id"], channels)] = page
+            while len(self._first_pages) > _KEPT_PAGES:
+                self._first_pages.popitem(last=False)
+        return value
 
     async def alist(
         self,
@@ -201,6 +236,7 @@ class PooledPostgresSaver(AsyncPostgresSaver):
         if not channels:
             return {}
         channels = list(channels)
+        self._delta_channels = tuple(channels)
         thread_id = config["configurable"]["thread_id"]
         checkpoint_ns = config["configurable"].get("checkpoint_ns", "")
         checkpoint_id = get_checkpoint_id(config)
@@ -223,7 +259,10 @@ class PooledPostgresSaver(AsyncPostgresSaver):
         first = True
         async with self._cursor() as cur:
             while cursor is not None:
-                page = await langgraph_tables.delta_walk_page(
+                sent = (
+                    self._first_pages.pop((thread_id, checkpoint_ns, cursor, tuple(channels)), None) if first else None
+                )
+                page = sent or await langgraph_tables.delta_walk_page(
                     cur, thread_id, checkpoint_ns, channels, cursor=cursor, include_cursor=first, page=DELTA_WALK_PAGE
                 )
                 if not page:
