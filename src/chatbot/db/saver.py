@@ -33,7 +33,8 @@ from collections import OrderedDict, defaultdict
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
-from typing import Any, Literal, TypeVar
+from dataclasses import dataclass
+from typing import Any, Literal, TypeVar, cast
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
@@ -339,12 +340,31 @@ class FencedPostgresSaver(PooledPostgresSaver):
     async def aput_writes(
         self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
     ) -> None:
-        """Save pending writes, fenced when the config carries a fence."""
-        async with _fenced_write(config):
+        """Save pending writes, fenced when the config carries a fence.
+
+        Inside `writes_join_next_checkpoint`, a fenced run's writes are kept and sent in the
+        transaction of its next checkpoint write instead (one round trip for both).
+        """
+        joining = _joining.get()
+        fence = config["configurable"].get(FENCE_KEY)
+        if joining is None or fence is None or not isinstance(self.conn, AsyncConnectionPool):
+            async with _fenced_write(config):
+                await super().aput_writes(config, writes, task_id, task_path)
+            return
+        recorder = _Recorder()
+        token = _recording.set(recorder)
+        try:
             await super().aput_writes(config, writes, task_id, task_path)
+        finally:
+            _recording.reset(token)
+        joining.append(_Kept(self, fence, recorder.calls))
 
     @asynccontextmanager
     async def _cursor(self, *, pipeline: bool = False) -> AsyncIterator[AsyncCursor[DictRow]]:
+        recorder = _recording.get()
+        if recorder is not None:
+            yield cast(AsyncCursor[DictRow], recorder)
+            return
         fence = _writing_under.get()
         if fence is None or not isinstance(self.conn, AsyncConnectionPool):
             async with super()._cursor(pipeline=pipeline) as cur:
@@ -352,7 +372,71 @@ class FencedPostgresSaver(PooledPostgresSaver):
             return
         async with self.conn.connection() as conn, fenced_transaction(conn, fence):
             async with conn.cursor(binary=True, row_factory=dict_row) as cur:
+                await self._send_kept(cur, fence)
                 yield cur
+
+    async def _send_kept(self, cur: AsyncCursor[DictRow], fence: Fence) -> None:
+        """Send this saver's kept writes of `fence` first in the transaction `cur` is in."""
+        joining = _joining.get()
+        if not joining:
+            return
+        for kept in [k for k in joining if k.saver is self and k.fence == fence]:
+            joining.remove(kept)
+            for query, params in kept.calls:
+                await cur.executemany(query, params)
+
+    async def write_kept(self, kept: _Kept) -> None:
+        """Write kept pending writes in a fenced transaction of their own (no checkpoint followed them)."""
+        token = _writing_under.set(kept.fence)
+        try:
+            async with self._cursor() as cur:
+                for query, params in kept.calls:
+                    await cur.executemany(query, params)
+        finally:
+            _writing_under.reset(token)
+
+
+class _Recorder:
+    """Stands in for the cursor of `aput_writes` while its statements are kept for later."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[Any, list[Any]]] = []
+
+    async def executemany(self, query: Any, params_seq: Any, **_: Any) -> None:
+        """Keep the statement and its rows (the library sends pending writes with `executemany`)."""
+        self.calls.append((query, list(params_seq)))
+
+
+@dataclass(frozen=True, slots=True)
+class _Kept:
+    """Pending writes kept for the next checkpoint write of the same run (its fence)."""
+
+    saver: FencedPostgresSaver
+    fence: Fence
+    calls: list[tuple[Any, list[Any]]]
+
+
+_recording: ContextVar[_Recorder | None] = ContextVar("chatbot_recording_writes", default=None)
+_joining: ContextVar[list[_Kept] | None] = ContextVar("chatbot_writes_joining", default=None)
+
+
+@asynccontextmanager
+async def writes_join_next_checkpoint() -> AsyncIterator[None]:
+    """Inside, a fenced run's pending writes go out in the transaction of its next checkpoint write.
+
+    For a state update (the run's input): the library writes the input task's writes, then
+    the checkpoint that applies them, two transactions one after the other; together they
+    are one round trip, and both or neither are written. Writes no checkpoint followed are
+    written on leaving (unless the block raised: then nothing of it was written).
+    """
+    token = _joining.set([])
+    try:
+        yield
+        left = list(_joining.get() or [])
+    finally:
+        _joining.reset(token)
+    for kept in left:
+        await kept.saver.write_kept(kept)
 
 
 @asynccontextmanager

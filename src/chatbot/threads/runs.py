@@ -51,7 +51,7 @@ from chatbot.db import usage_totals
 from chatbot.db.locks import Fence, Lease, LeaseLost, Locks, OwnedByAnother, UserErasing
 from chatbot.db.pool import Pool
 from chatbot.db.run_record import RecordedRun
-from chatbot.db.saver import fenced
+from chatbot.db.saver import fenced, writes_join_next_checkpoint
 from chatbot.errors import DATABASE_ERRORS, Problem, database_problem
 from chatbot.failures import Failure
 from chatbot.ids import RunId, TenantId, ThreadId
@@ -221,7 +221,9 @@ class RunService:
                 id=str(uuid.uuid4()),
                 additional_kwargs={META_KEY: {"created_at": now_rfc3339(), "run_id": stream.run_id}},
             )
-            await self.graph.aupdate_state(config, user_turn(message), as_node=START)
+            # The input task's writes and the checkpoint applying them: one transaction, one round trip.
+            async with writes_join_next_checkpoint():
+                await self.graph.aupdate_state(config, user_turn(message), as_node=START)
         except BaseException as exc:
             if fresh and isinstance(exc, Problem):
                 # A first run refused before it wrote anything (429): the fence row its lock
