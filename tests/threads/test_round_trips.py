@@ -11,6 +11,7 @@ them by name; bench/round_trips.py prints the same lists and what they cost at 1
 
 from __future__ import annotations
 
+import functools
 import time
 import uuid
 from collections.abc import Sequence
@@ -35,11 +36,12 @@ FACT = "Please remember I live in Shiraz. How do I file a car body claim?"
 # the run ends, so the two are counted together: which side of `end` its first exchange falls
 # on is a race. So is one more of that total: the run's unlock and the writer's user lock
 # overlap when the two keys hash to different lock sessions, and queue on one otherwise.
-BUDGETS = {"new thread": (0, 5, 18), "10-turn thread": (10, 7, 21)}
+BUDGETS = {"new thread": (0, 4, 18), "10-turn thread": (10, 6, 20)}
 # The measured run's added round trip: far longer than the CPU work between two statements the
 # service overlaps, even on a loaded machine, so they are seen overlapped. The turns before it
 # go without delay.
-ROUND_TRIP_SECONDS = 0.05
+ROUND_TRIP_SECONDS = 0.1
+ATTEMPTS = 3
 
 
 def named(exchanges: Sequence[Exchange]) -> str:
@@ -64,7 +66,9 @@ async def test_a_run_keeps_its_exchange_budget(isolated_database_url: str, scena
         handed_window.append(time.monotonic())
 
     thread = f"rtt-{uuid.uuid4().hex[:12]}"
+    report = ""
     async with proxied(isolated_database_url) as proxy:
+        assert proxy.exchanges is not None
         overrides = {"window_observer": note_window}
         # The service's default pool floor (the tests' is 1): two reads overlapped need two connections.
         url = proxy.url(isolated_database_url)
@@ -73,24 +77,28 @@ async def test_a_run_keeps_its_exchange_budget(isolated_database_url: str, scena
             await send_for_events(client, f"warm-{thread}", QUESTION, **EN)
             for _ in range(earlier):
                 await send_for_events(client, thread, QUESTION, **EN)
-            await wait_until(lambda: _done(isolated_database_url, thread), what="earlier memory jobs done")
             await wait_until(lambda: _done(isolated_database_url, f"warm-{thread}"), what="warm-up job done")
-            proxy.one_way = ROUND_TRIP_SECONDS / 2
-            sent = time.monotonic()
-            events = await send_for_events(client, thread, FACT, **EN)
-            await wait_until(lambda: _done(isolated_database_url, thread), what="the run's memory job done")
-            remembered = time.monotonic()
-            proxy.one_way = 0
-    assert events[-1][0] == "end"
-    assert proxy.exchanges is not None
-    before_first_token = proxy.exchanges.between(sent, handed_window[-1])
-    run_and_memory = proxy.exchanges.between(sent, remembered)
-    counted = {
-        "before the first token": (before_first_token, first_token_budget),
-        "run and memory": (run_and_memory, run_budget),
-    }
-    over = {what: f"{len(found)} > {budget}" for what, (found, budget) in counted.items() if len(found) > budget}
-    assert not over, "\n".join([str(over), *(f"{what}:\n{named(found)}" for what, (found, _) in counted.items())])
+            # The path's length is its fewest exchanges: a loaded machine can stall the process
+            # past the delay and split work the service overlaps, never merge what it does not.
+            for attempt in range(ATTEMPTS):
+                measured = thread if earlier else f"{thread}-{attempt}"
+                await wait_until(functools.partial(_done, isolated_database_url, measured), what="earlier jobs done")
+                proxy.one_way = ROUND_TRIP_SECONDS / 2
+                sent = time.monotonic()
+                events = await send_for_events(client, measured, FACT, **EN)
+                await wait_until(functools.partial(_done, isolated_database_url, measured), what="its job done")
+                remembered = time.monotonic()
+                proxy.one_way = 0
+                assert events[-1][0] == "end"
+                counted = {
+                    "before the first token": (proxy.exchanges.between(sent, handed_window[-1]), first_token_budget),
+                    "run and memory": (proxy.exchanges.between(sent, remembered), run_budget),
+                }
+                over = {what: f"{len(found)} > {most}" for what, (found, most) in counted.items() if len(found) > most}
+                if not over:
+                    return
+                report = "\n".join([str(over), *(f"{what}:\n{named(found)}" for what, (found, _) in counted.items())])
+    raise AssertionError(f"over budget in each of {ATTEMPTS} runs; the last:\n{report}")
 
 
 async def _done(database_url: str, thread: str) -> bool:

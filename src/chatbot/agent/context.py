@@ -8,12 +8,16 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from chatbot.agent.outcome import EventSink
 from chatbot.agent.result import RunResult
 from chatbot.caller import CallerContext
 from chatbot.ids import RunId, TenantId, ThreadId, UserId
 from chatbot.memory.jobs import RunEnded as RunEnded  # the run service makes it (threads/runs.py)
+
+if TYPE_CHECKING:
+    from chatbot.agent.early import EarlyReads
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -51,6 +55,10 @@ class Context:
     ended: RunEnded | None = field(default=None, compare=False, repr=False)
     """How the run ended ("answered" or "other"), set by the run service once the final
     checkpoint is written or refused; a memory job of the run waits on it (memory/jobs.py)."""
+
+    early: EarlyReads | None = field(default=None, compare=False, repr=False)
+    """The run's memory read and knowledge search, started before the graph (agent/early.py);
+    None: the nodes read for themselves."""
 
     @property
     def caller(self) -> CallerContext:

@@ -29,7 +29,7 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -40,6 +40,7 @@ from langgraph.graph.state import CompiledStateGraph
 
 from chatbot import metrics
 from chatbot.agent.context import Context, RunEnded
+from chatbot.agent.early import EarlyReads
 from chatbot.agent.outcome import GraphEvent, GraphOutcome, Token
 from chatbot.agent.record import chunk_versions
 from chatbot.agent.result import RunResult
@@ -92,6 +93,8 @@ class RunService:
     """The answer chain's `provider:model` specs: a run's worst case is priced at the dearest."""
     answer_input_tokens: int = 0
     """The most input tokens an answer call may send (the window's budget, CHATBOT_CONTEXT_TOKENS)."""
+    early_reads: Callable[[CallerContext, str], EarlyReads] | None = None
+    """Starts a run's memory read and knowledge search beside its input's write (agent/early.py)."""
     _starting: int = field(default=0, init=False)
     _runs: dict[str, RunStream] = field(default_factory=dict, init=False)
     _tasks: set[asyncio.Task[None]] = field(default_factory=set, init=False)
@@ -201,6 +204,7 @@ class RunService:
             raise Problem(409, "a run is already in flight on this thread")
         fresh = False  # no checkpoint of the thread yet, as read under the lock
         reservation: Reservation | None = None
+        early = None
         try:
             # Decided under the lock: another caller's first run on this thread id may have
             # created the thread a moment ago (the owner is the first checkpoint's caller,
@@ -221,10 +225,14 @@ class RunService:
                 id=str(uuid.uuid4()),
                 additional_kwargs={META_KEY: {"created_at": now_rfc3339(), "run_id": stream.run_id}},
             )
+            # Under way beside the input's write and the graph's state load, which they do not need.
+            early = self.early_reads(caller, content) if self.early_reads is not None else None
             # The input task's writes and the checkpoint applying them: one transaction, one round trip.
             async with writes_join_next_checkpoint():
                 await self.graph.aupdate_state(config, user_turn(message), as_node=START)
         except BaseException as exc:
+            if early is not None:
+                early.cancel()
             if fresh and isinstance(exc, Problem):
                 # A first run refused before it wrote anything (429): the fence row its lock
                 # set would be all that is left of the thread id, and nothing deletes rows of
@@ -239,7 +247,7 @@ class RunService:
         self._runs[stream.run_id] = stream
         listener = stream.listen(from_start=True)
         task = asyncio.create_task(
-            self._execute(stream, caller, lease, config, str(message.id), trace_parent, reservation),
+            self._execute(stream, caller, lease, config, str(message.id), trace_parent, reservation, early),
             name=f"run-{stream.run_id}",
         )
         self._graphs[stream.run_id] = task
@@ -287,6 +295,7 @@ class RunService:
         input_id: str,
         trace_parent: Mapping[str, str] | None = None,
         reservation: Reservation | None = None,
+        early: EarlyReads | None = None,
     ) -> None:
         started = time.perf_counter()
         sink = _RunSink(stream, started)
@@ -304,6 +313,7 @@ class RunService:
             events=sink,
             handoffs=handoffs,
             ended=ended,
+            early=early,
         )
         failure: BaseException | None = None
         trace = self.tracing.start_run(
@@ -339,6 +349,8 @@ class RunService:
         finally:
             self._graphs.pop(stream.run_id, None)
             self._cancelled.discard(stream.run_id)
+            if early is not None:
+                early.cancel()  # used by now, or never will be
             if user_cancelled:
                 # Under the lock still: a rejoin that sees the thread free finds the record.
                 await self._record_cancelled(stream, context, config, lease, input_id)
