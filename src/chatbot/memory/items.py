@@ -11,12 +11,13 @@ before read here unchanged, and its TTL sweeper still deletes expired ones.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from psycopg import AsyncConnection
+from psycopg import AsyncConnection, pq
 from pydantic import JsonValue
 
 from chatbot.db import langgraph_tables
@@ -97,7 +98,9 @@ async def read_together(conn: Conn, wanted: Sequence[Wanted], lifetime: Lifetime
     `read_one` one after the other would send them; only the waiting is shared.
     """
     now = utcnow()
-    async with conn.pipeline():
+    # Inside a pipeline already (a transaction sent in one flush), a nested one would sync first.
+    in_pipeline = conn.pgconn.pipeline_status != pq.PipelineStatus.OFF
+    async with contextlib.nullcontext() if in_pipeline else conn.pipeline():
         cursors = [
             await langgraph_tables.send_store_read(
                 conn, prefix_of(w.namespace), lifetime.visible_after(now), key=w.key, limit=w.limit
