@@ -17,6 +17,8 @@ Postgres (127.0.0.1 only):
 Usage: python -m bench.round_trips [--part count|latency|both] [--runs 80] [--rtts 0,1,5]
        [--anchors DIR]   (the peers' harness folder, for its `graph/bench_graph.py`;
                           without it the floor is left out)
+       [--baseline DIR]  (another tree's `src`, e.g. `git archive main src` unpacked: served
+                          beside this one, its latency / TTFT printed in the chatbot column)
 """
 
 from __future__ import annotations
@@ -237,11 +239,18 @@ async def proxies(url: str, rtts: list[float]) -> AsyncIterator[list[str]]:
 
 
 @asynccontextmanager
-async def serve_process(url: str, secret: str) -> AsyncIterator[str]:
-    """Run `chatbot serve` (offline model, one process) on 127.0.0.1; yield its base URL."""
+async def serve_process(url: str, secret: str, source: Path | None = None) -> AsyncIterator[str]:
+    """Run `chatbot serve` (offline model, one process) on 127.0.0.1; yield its base URL.
+
+    `source`: a `src` folder of another tree (an older release) to serve instead of this one.
+    """
     from bench.runs import server
 
-    async with server(url, secret) as base:
+    if source is None:
+        async with server(url, secret) as base:
+            yield base
+        return
+    async with server(url, secret, PYTHONPATH=str(source)) as base:
         yield base
 
 
@@ -323,7 +332,9 @@ class Cell:
 THREAD_KINDS = (("new", 0), ("1-5 earlier turns", 1), ("10-13 earlier turns", 10))
 
 
-async def latency_part(url: str, secret: str, runs: int, rtts: list[float], anchors: Path | None) -> None:
+async def latency_part(
+    url: str, secret: str, runs: int, rtts: list[float], anchors: Path | None, baseline: Path | None
+) -> None:
     """Measure latency and TTFT of each target on each proxy, interleaved; print a table."""
     settings = bench_settings(url, service_secret=_secret(secret))
     token = mint_token(settings, tenant=TENANT, user=f"rtt-{uuid.uuid4().hex[:6]}", locale="en-US", ttl=3600)
@@ -333,16 +344,19 @@ async def latency_part(url: str, secret: str, runs: int, rtts: list[float], anch
         for rtt, proxied_url in zip(rtts, urls, strict=True):
             base = await stack.enter_async_context(serve_process(proxied_url, secret))
             targets[rtt] = {"chatbot": Service(base, token)}
+            if baseline is not None:
+                old = await stack.enter_async_context(serve_process(proxied_url, secret, baseline))
+                targets[rtt]["baseline"] = Service(old, token)
             if anchors is not None:
                 targets[rtt]["floor"] = await stack.enter_async_context(Floor(anchors, proxied_url))
         threads: dict[tuple[float, str, str], tuple[str, int]] = {}
-        order = itertools.cycle([0, 1])
+        order = itertools.count()
         for i in range(runs + 3):  # three warm-up rounds, discarded
             for rtt, kind_and_targets in targets.items():
                 for kind, earlier in THREAD_KINDS:
                     names = list(kind_and_targets)
-                    if next(order):
-                        names.reverse()
+                    turn = next(order) % len(names)
+                    names = names[turn:] + names[:turn]
                     for name in names:
                         target = kind_and_targets[name]
                         key = (rtt, kind, name)
@@ -362,10 +376,17 @@ async def latency_part(url: str, secret: str, runs: int, rtts: list[float], anch
                             cell.latency.append(latency * 1000)
                             cell.ttft.append(ttft * 1000)
         for rtt_targets in targets.values():
-            await rtt_targets["chatbot"].client.aclose()
+            for target in rtt_targets.values():
+                if isinstance(target, Service):
+                    await target.client.aclose()
     print(f"\n{runs} runs per cell, interleaved (offline model; TTFT and latency p50, ms)")
-    print("| added RTT | thread | chatbot: latency / TTFT | floor: latency / TTFT | ratio (latency / TTFT) |")
-    print("|---|---|---|---|---|")
+    with_baseline = baseline is not None
+    print(
+        "| added RTT | thread | chatbot: latency / TTFT |"
+        + (" baseline: latency / TTFT |" if with_baseline else "")
+        + " floor: latency / TTFT | ratio (latency / TTFT) |"
+    )
+    print("|---|---|---|" + ("---|" if with_baseline else "") + "---|---|")
     for rtt in rtts:
         for kind, _ in THREAD_KINDS:
             ours = cells[(rtt, kind, "chatbot")]
@@ -374,6 +395,9 @@ async def latency_part(url: str, secret: str, runs: int, rtts: list[float], anch
             if floor is None:
                 print(line + " - | - |")
                 continue
+            before = cells.get((rtt, kind, "baseline"))
+            if before is not None:
+                line += f" {_p50(before.latency):.1f} / {_p50(before.ttft):.1f} |"
             ratio_l = _p50(ours.latency) / _p50(floor.latency)
             ratio_t = _p50(ours.ttft) / _p50(floor.ttft)
             print(f"{line} {_p50(floor.latency):.1f} / {_p50(floor.ttft):.1f} | {ratio_l:.2f}x / {ratio_t:.2f}x |")
@@ -393,7 +417,7 @@ async def main(args: argparse.Namespace) -> None:
             await count_part(url, secret)
         if args.part in ("latency", "both"):
             rtts = [float(r) for r in args.rtts.split(",")]
-            await latency_part(url, secret, args.runs, rtts, args.anchors)
+            await latency_part(url, secret, args.runs, rtts, args.anchors, args.baseline)
 
 
 def parse_args() -> argparse.Namespace:
@@ -403,6 +427,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--runs", type=int, default=80)
     parser.add_argument("--rtts", default="0,1,5")
     parser.add_argument("--anchors", type=Path, default=None)
+    parser.add_argument("--baseline", type=Path, default=None, help="another tree's src folder, served beside")
     parser.add_argument("--url", default="", help=argparse.SUPPRESS)
     return parser.parse_args()
 
