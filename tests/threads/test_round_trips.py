@@ -36,7 +36,7 @@ FACT = "Please remember I live in Shiraz. How do I file a car body claim?"
 # the run ends, so the two are counted together: which side of `end` its first exchange falls
 # on is a race. So is one more of that total: the run's unlock and the writer's user lock
 # overlap when the two keys hash to different lock sessions, and queue on one otherwise.
-BUDGETS = {"new thread": (0, 4, 12), "10-turn thread": (10, 6, 13)}
+BUDGETS = {"new thread": (0, 3, 10), "10-turn thread": (10, 5, 12)}
 # The measured run's added round trip: far longer than the CPU work between two statements the
 # service overlaps, even on a loaded machine, so they are seen overlapped. The turns before it
 # go without delay.

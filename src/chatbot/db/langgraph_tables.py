@@ -257,14 +257,19 @@ _CHECKPOINT_BY_ID = (
 )
 
 
+async def send_checkpoint_row(cur: Cursor, thread_id: ThreadId, checkpoint_ns: str, checkpoint_id: str | None) -> None:
+    """Send `checkpoint_row`'s statement without fetching (in a pipeline: it comes back with the flush)."""
+    params = {"thread": thread_id, "ns": checkpoint_ns, "id": checkpoint_id}
+    await cur.execute(_CHECKPOINT_BY_ID if checkpoint_id else _NEWEST_CHECKPOINT, params, binary=True)
+
+
 async def checkpoint_row(cur: Cursor, thread_id: ThreadId, checkpoint_ns: str, checkpoint_id: str | None) -> Any:
     """Return the saver's row of one checkpoint (the newest without `checkpoint_id`), None when absent.
 
     The row is the library's get-checkpoint row (for `_load_checkpoint_tuple`); `cur` is the
     saver's binary dict-row cursor.
     """
-    params = {"thread": thread_id, "ns": checkpoint_ns, "id": checkpoint_id}
-    await cur.execute(_CHECKPOINT_BY_ID if checkpoint_id else _NEWEST_CHECKPOINT, params, binary=True)
+    await send_checkpoint_row(cur, thread_id, checkpoint_ns, checkpoint_id)
     return await cur.fetchone()
 
 

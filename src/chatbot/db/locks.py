@@ -37,7 +37,7 @@ from psycopg import AsyncConnection
 from psycopg.rows import DictRow
 
 from chatbot.db.connection_options import ConnectionOptions
-from chatbot.db.transactions import one_flush_transaction
+from chatbot.db.transactions import AfterCommit, one_flush_transaction
 from chatbot.ids import TenantId, ThreadId, UserId
 from chatbot.tasks import stop_task
 
@@ -201,7 +201,9 @@ _HOLD_FENCE = "select chatbot_hold_fence(%s, %s)"
 
 
 @contextlib.asynccontextmanager
-async def fenced_transaction(conn: AsyncConnection[Any], fence: Fence) -> AsyncIterator[AsyncConnection[Any]]:
+async def fenced_transaction(
+    conn: AsyncConnection[Any], fence: Fence, *, after_commit: AfterCommit | None = None
+) -> AsyncIterator[AsyncConnection[Any]]:
     """Run the statements inside as one transaction that only commits while `fence` is current.
 
     Every write of a run (its checkpoints, its recall rows) goes through here: the fence check
@@ -209,9 +211,10 @@ async def fenced_transaction(conn: AsyncConnection[Any], fence: Fence) -> AsyncI
     the thread's fence row, so a new holder's token update waits for a write already under
     way and a write after it fails with `LeaseLost` having written nothing. The whole
     transaction, `BEGIN` to `COMMIT`, goes out in one flush (db/transactions.py): one round trip.
+    `after_commit` sends reads that follow the commit in that flush.
     """
     try:
-        async with one_flush_transaction(conn):
+        async with one_flush_transaction(conn, after_commit=after_commit):
             await conn.execute(_HOLD_FENCE, (fence.thread_id, fence.token))
             yield conn
     except psycopg.Error as exc:

@@ -33,7 +33,6 @@ from collections import OrderedDict, defaultdict
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass
 from typing import Any, Literal, TypeVar, cast
 
 from langchain_core.runnables import RunnableConfig
@@ -47,13 +46,14 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver, Conn
 from langgraph.checkpoint.serde.base import SerializerProtocol
-from psycopg import AsyncCursor, AsyncPipeline
+from psycopg import AsyncConnection, AsyncCursor, AsyncPipeline
 from psycopg.rows import DictRow, dict_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
 from chatbot.db import langgraph_tables
 from chatbot.db.checkpoints import SERDE
+from chatbot.db.joined_writes import Kept, Recorder, joining, recording
 from chatbot.db.locks import Fence, fenced_transaction
 from chatbot.ids import ThreadId
 
@@ -140,6 +140,9 @@ class PooledPostgresSaver(AsyncPostgresSaver):
         # checkpoint read sends the walk's first page beside it (`aget_tuple`).
         self._delta_channels: tuple[str, ...] = ()
         self._first_pages: OrderedDict[_PageKey, list[Any]] = OrderedDict()
+        # A run's input checkpoint read back after its commit, in the write's own flush, for
+        # the graph's state load that follows (keyed by the run's fence token: only it uses it).
+        self._read_backs: OrderedDict[tuple[str, str, str], tuple[Any, list[Any]]] = OrderedDict()
 
     # The reads below are the library's methods (3.2) with its statements replaced by
     # db/langgraph_tables.py's, which Citus routes to the thread's shard; the decoding and
@@ -150,6 +153,13 @@ class PooledPostgresSaver(AsyncPostgresSaver):
         configurable = config["configurable"]
         thread_id = configurable["thread_id"]
         checkpoint_ns = configurable.get("checkpoint_ns", "")
+        fence = configurable.get(FENCE_KEY)
+        read_back = self._read_backs.pop((fence.token, thread_id, checkpoint_ns), None) if fence else None
+        if read_back is not None and not get_checkpoint_id(config):
+            # The run's input write read its checkpoint back in the same flush (`_read_back`).
+            row, page = read_back
+            self._keep_first_page(thread_id, checkpoint_ns, row, page)
+            return None if row is None else await self._load_checkpoint_tuple(row)
         async with self._cursor() as cur:
             value = await self._checkpoint_row(cur, thread_id, checkpoint_ns, get_checkpoint_id(config))
             if value is None:
@@ -182,12 +192,19 @@ class PooledPostgresSaver(AsyncPostgresSaver):
             )
             value = await langgraph_tables.checkpoint_row(cur, ThreadId(thread_id), checkpoint_ns, checkpoint_id)
             page = list(await walk.fetchall())
-        # Each statement reads its own snapshot: the page is kept only if it starts at that row.
-        if value is not None and page and page[0]["checkpoint_id"] == value["checkpoint_id"]:
-            self._first_pages[(thread_id, checkpoint_ns, value["checkpoint_id"], channels)] = page
-            while len(self._first_pages) > _KEPT_PAGES:
-                self._first_pages.popitem(last=False)
+        self._keep_first_page(thread_id, checkpoint_ns, value, page)
         return value
+
+    def _keep_first_page(self, thread_id: str, checkpoint_ns: str, row: Any, page: list[Any]) -> None:
+        """Keep the walk's first page for the history read of `row`'s checkpoint, if it starts there.
+
+        Each statement reads its own snapshot: a page that starts elsewhere is dropped.
+        """
+        if row is None or not page or page[0]["checkpoint_id"] != row["checkpoint_id"]:
+            return
+        self._first_pages[(thread_id, checkpoint_ns, row["checkpoint_id"], self._delta_channels)] = page
+        while len(self._first_pages) > _KEPT_PAGES:
+            self._first_pages.popitem(last=False)
 
     async def alist(
         self,
@@ -342,26 +359,26 @@ class FencedPostgresSaver(PooledPostgresSaver):
     ) -> None:
         """Save pending writes, fenced when the config carries a fence.
 
-        Inside `writes_join_next_checkpoint`, a fenced run's writes are kept and sent in the
+        Inside `joined_writes.writes_join_next_checkpoint`, a fenced run's writes are kept and sent in the
         transaction of its next checkpoint write instead (one round trip for both).
         """
-        joining = _joining.get()
+        kept_so_far = joining.get()
         fence = config["configurable"].get(FENCE_KEY)
-        if joining is None or fence is None or not isinstance(self.conn, AsyncConnectionPool):
+        if kept_so_far is None or fence is None or not isinstance(self.conn, AsyncConnectionPool):
             async with _fenced_write(config):
                 await super().aput_writes(config, writes, task_id, task_path)
             return
-        recorder = _Recorder()
-        token = _recording.set(recorder)
+        recorder = Recorder()
+        token = recording.set(recorder)
         try:
             await super().aput_writes(config, writes, task_id, task_path)
         finally:
-            _recording.reset(token)
-        joining.append(_Kept(self, fence, recorder.calls))
+            recording.reset(token)
+        kept_so_far.append(Kept(self, fence, recorder.calls))
 
     @asynccontextmanager
     async def _cursor(self, *, pipeline: bool = False) -> AsyncIterator[AsyncCursor[DictRow]]:
-        recorder = _recording.get()
+        recorder = recording.get()
         if recorder is not None:
             yield cast(AsyncCursor[DictRow], recorder)
             return
@@ -370,22 +387,26 @@ class FencedPostgresSaver(PooledPostgresSaver):
             async with super()._cursor(pipeline=pipeline) as cur:
                 yield cur
             return
-        async with self.conn.connection() as conn, fenced_transaction(conn, fence):
+        read_back = _ReadBack(self, fence) if joining.get() is not None else None
+        after = read_back.send if read_back is not None else None
+        async with self.conn.connection() as conn, fenced_transaction(conn, fence, after_commit=after):
             async with conn.cursor(binary=True, row_factory=dict_row) as cur:
                 await self._send_kept(cur, fence)
                 yield cur
+        if read_back is not None:
+            await read_back.keep()
 
     async def _send_kept(self, cur: AsyncCursor[DictRow], fence: Fence) -> None:
         """Send this saver's kept writes of `fence` first in the transaction `cur` is in."""
-        joining = _joining.get()
-        if not joining:
+        kept_so_far = joining.get()
+        if not kept_so_far:
             return
-        for kept in [k for k in joining if k.saver is self and k.fence == fence]:
-            joining.remove(kept)
+        for kept in [k for k in kept_so_far if k.saver is self and k.fence == fence]:
+            kept_so_far.remove(kept)
             for query, params in kept.calls:
                 await cur.executemany(query, params)
 
-    async def write_kept(self, kept: _Kept) -> None:
+    async def write_kept(self, kept: Kept) -> None:
         """Write kept pending writes in a fenced transaction of their own (no checkpoint followed them)."""
         token = _writing_under.set(kept.fence)
         try:
@@ -396,47 +417,39 @@ class FencedPostgresSaver(PooledPostgresSaver):
             _writing_under.reset(token)
 
 
-class _Recorder:
-    """Stands in for the cursor of `aput_writes` while its statements are kept for later."""
+class _ReadBack:
+    """A run's newest checkpoint (and walk page) read after its input's `COMMIT`, in that write's flush.
 
-    def __init__(self) -> None:
-        self.calls: list[tuple[Any, list[Any]]] = []
-
-    async def executemany(self, query: Any, params_seq: Any, **_: Any) -> None:
-        """Keep the statement and its rows (the library sends pending writes with `executemany`)."""
-        self.calls.append((query, list(params_seq)))
-
-
-@dataclass(frozen=True, slots=True)
-class _Kept:
-    """Pending writes kept for the next checkpoint write of the same run (its fence)."""
-
-    saver: FencedPostgresSaver
-    fence: Fence
-    calls: list[tuple[Any, list[Any]]]
-
-
-_recording: ContextVar[_Recorder | None] = ContextVar("chatbot_recording_writes", default=None)
-_joining: ContextVar[list[_Kept] | None] = ContextVar("chatbot_writes_joining", default=None)
-
-
-@asynccontextmanager
-async def writes_join_next_checkpoint() -> AsyncIterator[None]:
-    """Inside, a fenced run's pending writes go out in the transaction of its next checkpoint write.
-
-    For a state update (the run's input): the library writes the input task's writes, then
-    the checkpoint that applies them, two transactions one after the other; together they
-    are one round trip, and both or neither are written. Writes no checkpoint followed are
-    written on leaving (unless the block raised: then nothing of it was written).
+    The graph's state load that follows then costs no round trip (the run holds the lock).
     """
-    token = _joining.set([])
-    try:
-        yield
-        left = list(_joining.get() or [])
-    finally:
-        _joining.reset(token)
-    for kept in left:
-        await kept.saver.write_kept(kept)
+
+    def __init__(self, saver: FencedPostgresSaver, fence: Fence) -> None:
+        self.saver = saver
+        self.fence = fence
+        self.row: AsyncCursor[DictRow] | None = None
+        self.walk: AsyncCursor[DictRow] | None = None
+
+    async def send(self, conn: AsyncConnection[Any]) -> None:
+        """Send the reads after the commit (their results come back with the flush)."""
+        thread = ThreadId(self.fence.thread_id)
+        if self.saver._delta_channels:
+            self.walk = conn.cursor(binary=True, row_factory=dict_row)
+            await langgraph_tables.send_first_walk_page(
+                self.walk, thread, "", self.saver._delta_channels, checkpoint_id=None, page=DELTA_WALK_PAGE
+            )
+        self.row = conn.cursor(binary=True, row_factory=dict_row)
+        await langgraph_tables.send_checkpoint_row(self.row, thread, "", None)
+
+    async def keep(self) -> None:
+        """Keep what came back for the run's next state load."""
+        if self.row is None:
+            return
+        row = await self.row.fetchone()
+        page = list(await self.walk.fetchall()) if self.walk is not None else []
+        backs = self.saver._read_backs
+        backs[(self.fence.token, self.fence.thread_id, "")] = (row, page)
+        while len(backs) > _KEPT_PAGES:
+            backs.popitem(last=False)
 
 
 @asynccontextmanager

@@ -15,7 +15,7 @@ unless every statement succeeded.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import psycopg
@@ -26,18 +26,28 @@ _BEGIN = "begin"
 _COMMIT = "commit"
 
 
+AfterCommit = Callable[[AsyncConnection[Any]], Awaitable[None]]
+"""Sends statements (without fetching) to run after `COMMIT`, in the same flush: reads of what was written."""
+
+
 @contextlib.asynccontextmanager
-async def one_flush_transaction(conn: AsyncConnection[Any]) -> AsyncIterator[AsyncConnection[Any]]:
+async def one_flush_transaction(
+    conn: AsyncConnection[Any], *, after_commit: AfterCommit | None = None
+) -> AsyncIterator[AsyncConnection[Any]]:
     """Run the statements inside as one transaction, sent in one flush with `BEGIN` and `COMMIT`.
 
     `conn` is an autocommit connection out of pipeline mode; the statements inside are sent
     without waiting (a fetch inside waits for its own result, as in any pipeline).
+    `after_commit` sends statements that follow `COMMIT` in the same flush: they see the
+    transaction committed, and are skipped with it if a statement failed.
     """
     try:
         async with conn.pipeline():
             await conn.execute(_BEGIN)
             yield conn
             await conn.execute(_COMMIT)
+            if after_commit is not None:
+                await after_commit(conn)
     except BaseException:
         # A failed statement leaves the session in the failed transaction (the `Sync` ends
         # an explicit one only at `COMMIT`); an exception of the block leaves it open.

@@ -49,10 +49,11 @@ from chatbot.agent.state import META_KEY, user_turn
 from chatbot.budgets.service import BudgetExhausted, Budgets, Reservation, budget_member
 from chatbot.caller import CallerContext
 from chatbot.db import usage_totals
+from chatbot.db.joined_writes import writes_join_next_checkpoint
 from chatbot.db.locks import Fence, Lease, LeaseLost, Locks, OwnedByAnother, UserErasing
 from chatbot.db.pool import Pool
 from chatbot.db.run_record import RecordedRun
-from chatbot.db.saver import fenced, writes_join_next_checkpoint
+from chatbot.db.saver import fenced
 from chatbot.errors import DATABASE_ERRORS, Problem, database_problem
 from chatbot.failures import Failure
 from chatbot.ids import RunId, TenantId, ThreadId
