@@ -368,6 +368,7 @@ class Locks:
         self._held: dict[str, Lease | None] = {}  # None: being acquired
         self._shared: Counter[str] = Counter()  # keys this process holds in shared mode, by holders
         self._pinger: asyncio.Task[None] | None = None
+        self._attempts: dict[str, asyncio.Future[Lease | None]] = {}  # lock statements under way, by key
 
     async def open(self) -> None:
         """Start the session watcher (sessions connect on first use, so a down database does not stop start-up)."""
@@ -445,6 +446,11 @@ class Locks:
         *,
         shared: str | None = None,
     ) -> Lease | None:
+        taking = self._attempts.get(name)
+        if taking is not None and shared is not None:
+            # A run's attempt under way here decides first: a refused one (another caller's
+            # thread, refused before any lock) leaves the thread to this one, not a 409.
+            await asyncio.wait({taking})
         if name in self._held or self._shared[name] > 0:
             # Held (or being taken) by this process: never re-enter a session lock, and never
             # take exclusively what a local holder has in shared mode (one session would not
@@ -457,6 +463,10 @@ class Locks:
         # The statement runs in a task of its own: if the caller is cancelled after Postgres
         # granted the lock, the lease must still be released, not leaked on the session.
         attempt = asyncio.ensure_future(self._take(name, session, sql, unlock_sql, params, fence, shared))
+        self._attempts[name] = attempt
+        attempt.add_done_callback(
+            lambda done: self._attempts.pop(name, None) if self._attempts.get(name) is done else None
+        )
         try:
             return await asyncio.shield(attempt)
         except asyncio.CancelledError:

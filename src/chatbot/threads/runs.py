@@ -58,7 +58,7 @@ from chatbot.errors import DATABASE_ERRORS, Problem, database_problem
 from chatbot.failures import Failure
 from chatbot.ids import RunId, TenantId, ThreadId
 from chatbot.threads import cancel
-from chatbot.threads._ownership import Owner, check_owner, thread_not_found
+from chatbot.threads._ownership import Owner, check_owner, check_thread_access, thread_not_found
 from chatbot.threads._stream import Listener, RunStream
 from chatbot.threads.deletion import forget_unwritten_thread
 from chatbot.threads.ratelimit import RateLimiter
@@ -192,6 +192,9 @@ class RunService:
             except OwnedByAnother:
                 raise thread_not_found() from None
             if lease is None:
+                # Refused, perhaps before the owner was read (a run of this replica holds the
+                # thread, or the user is being erased here): another caller's thread is a 404.
+                await check_thread_access(self.pool, thread_id, caller, must_exist=False)
                 retry = await self.limiter.retry_after(caller)
         except DATABASE_ERRORS:
             raise database_problem() from None
