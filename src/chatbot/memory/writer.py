@@ -274,9 +274,8 @@ class MemoryWriter:
     ) -> bool:
         """Take the job and write what it found, in one transaction; False when the job was gone.
 
-        Two round trips: `BEGIN`, the reset lock, the job's delete and every read the plan
-        needs go out together; the writes and `COMMIT` follow in one flush (one more when a
-        changed fact's history is trimmed).
+        Two round trips: `BEGIN`, the reset lock, the job's delete and the reads go out together;
+        the writes and `COMMIT` follow in one flush (one more when a fact's history is trimmed).
         """
         profile_ns = profile_namespace(job.tenant_id, job.user_id)
         # What the plan reads, as before: the facts when there are facts, the profile when it changes.
