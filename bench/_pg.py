@@ -67,3 +67,16 @@ async def bench_app(name: str, **fields: Any) -> AsyncIterator[tuple[FastAPI, Se
         settings = bench_settings(url, **fields)
         async with started_app(settings) as app:
             yield app, settings
+
+
+async def ingest_into(url: str, settings: Settings, tenant: str, paths: list[Path]) -> None:
+    """Ingest `paths` into `tenant`'s knowledge base on `url`, on a small pool of its own."""
+    from chatbot.db.pool import make_pool
+    from chatbot.retrieval.ingest import ingest_paths
+
+    pool = make_pool(url, settings, name="bench", min_size=1, max_size=2)
+    await pool.open(wait=True)
+    try:
+        await ingest_paths(pool, tenant, paths)
+    finally:
+        await pool.close()

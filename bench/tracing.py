@@ -38,15 +38,13 @@ from langgraph.checkpoint.memory import InMemorySaver
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
-from bench._pg import bench_database, bench_settings, started_app
+from bench._pg import bench_database, bench_settings, ingest_into, started_app
 from chatbot.agent.collaborators import AgentDeps
 from chatbot.agent.context import Context
 from chatbot.agent.graph import build_graph
 from chatbot.cli.common import mint_token
 from chatbot.config import Settings
-from chatbot.db.pool import make_pool
 from chatbot.ids import RunId, TenantId, ThreadId, UserId
-from chatbot.retrieval.ingest import ingest_paths
 from chatbot.tracing.service import NO_TRACING, RunTrace, Tracing, tracing_for
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -212,12 +210,7 @@ async def main(args: argparse.Namespace) -> None:
     """Measure both sides at each concurrency and print them with their ratio."""
     async with bench_database("tracing") as url:
         settings = bench_settings(url, model="offline", pool_max_size=16)
-        pool = make_pool(url, settings, name="bench", min_size=1, max_size=2)
-        await pool.open(wait=True)
-        try:
-            await ingest_paths(pool, TENANT, [KB])
-        finally:
-            await pool.close()
+        await ingest_into(url, settings, TENANT, [KB])
         exporter = DroppingExporter()
         provider = TracerProvider()
         provider.add_span_processor(BatchSpanProcessor(exporter))

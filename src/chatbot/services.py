@@ -12,6 +12,7 @@ object on `app.state.services`, where the routers' dependencies read it (`chatbo
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
@@ -21,6 +22,7 @@ from langgraph.graph.state import CompiledStateGraph
 from langgraph.store.postgres.aio import AsyncPostgresStore
 
 from chatbot.agent.collaborators import AgentDeps
+from chatbot.agent.early import start_early_reads
 from chatbot.agent.graph import build_graph
 from chatbot.agent.modelcall import answer_input_bound
 from chatbot.budgets.service import Budgets
@@ -167,7 +169,8 @@ async def build_services(
         budgets=budgets,
         recall=recall,
     )
-    graph = build_graph(_overridden(collaborators, agent_overrides)).compile(checkpointer=saver, store=store)
+    deps = _overridden(collaborators, agent_overrides)
+    graph = build_graph(deps).compile(checkpointer=saver, store=store)
     runs = RunService(
         pool=pool,
         locks=locks,
@@ -179,6 +182,7 @@ async def build_services(
         budgets=budgets,
         answer_models=tuple(entry.spec for entry in models.answer),
         context_tokens=settings.context_tokens,
+        early_reads=functools.partial(start_early_reads, deps),
     )
     retention = None
     if settings.retention_days > 0:

@@ -1,7 +1,8 @@
-"""The thread lock and the rate counter as separate statements (the Citus placement needs them so).
+"""The thread lock and the rate counter as the Citus placement needs them.
 
-The lock is taken first and the fence token set only when it was granted; a token that
-cannot be set gives the lock back. The rate counter deletes the user's older windows with
+A run's lock is one statement (a function on the coordinator): the owner checked first, the
+lock taken, and the fence token set only when it was granted; a token that cannot be set
+gives the lock back. The rate counter deletes the user's older windows with
 a statement of its own when a new window opens.
 """
 
@@ -18,7 +19,7 @@ from psycopg.rows import dict_row
 
 from chatbot.caller import CallerContext
 from chatbot.db.langgraph_tables import first_checkpoint_owner
-from chatbot.db.locks import Locks
+from chatbot.db.locks import Locks, OwnedByAnother
 from chatbot.db.pool import Pool, connection_kwargs
 from chatbot.db.saver import PooledPostgresSaver
 from chatbot.ids import TenantId, ThreadId, UserId
@@ -74,8 +75,13 @@ async def test_the_fence_statement_reads_the_threads_owner(
         for user in ("u1", "u2"):  # the first checkpoint's writer is the owner
             config = await saver.aput(config, empty_checkpoint(), {"tenant_id": "acme", "user_id": user}, {})  # type: ignore[typeddict-unknown-key]
         assert await first_checkpoint_owner(conn, ThreadId("t-owner")) == ("acme", "u1")
-    lease = await first.try_run(ThreadId("t-owner"), TenantId("acme"), UserId("u2"))
-    assert lease is not None and lease.owner == ("acme", "u1")
+    token_before = _token(isolated_database_url, "t-owner")
+    with pytest.raises(OwnedByAnother):  # another caller's thread: refused before any lock
+        await first.try_run(ThreadId("t-owner"), TenantId("acme"), UserId("u2"))
+    assert not first.holds_thread(ThreadId("t-owner"))
+    assert _token(isolated_database_url, "t-owner") == token_before
+    lease = await first.try_run(ThreadId("t-owner"), TenantId("acme"), UserId("u1"))
+    assert lease is not None and lease.owner == ("acme", "u1")  # read under the lock
     assert _token(isolated_database_url, "t-owner") == (lease.fence.token if lease.fence else None)
     await lease.release()
 

@@ -45,7 +45,7 @@ import httpx
 import psycopg
 import pytest
 
-from tests.fixtures.app import Replica, running_app
+from tests.fixtures.app import Replica, running_app, services_of
 from tests.fixtures.sse import events_of
 from tests.fixtures.wait import wait_until
 from tests.hardening.isolation_probes import RIDER_FIGURE, a_only_chunks, ingest_knowledge, probe_and_remember
@@ -418,7 +418,8 @@ async def _erase_tenant_b_namesakes(world: World, threads: list[Thread]) -> None
 
 # --- In-process: a refused caller never holds the owner's lock, and DELETE tells nothing apart ---
 
-_OWNER_READ = "select metadata ->> 'tenant_id' as tenant_id%"  # the owner check (db/langgraph_tables.py)
+# The owner check: the first statement of a run's take-thread call (db/locks.py, migration 0013).
+_OWNER_READ = "select ok, user_ok, owned, tenant_id, user_id%"
 
 
 async def _blocked_owner_reads(conn: psycopg.AsyncConnection[Any], count: int) -> None:
@@ -453,7 +454,8 @@ async def test_another_callers_refused_run_never_holds_the_owners_thread(migrate
             refused = asyncio.create_task(client.post(runs, json=message("intruding"), headers=other.headers(**JSON)))
             await _blocked_owner_reads(watcher, 1)
             owned = asyncio.create_task(client.post(runs, json=message("second"), headers=owner.headers(**JSON)))
-            await _blocked_owner_reads(watcher, 2)
+            # The owner's run waits in the replica for the intruder's attempt to be decided.
+            await wait_until(lambda: services_of(client).runs.in_flight >= 2, what="the owner's run starting")
             await blocker.rollback()
             # Before the fix the refused run held the thread's lock while it waited: the owner got 409.
             assert (await refused).status_code == 404

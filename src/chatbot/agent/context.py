@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from chatbot.agent.outcome import EventSink
 from chatbot.agent.result import RunResult
@@ -15,6 +16,9 @@ from chatbot.budgets.service import AnswerSizer
 from chatbot.caller import CallerContext
 from chatbot.ids import RunId, TenantId, ThreadId, UserId
 from chatbot.memory.jobs import RunEnded as RunEnded  # the run service makes it (threads/runs.py)
+
+if TYPE_CHECKING:
+    from chatbot.agent.early import EarlyReads
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -56,6 +60,10 @@ class Context:
     size_answer: AnswerSizer | None = field(default=None, compare=False, repr=False)
     """Sizes each answer call against the caller's budgets once its window is counted: the
     output it may produce (its `max_tokens`), or BudgetExhausted. None: no budget applies."""
+
+    early: EarlyReads | None = field(default=None, compare=False, repr=False)
+    """The run's memory read and knowledge search, started before the graph (agent/early.py);
+    None: the nodes read for themselves."""
 
     @property
     def caller(self) -> CallerContext:

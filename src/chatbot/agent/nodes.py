@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Awaitable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -40,6 +41,7 @@ from chatbot.memory.extraction import MemoryCandidates, extract_offline
 from chatbot.memory.facts import Fact
 from chatbot.memory.jobs import MemoryJob
 from chatbot.memory.namespaces import PROFILE_KEY, facts_namespace, profile_namespace, user_prefix
+from chatbot.memory.read import Remembered
 from chatbot.models.chain import ChainEntry
 from chatbot.models.offline import MemoryRequest, leans_on_thread, offline_reply, rank_candidates, split_tokens
 from chatbot.models.reply import Reply
@@ -70,9 +72,13 @@ class Nodes:
         ctx = runtime.context
         profile: dict[str, JsonValue] = {}
         facts: list[str] = []
-        if self.deps.memory_reader is not None:
-            # Two reads, each of one store prefix (memory/read.py), newest fact first.
-            remembered = await self.deps.memory_reader(ctx.tenant_id, ctx.user_id)
+        # Two reads, each of one store prefix (memory/read.py), newest fact first; started
+        # before the graph when the run service could (agent/early.py).
+        reading: Awaitable[Remembered] | None = ctx.early.memory if ctx.early is not None else None
+        if reading is None and self.deps.memory_reader is not None:
+            reading = self.deps.memory_reader(ctx.tenant_id, ctx.user_id)
+        if reading is not None:
+            remembered = await reading
             profile = remembered.profile
             facts = [fact.text for fact in (Fact.from_stored(item.value) for item in remembered.facts) if fact.text]
         elif runtime.store is not None:
@@ -97,7 +103,11 @@ class Nodes:
         emit = _events(runtime.context)
         emit(StageProgress("retrieval", status="started"))
         question = str(state["messages"][-1].text)
-        chunks = list(await self.deps.retriever(runtime.context.caller, question))
+        early = runtime.context.early
+        if early is not None and early.question == question:
+            chunks = list(await early.chunks)  # started before the graph (agent/early.py)
+        else:
+            chunks = list(await self.deps.retriever(runtime.context.caller, question))
         if not self.deps.answer_chain():
             chunks = await self._offline_chunks(state, runtime.context, question, chunks)
         chunks = chunks[:MODEL_CHUNKS]

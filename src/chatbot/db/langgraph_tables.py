@@ -266,14 +266,19 @@ _CHECKPOINT_BY_ID = (
 )
 
 
+async def send_checkpoint_row(cur: Cursor, thread_id: ThreadId, checkpoint_ns: str, checkpoint_id: str | None) -> None:
+    """Send `checkpoint_row`'s statement without fetching (in a pipeline: it comes back with the flush)."""
+    params = {"thread": thread_id, "ns": checkpoint_ns, "id": checkpoint_id}
+    await cur.execute(_CHECKPOINT_BY_ID if checkpoint_id else _NEWEST_CHECKPOINT, params, binary=True)
+
+
 async def checkpoint_row(cur: Cursor, thread_id: ThreadId, checkpoint_ns: str, checkpoint_id: str | None) -> Any:
     """Return the saver's row of one checkpoint (the newest without `checkpoint_id`), None when absent.
 
     The row is the library's get-checkpoint row (for `_load_checkpoint_tuple`); `cur` is the
     saver's binary dict-row cursor.
     """
-    params = {"thread": thread_id, "ns": checkpoint_ns, "id": checkpoint_id}
-    await cur.execute(_CHECKPOINT_BY_ID if checkpoint_id else _NEWEST_CHECKPOINT, params, binary=True)
+    await send_checkpoint_row(cur, thread_id, checkpoint_ns, checkpoint_id)
     return await cur.fetchone()
 
 
@@ -317,7 +322,7 @@ async def checkpoint_rows(
     return list(await cur.fetchall())
 
 
-def _delta_walk_page(channels: int, *, include_cursor: bool) -> str:
+def _delta_walk_page(channels: int, *, include_cursor: bool, cursor: str = "%(cursor)s") -> str:
     # The library's stage-1 walk (`_build_delta_stage1_sql`, its columns ver_i, hb_i,
     # inline_i), the blob probe naming the thread by the parameter.
     columns = "".join(
@@ -335,7 +340,7 @@ def _delta_walk_page(channels: int, *, include_cursor: bool) -> str:
     bound = "<=" if include_cursor else "<"
     return (
         f"select{columns}\n    checkpoint_id, parent_checkpoint_id\nfrom checkpoints\n"
-        f"where thread_id = %(thread)s and checkpoint_ns = %(ns)s and checkpoint_id {bound} %(cursor)s\n"
+        f"where thread_id = %(thread)s and checkpoint_ns = %(ns)s and checkpoint_id {bound} {cursor}\n"
         "order by checkpoint_id desc limit %(page)s"
     )
 
@@ -355,6 +360,36 @@ async def delta_walk_page(
     params.update({f"ch{i}": channel for i, channel in enumerate(channels)})
     await cur.execute(_delta_walk_page(len(channels), include_cursor=include_cursor), params)
     return list(await cur.fetchall())
+
+
+# The walk's first page from the thread's newest checkpoint, named by a subquery of its own
+# thread: sent beside the checkpoint's read, before its id is known.
+_NEWEST_ID = (
+    "(select checkpoint_id from checkpoints where thread_id = %(thread)s and checkpoint_ns = %(ns)s"
+    " order by checkpoint_id desc limit 1)"
+)
+
+
+async def send_first_walk_page(
+    cur: Cursor,
+    thread_id: ThreadId,
+    checkpoint_ns: str,
+    channels: Sequence[str],
+    *,
+    checkpoint_id: str | None,
+    page: int,
+) -> None:
+    """Send, without fetching, `delta_walk_page`'s first page from `checkpoint_id` (the newest when None).
+
+    In a pipeline it goes out with the checkpoint's own read: one round trip for both.
+    """
+    params: dict[str, str | int] = {"thread": thread_id, "ns": checkpoint_ns, "page": page}
+    params.update({f"ch{i}": channel for i, channel in enumerate(channels)})
+    if checkpoint_id:
+        params["cursor"] = checkpoint_id
+        await cur.execute(_delta_walk_page(len(channels), include_cursor=True), params)
+    else:
+        await cur.execute(_delta_walk_page(len(channels), include_cursor=True, cursor=_NEWEST_ID), params)
 
 
 # The library's stage 2 (`_build_delta_stage2_sql`): per channel, its writes on the walk's
@@ -639,6 +674,19 @@ async def store_items(conn: Conn, prefix: str, visible_after: datetime, limit: i
     """Return up to `limit` rows of exactly `prefix` expiring after `visible_after`, newest first."""
     params = {"prefix": prefix, "visible_after": visible_after, "limit": limit}
     return list(await (await conn.execute(_ITEMS, params)).fetchall())
+
+
+async def send_store_read(
+    conn: Conn, prefix: str, visible_after: datetime, *, key: str | None = None, limit: int = 1
+) -> Cursor:
+    """Send one read of `prefix` (the row of `key`, or up to `limit` rows newest first); return its cursor.
+
+    In a pipeline the read goes out without waiting: several reads sent this way come back
+    in the round trip of the first fetch.
+    """
+    if key is None:
+        return await conn.execute(_ITEMS, {"prefix": prefix, "visible_after": visible_after, "limit": limit})
+    return await conn.execute(_ITEM, {"prefix": prefix, "key": key, "visible_after": visible_after})
 
 
 async def store_item(conn: Conn, prefix: str, key: str, visible_after: datetime) -> dict[str, Any] | None:

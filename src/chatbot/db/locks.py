@@ -37,6 +37,7 @@ from psycopg import AsyncConnection
 from psycopg.rows import DictRow
 
 from chatbot.db.connection_options import ConnectionOptions
+from chatbot.db.transactions import AfterCommit, one_flush_transaction
 from chatbot.ids import TenantId, ThreadId, UserId
 from chatbot.tasks import stop_task
 
@@ -77,16 +78,16 @@ _UNLOCK_THREAD = f"select pg_advisory_unlock({_THREAD_KEY})"
 
 # A run's thread lock comes with a shared hold on its user's erasure key, in the same
 # round trip: an erasure takes that key exclusively, so it waits for the user's runs in
-# flight on every thread, and refuses new ones until it is done (ops/erasure.py). CASE
-# orders the attempts; a shared hold whose thread lock was refused is given back at once.
-_TRY_RUN = f"""
-with run as (select pg_try_advisory_lock_shared({_ERASE_KEY}) as ok),
-lock as (select case when (select ok from run) then pg_try_advisory_lock({_THREAD_KEY}) else false end as ok),
-undo as (select pg_advisory_unlock_shared({_ERASE_KEY}) from run, lock where run.ok and not lock.ok)
-select lock.ok, run.ok as user_ok, (select count(*) from undo) as undone
-from run, lock
-"""
+# flight on every thread, and refuses new ones until it is done (ops/erasure.py). A shared
+# hold whose thread lock was refused is given back at once.
 _UNLOCK_RUN = f"select pg_advisory_unlock({_THREAD_KEY}), pg_advisory_unlock_shared({_ERASE_KEY})"
+# A run's start in one round trip (migration 0013: `_THREAD_KEY` and `_ERASE_KEY` computed there): the owner
+# check, both locks, the fence token and the owner read under the lock, in one function run
+# on the coordinator. A thread another caller created is refused before any lock is touched.
+_TAKE_RUN = (
+    "select ok, user_ok, owned, tenant_id, user_id"
+    " from chatbot_take_thread(%(thread)s, %(token)s, %(tenant)s, %(user)s)"
+)
 _TRY_USER = f"select pg_try_advisory_lock({_USER_KEY}) as ok"
 _UNLOCK_USER = f"select pg_advisory_unlock({_USER_KEY})"
 _TRY_ERASE = f"select pg_try_advisory_lock({_ERASE_KEY}) as ok"
@@ -200,16 +201,20 @@ _HOLD_FENCE = "select chatbot_hold_fence(%s, %s)"
 
 
 @contextlib.asynccontextmanager
-async def fenced_transaction(conn: AsyncConnection[Any], fence: Fence) -> AsyncIterator[AsyncConnection[Any]]:
+async def fenced_transaction(
+    conn: AsyncConnection[Any], fence: Fence, *, after_commit: AfterCommit | None = None
+) -> AsyncIterator[AsyncConnection[Any]]:
     """Run the statements inside as one transaction that only commits while `fence` is current.
 
     Every write of a run (its checkpoints, its recall rows) goes through here: the fence check
     is the transaction's first statement, in the same pipeline as the writes, and share-locks
     the thread's fence row, so a new holder's token update waits for a write already under
-    way and a write after it fails with `LeaseLost` having written nothing.
+    way and a write after it fails with `LeaseLost` having written nothing. The whole
+    transaction, `BEGIN` to `COMMIT`, goes out in one flush (db/transactions.py): one round trip.
+    `after_commit` sends reads that follow the commit in that flush.
     """
     try:
-        async with conn.pipeline(), conn.transaction():
+        async with one_flush_transaction(conn, after_commit=after_commit):
             await conn.execute(_HOLD_FENCE, (fence.thread_id, fence.token))
             yield conn
     except psycopg.Error as exc:
@@ -224,6 +229,10 @@ class LeaseLost(Exception):
 
 class UserErasing(Exception):
     """The run's user is being erased: no run of theirs may start until the erasure is done."""
+
+
+class OwnedByAnother(Exception):
+    """The thread was created by another caller: a run of this one is refused, no lock touched."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -359,6 +368,7 @@ class Locks:
         self._held: dict[str, Lease | None] = {}  # None: being acquired
         self._shared: Counter[str] = Counter()  # keys this process holds in shared mode, by holders
         self._pinger: asyncio.Task[None] | None = None
+        self._attempts: dict[str, asyncio.Future[Lease | None]] = {}  # lock statements under way, by key
 
     async def open(self) -> None:
         """Start the session watcher (sessions connect on first use, so a down database does not stop start-up)."""
@@ -383,7 +393,9 @@ class Locks:
     async def try_run(self, thread_id: ThreadId, tenant_id: TenantId, user_id: UserId) -> Lease | None:
         """Take a run's thread lock and a shared hold on its user's erasure key, or return None.
 
-        None when the thread is held; raise `UserErasing` when the user is being erased.
+        One round trip: the thread's owner is checked first and the fence set under the lock
+        in the same statement. None when the thread is held; raise `OwnedByAnother` when
+        another caller created the thread, `UserErasing` when the user is being erased.
         """
         erasure = f"erase/{tenant_id}/{user_id}"
         if erasure in self._held:
@@ -391,7 +403,7 @@ class Locks:
         token = str(uuid.uuid4())
         params = LockParams(thread=thread_id, token=token, tenant=tenant_id, user=user_id)
         fence = Fence(thread_id, token)
-        return await self._try(f"thread/{thread_id}", _TRY_RUN, _UNLOCK_RUN, params, fence, shared=erasure)
+        return await self._try(f"thread/{thread_id}", _TAKE_RUN, _UNLOCK_RUN, params, fence, shared=erasure)
 
     async def wait_erasure(self, tenant_id: TenantId, user_id: UserId, timeout: float) -> Lease | None:
         """Poll for the user's erasure key, exclusive: granted once no run of the user is in flight."""
@@ -434,6 +446,11 @@ class Locks:
         *,
         shared: str | None = None,
     ) -> Lease | None:
+        taking = self._attempts.get(name)
+        if taking is not None and shared is not None:
+            # A run's attempt under way here decides first: a refused one (another caller's
+            # thread, refused before any lock) leaves the thread to this one, not a 409.
+            await asyncio.wait({taking})
         if name in self._held or self._shared[name] > 0:
             # Held (or being taken) by this process: never re-enter a session lock, and never
             # take exclusively what a local holder has in shared mode (one session would not
@@ -446,6 +463,10 @@ class Locks:
         # The statement runs in a task of its own: if the caller is cancelled after Postgres
         # granted the lock, the lease must still be released, not leaked on the session.
         attempt = asyncio.ensure_future(self._take(name, session, sql, unlock_sql, params, fence, shared))
+        self._attempts[name] = attempt
+        attempt.add_done_callback(
+            lambda done: self._attempts.pop(name, None) if self._attempts.get(name) is done else None
+        )
         try:
             return await asyncio.shield(attempt)
         except asyncio.CancelledError:
@@ -471,11 +492,15 @@ class Locks:
         if not row["ok"]:
             del self._held[name]
             self._unshare(shared)
+            if row.get("owned") and (row["tenant_id"], row["user_id"]) != (params.get("tenant"), params.get("user")):
+                raise OwnedByAnother()
             if not row.get("user_ok", True):
                 raise UserErasing()
             return None
         owner = None
-        if fence is not None:
+        if "owned" in row:  # the statement set the fence and read the owner under the lock itself
+            owner = (TenantId(row["tenant_id"]), UserId(row["user_id"])) if row["owned"] else None
+        elif fence is not None:
             owner = await self._set_fence(name, session, conn, unlock_sql, params, shared)
         lease = Lease(self, name, session, conn, unlock_sql, params, fence, shared, owner)
         self._held[name] = lease

@@ -29,11 +29,11 @@ upstream fix ships, drop this module and use `AsyncPostgresSaver` again.
 from __future__ import annotations
 
 import asyncio
-from collections import defaultdict
+from collections import OrderedDict, defaultdict
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar, cast
 
 from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import (
@@ -46,14 +46,16 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver, Conn
 from langgraph.checkpoint.serde.base import SerializerProtocol
-from psycopg import AsyncCursor, AsyncPipeline
+from psycopg import AsyncConnection, AsyncCursor, AsyncPipeline
 from psycopg.rows import DictRow, dict_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
 from chatbot.db import langgraph_tables
 from chatbot.db.checkpoints import SERDE
+from chatbot.db.joined_writes import Kept, Recorder, joining, recording
 from chatbot.db.locks import Fence, fenced_transaction
+from chatbot.ids import ThreadId
 
 T = TypeVar("T")
 
@@ -79,6 +81,10 @@ class _PoolLock(asyncio.Lock):
 # 36 ms at 1000). A smaller page reads what the walk needs; a longer walk just takes more
 # pages (the loop pages until it finds the snapshot), so results are unchanged.
 DELTA_WALK_PAGE = 64
+# First walk pages read beside their checkpoint and not yet used (a read whose history is
+# never asked for leaves one): the oldest go first. A page is a checkpoint's, which never changes.
+_KEPT_PAGES = 64
+_PageKey = tuple[str, str, str, tuple[str, ...]]
 
 
 class _ThreadlessAsyncio:
@@ -130,6 +136,13 @@ class PooledPostgresSaver(AsyncPostgresSaver):
         # allows only on one) still needs the lock to keep coroutines off it.
         if isinstance(conn, AsyncConnectionPool):
             self.lock = _PoolLock()
+        # The graph's delta channels, as its first history read named them: every later
+        # checkpoint read sends the walk's first page beside it (`aget_tuple`).
+        self._delta_channels: tuple[str, ...] = ()
+        self._first_pages: OrderedDict[_PageKey, list[Any]] = OrderedDict()
+        # A run's input checkpoint read back after its commit, in the write's own flush, for
+        # the graph's state load that follows (keyed by the run's fence token: only it uses it).
+        self._read_backs: OrderedDict[tuple[str, str, str], tuple[Any, list[Any]]] = OrderedDict()
 
     # The reads below are the library's methods (3.2) with its statements replaced by
     # db/langgraph_tables.py's, which Citus routes to the thread's shard; the decoding and
@@ -139,10 +152,16 @@ class PooledPostgresSaver(AsyncPostgresSaver):
         """Return the checkpoint of `config` (the thread's newest without a checkpoint_id), None when absent."""
         configurable = config["configurable"]
         thread_id = configurable["thread_id"]
+        checkpoint_ns = configurable.get("checkpoint_ns", "")
+        fence = configurable.get(FENCE_KEY)
+        read_back = self._read_backs.pop((fence.token, thread_id, checkpoint_ns), None) if fence else None
+        if read_back is not None and not get_checkpoint_id(config):
+            # The run's input write read its checkpoint back in the same flush (`_read_back`).
+            row, page = read_back
+            self._keep_first_page(thread_id, checkpoint_ns, row, page)
+            return None if row is None else await self._load_checkpoint_tuple(row)
         async with self._cursor() as cur:
-            value = await langgraph_tables.checkpoint_row(
-                cur, thread_id, configurable.get("checkpoint_ns", ""), get_checkpoint_id(config)
-            )
+            value = await self._checkpoint_row(cur, thread_id, checkpoint_ns, get_checkpoint_id(config))
             if value is None:
                 return None
             if value["checkpoint"]["v"] < 4 and value["parent_checkpoint_id"]:
@@ -152,6 +171,40 @@ class PooledPostgresSaver(AsyncPostgresSaver):
                         value["channel_values"] = []
                     self._migrate_pending_sends(sends["sends"], value["checkpoint"], value["channel_values"])
             return await self._load_checkpoint_tuple(value)
+
+    async def _checkpoint_row(
+        self, cur: AsyncCursor[DictRow], thread_id: str, checkpoint_ns: str, checkpoint_id: str | None
+    ) -> Any:
+        """Read one checkpoint's row; on a pool, with the delta walk's first page in the same round trip.
+
+        A graph with delta channels reads their history right after the checkpoint (three
+        round trips: the row, the walk, the writes). The walk's first page goes out beside the
+        row, pipelined, and is kept for `aget_delta_channel_history` under the checkpoint's id.
+        """
+        channels = self._delta_channels
+        if not channels or not isinstance(self.conn, AsyncConnectionPool):
+            return await langgraph_tables.checkpoint_row(cur, ThreadId(thread_id), checkpoint_ns, checkpoint_id)
+        conn = cur.connection
+        async with conn.pipeline():
+            walk = conn.cursor(binary=True, row_factory=dict_row)
+            await langgraph_tables.send_first_walk_page(
+                walk, ThreadId(thread_id), checkpoint_ns, channels, checkpoint_id=checkpoint_id, page=DELTA_WALK_PAGE
+            )
+            value = await langgraph_tables.checkpoint_row(cur, ThreadId(thread_id), checkpoint_ns, checkpoint_id)
+            page = list(await walk.fetchall())
+        self._keep_first_page(thread_id, checkpoint_ns, value, page)
+        return value
+
+    def _keep_first_page(self, thread_id: str, checkpoint_ns: str, row: Any, page: list[Any]) -> None:
+        """Keep the walk's first page for the history read of `row`'s checkpoint, if it starts there.
+
+        Each statement reads its own snapshot: a page that starts elsewhere is dropped.
+        """
+        if row is None or not page or page[0]["checkpoint_id"] != row["checkpoint_id"]:
+            return
+        self._first_pages[(thread_id, checkpoint_ns, row["checkpoint_id"], self._delta_channels)] = page
+        while len(self._first_pages) > _KEPT_PAGES:
+            self._first_pages.popitem(last=False)
 
     async def alist(
         self,
@@ -201,6 +254,7 @@ class PooledPostgresSaver(AsyncPostgresSaver):
         if not channels:
             return {}
         channels = list(channels)
+        self._delta_channels = tuple(channels)
         thread_id = config["configurable"]["thread_id"]
         checkpoint_ns = config["configurable"].get("checkpoint_ns", "")
         checkpoint_id = get_checkpoint_id(config)
@@ -223,7 +277,10 @@ class PooledPostgresSaver(AsyncPostgresSaver):
         first = True
         async with self._cursor() as cur:
             while cursor is not None:
-                page = await langgraph_tables.delta_walk_page(
+                sent = (
+                    self._first_pages.pop((thread_id, checkpoint_ns, cursor, tuple(channels)), None) if first else None
+                )
+                page = sent or await langgraph_tables.delta_walk_page(
                     cur, thread_id, checkpoint_ns, channels, cursor=cursor, include_cursor=first, page=DELTA_WALK_PAGE
                 )
                 if not page:
@@ -306,20 +363,99 @@ class FencedPostgresSaver(PooledPostgresSaver):
     async def aput_writes(
         self, config: RunnableConfig, writes: Sequence[tuple[str, Any]], task_id: str, task_path: str = ""
     ) -> None:
-        """Save pending writes, fenced when the config carries a fence."""
-        async with _fenced_write(config):
+        """Save pending writes, fenced when the config carries a fence.
+
+        Inside `joined_writes.writes_join_next_checkpoint`, a fenced run's writes are kept and sent in the
+        transaction of its next checkpoint write instead (one round trip for both).
+        """
+        kept_so_far = joining.get()
+        fence = config["configurable"].get(FENCE_KEY)
+        if kept_so_far is None or fence is None or not isinstance(self.conn, AsyncConnectionPool):
+            async with _fenced_write(config):
+                await super().aput_writes(config, writes, task_id, task_path)
+            return
+        recorder = Recorder()
+        token = recording.set(recorder)
+        try:
             await super().aput_writes(config, writes, task_id, task_path)
+        finally:
+            recording.reset(token)
+        kept_so_far.append(Kept(self, fence, recorder.calls))
 
     @asynccontextmanager
     async def _cursor(self, *, pipeline: bool = False) -> AsyncIterator[AsyncCursor[DictRow]]:
+        recorder = recording.get()
+        if recorder is not None:
+            yield cast(AsyncCursor[DictRow], recorder)
+            return
         fence = _writing_under.get()
         if fence is None or not isinstance(self.conn, AsyncConnectionPool):
             async with super()._cursor(pipeline=pipeline) as cur:
                 yield cur
             return
-        async with self.conn.connection() as conn, fenced_transaction(conn, fence):
+        read_back = _ReadBack(self, fence) if joining.get() is not None else None
+        after = read_back.send if read_back is not None else None
+        async with self.conn.connection() as conn, fenced_transaction(conn, fence, after_commit=after):
             async with conn.cursor(binary=True, row_factory=dict_row) as cur:
+                await self._send_kept(cur, fence)
                 yield cur
+        if read_back is not None:
+            await read_back.keep()
+
+    async def _send_kept(self, cur: AsyncCursor[DictRow], fence: Fence) -> None:
+        """Send this saver's kept writes of `fence` first in the transaction `cur` is in."""
+        kept_so_far = joining.get()
+        if not kept_so_far:
+            return
+        for kept in [k for k in kept_so_far if k.saver is self and k.fence == fence]:
+            kept_so_far.remove(kept)
+            for query, params in kept.calls:
+                await cur.executemany(query, params)
+
+    async def write_kept(self, kept: Kept) -> None:
+        """Write kept pending writes in a fenced transaction of their own (no checkpoint followed them)."""
+        token = _writing_under.set(kept.fence)
+        try:
+            async with self._cursor() as cur:
+                for query, params in kept.calls:
+                    await cur.executemany(query, params)
+        finally:
+            _writing_under.reset(token)
+
+
+class _ReadBack:
+    """A run's newest checkpoint (and walk page) read after its input's `COMMIT`, in that write's flush.
+
+    The graph's state load that follows then costs no round trip (the run holds the lock).
+    """
+
+    def __init__(self, saver: FencedPostgresSaver, fence: Fence) -> None:
+        self.saver = saver
+        self.fence = fence
+        self.row: AsyncCursor[DictRow] | None = None
+        self.walk: AsyncCursor[DictRow] | None = None
+
+    async def send(self, conn: AsyncConnection[Any]) -> None:
+        """Send the reads after the commit (their results come back with the flush)."""
+        thread = ThreadId(self.fence.thread_id)
+        if self.saver._delta_channels:
+            self.walk = conn.cursor(binary=True, row_factory=dict_row)
+            await langgraph_tables.send_first_walk_page(
+                self.walk, thread, "", self.saver._delta_channels, checkpoint_id=None, page=DELTA_WALK_PAGE
+            )
+        self.row = conn.cursor(binary=True, row_factory=dict_row)
+        await langgraph_tables.send_checkpoint_row(self.row, thread, "", None)
+
+    async def keep(self) -> None:
+        """Keep what came back for the run's next state load."""
+        if self.row is None:
+            return
+        row = await self.row.fetchone()
+        page = list(await self.walk.fetchall()) if self.walk is not None else []
+        backs = self.saver._read_backs
+        backs[(self.fence.token, self.fence.thread_id, "")] = (row, page)
+        while len(backs) > _KEPT_PAGES:
+            backs.popitem(last=False)
 
 
 @asynccontextmanager

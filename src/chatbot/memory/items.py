@@ -11,12 +11,13 @@ before read here unchanged, and its TTL sweeper still deletes expired ones.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from psycopg import AsyncConnection
+from psycopg import AsyncConnection, pq
 from pydantic import JsonValue
 
 from chatbot.db import langgraph_tables
@@ -79,6 +80,36 @@ async def read_one(conn: Conn, namespace: tuple[str, ...], key: str, lifetime: L
     row = await langgraph_tables.store_item(conn, prefix, key, lifetime.visible_after(now))
     await refresh(conn, prefix, lifetime, now)
     return None if row is None else _item(row)
+
+
+@dataclass(frozen=True, slots=True)
+class Wanted:
+    """One read of `read_together`: the item `key` of `namespace`, or up to `limit` items of it."""
+
+    namespace: tuple[str, ...]
+    key: str | None = None
+    limit: int = 1
+
+
+async def read_together(conn: Conn, wanted: Sequence[Wanted], lifetime: Lifetime) -> list[list[StoredItem]]:
+    """Return each read's items (newest first; none or one for a key), all sent in one round trip.
+
+    The reads and their namespaces' TTL refreshes go out in one pipeline, as `read` and
+    `read_one` one after the other would send them; only the waiting is shared.
+    """
+    now = utcnow()
+    # Inside a pipeline already (a transaction sent in one flush), a nested one would sync first.
+    in_pipeline = conn.pgconn.pipeline_status != pq.PipelineStatus.OFF
+    async with contextlib.nullcontext() if in_pipeline else conn.pipeline():
+        cursors = [
+            await langgraph_tables.send_store_read(
+                conn, prefix_of(w.namespace), lifetime.visible_after(now), key=w.key, limit=w.limit
+            )
+            for w in wanted
+        ]
+        for prefix in dict.fromkeys(prefix_of(w.namespace) for w in wanted):
+            await refresh(conn, prefix, lifetime, now)
+        return [[_item(row) for row in await cursor.fetchall()] for cursor in cursors]
 
 
 async def refresh(conn: Conn, prefix: str, lifetime: Lifetime, now: datetime) -> None:

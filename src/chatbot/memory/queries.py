@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypedDict, cast
 
-from psycopg import AsyncConnection
+from psycopg import AsyncConnection, AsyncCursor
 
 from chatbot.ids import RunId, TenantId, ThreadId, UserId
 
@@ -84,6 +84,11 @@ async def claim_job(
     """Claim a free row for `lease`; return its columns and claim count, None when another won."""
     params = {"thread": thread_id, "run": run_id, "now": now, "until": now + lease, "holder": holder}
     return cast("ClaimedJob | None", await (await conn.execute(CLAIM_JOB, params)).fetchone())
+
+
+async def send_take_job(conn: Conn, thread_id: ThreadId, run_id: RunId) -> AsyncCursor[Any]:
+    """Send `take_job`'s delete without waiting (in a pipeline); its cursor's rowcount says, once read."""
+    return await conn.execute(TAKE_JOB, (thread_id, run_id))
 
 
 async def take_job(conn: Conn, thread_id: ThreadId, run_id: RunId) -> bool:

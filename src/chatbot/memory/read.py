@@ -41,12 +41,16 @@ async def read_memory(
     """Return the user's profile and up to `max_facts` facts, newest first (a read refreshes their TTL).
 
     Profile and facts are two namespaces, so two statements, each naming one store prefix
-    (one shard when the store is distributed by prefix), on one pooled connection.
+    (one shard when the store is distributed by prefix), pipelined on one pooled connection:
+    one round trip.
     """
+    wanted = [
+        items.Wanted(profile_namespace(tenant_id, user_id), key=PROFILE_KEY),
+        items.Wanted(facts_namespace(tenant_id, user_id), limit=max_facts),
+    ]
     async with pool.connection() as conn:
-        profile = await items.read_one(conn, profile_namespace(tenant_id, user_id), PROFILE_KEY, lifetime)
-        facts = await items.read(conn, facts_namespace(tenant_id, user_id), max_facts, lifetime)
-    return Remembered(dict(profile.value) if profile else {}, facts)
+        profile, facts = await items.read_together(conn, wanted, lifetime)
+    return Remembered(dict(profile[0].value) if profile else {}, facts)
 
 
 async def read_history(

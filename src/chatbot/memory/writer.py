@@ -34,6 +34,7 @@ from chatbot import metrics
 from chatbot.budgets.service import BudgetExhausted
 from chatbot.db.locks import Locks
 from chatbot.db.pool import Pool
+from chatbot.db.transactions import one_flush_transaction
 from chatbot.ids import TenantId, UserId
 from chatbot.memory import _profile_sources as profile_sources
 from chatbot.memory import items, jobs, queries
@@ -150,8 +151,8 @@ class MemoryWriter:
             metrics.MEMORY_WRITES.labels("nothing").inc()
             return
         try:
-            # One round trip (pipelined): this is awaited before the run's final checkpoint.
-            async with self.pool.connection() as conn, conn.pipeline(), conn.transaction():
+            # One round trip (one flush): this is awaited before the run's final checkpoint.
+            async with self.pool.connection() as conn, one_flush_transaction(conn):
                 # Shared with a reset's exclusive hold: a reset either deletes this row or comes after it.
                 await hold_for_write(conn, job.tenant_id, job.user_id)
                 await queries.insert_job(conn, job, now=items.utcnow(), lease=self.lease, holder=self.holder)
@@ -261,16 +262,38 @@ class MemoryWriter:
             metrics.MEMORY_WRITES.labels("lock_timeout").inc()  # the row stays for a later claim
             return
         try:
-            async with self.pool.connection() as conn, conn.transaction():
-                await hold_for_write(conn, job.tenant_id, job.user_id)
-                if not await queries.take_job(conn, job.thread_id, job.run_id):
-                    # Erased, reset, its thread deleted, or done by another worker meanwhile.
-                    metrics.MEMORY_WRITES.labels("dropped_gone").inc()
-                    return
-                await self._apply(conn, job, facts, updates)
-            metrics.MEMORY_WRITES.labels("written").inc()
+            async with self.pool.connection() as conn:
+                written = await self._write(conn, job, facts, updates)
+            # Not written: erased, reset, its thread deleted, or done by another worker meanwhile.
+            metrics.MEMORY_WRITES.labels("written" if written else "dropped_gone").inc()
         finally:
             await lease.release()
+
+    async def _write(
+        self, conn: AsyncConnection[Any], job: MemoryJob, facts: list[FactCandidate], updates: Profile
+    ) -> bool:
+        """Take the job and write what it found, in one transaction; False when the job was gone.
+
+        Two round trips: `BEGIN`, the reset lock, the job's delete and the reads go out together;
+        the writes and `COMMIT` follow in one flush (one more when a fact's history is trimmed).
+        """
+        profile_ns = profile_namespace(job.tenant_id, job.user_id)
+        # What the plan reads, as before: the facts when there are facts, the profile when it changes.
+        wanted = [items.Wanted(facts_namespace(job.tenant_id, job.user_id), limit=self.max_facts + 50)] * bool(facts)
+        wanted += [items.Wanted(profile_ns, key=key) for key in (PROFILE_KEY, PROFILE_SOURCES_KEY) if updates]
+        try:
+            async with one_flush_transaction(conn):
+                await hold_for_write(conn, job.tenant_id, job.user_id)
+                taken = await queries.send_take_job(conn, job.thread_id, job.run_id)
+                found = await items.read_together(conn, wanted, self.lifetime)
+                if taken.rowcount <= 0:
+                    raise _JobGone()
+                existing = found.pop(0) if facts else []
+                current, known = [rows[0] if rows else None for rows in found] if updates else [None, None]
+                await self._apply(conn, job, facts, updates, existing, current, known)
+        except _JobGone:
+            return False
+        return True
 
     async def _outcome(self, job: MemoryJob, fresh: bool) -> jobs.RunOutcome:
         """Return how the job's run ended, waiting a little for a fresh job's run to write its end."""
@@ -293,17 +316,23 @@ class MemoryWriter:
         return outcome
 
     async def _apply(
-        self, conn: AsyncConnection[Any], job: MemoryJob, facts: list[FactCandidate], updates: Profile
+        self,
+        conn: AsyncConnection[Any],
+        job: MemoryJob,
+        facts: list[FactCandidate],
+        updates: Profile,
+        existing: list[items.StoredItem],
+        current: items.StoredItem | None,
+        known: items.StoredItem | None,
     ) -> None:
+        """Write the turn's facts and profile, from what was read (`existing` facts, the profile and its sources)."""
         profile_ns = profile_namespace(job.tenant_id, job.user_id)
         # Every fact this turn writes, new or merged into a stored one, names this run: the
         # run that wrote it last. Facts the plan leaves alone keep their own source.
         turn = FactSource(thread_id=job.thread_id, run_id=job.run_id)
-        written = await self._apply_facts(conn, job, facts, turn) if facts else []
+        written = await self._apply_facts(conn, job, facts, turn, existing) if facts else []
         if not updates:
             return
-        current = await items.read_one(conn, profile_ns, PROFILE_KEY, self.lifetime)
-        known = await items.read_one(conn, profile_ns, PROFILE_SOURCES_KEY, self.lifetime)
         merged = merge_profile(stored_profile(current.value) if current else Profile(), updates)
         old_sources = profile_sources.stored_sources(known.value) if known else profile_sources.ProfileSources()
         sources = profile_sources.record(old_sources, updates, written, stored_source(turn), merged)
@@ -315,11 +344,18 @@ class MemoryWriter:
         await items.put(conn, profile_ns, puts, self.lifetime)
 
     async def _apply_facts(
-        self, conn: AsyncConnection[Any], job: MemoryJob, facts: list[FactCandidate], turn: FactSource
+        self,
+        conn: AsyncConnection[Any],
+        job: MemoryJob,
+        facts: list[FactCandidate],
+        turn: FactSource,
+        existing: list[items.StoredItem],
     ) -> list[tuple[str, FactCandidate]]:
-        """Write the turn's facts: consolidated, changed ones closing their old version; return what was written."""
+        """Write the turn's facts: consolidated, changed ones closing their old version; return what was written.
+
+        `existing` is the user's stored facts, read with the job's claim in one flush.
+        """
         facts_ns = facts_namespace(job.tenant_id, job.user_id)
-        existing = await items.read(conn, facts_ns, self.max_facts + 50, self.lifetime)
         parsed = {item.key: Fact.from_stored(item.value) for item in existing}
         stored = [
             StoredFact(
@@ -354,6 +390,10 @@ class MemoryWriter:
         await items.put(conn, history_ns, closed, self.lifetime)
         kept = await items.read(conn, history_ns, MAX_HISTORY + len(closed), self.lifetime)
         await items.delete_keys(conn, history_ns, [item.key for item in kept[MAX_HISTORY:]])
+
+
+class _JobGone(Exception):
+    """The job's row was gone when the writer came to take it: nothing is written."""
 
 
 def closed_version(item: items.StoredItem, fact: Fact, now: str, turn: FactSource) -> tuple[str, Mapping[str, object]]:

@@ -29,7 +29,7 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -40,6 +40,7 @@ from langgraph.graph.state import CompiledStateGraph
 
 from chatbot import metrics
 from chatbot.agent.context import Context, RunEnded
+from chatbot.agent.early import EarlyReads
 from chatbot.agent.modelcall import answer_input_floor
 from chatbot.agent.outcome import GraphEvent, GraphOutcome, Token
 from chatbot.agent.record import chunk_versions
@@ -49,7 +50,8 @@ from chatbot.agent.state import META_KEY, user_turn
 from chatbot.budgets.service import BudgetExhausted, Budgets, Reservation, budget_member, budget_refusal_detail
 from chatbot.caller import CallerContext
 from chatbot.db import usage_totals
-from chatbot.db.locks import Fence, Lease, LeaseLost, Locks, UserErasing
+from chatbot.db.joined_writes import writes_join_next_checkpoint
+from chatbot.db.locks import Fence, Lease, LeaseLost, Locks, OwnedByAnother, UserErasing
 from chatbot.db.pool import Pool
 from chatbot.db.run_record import RecordedRun
 from chatbot.db.saver import fenced
@@ -57,7 +59,7 @@ from chatbot.errors import DATABASE_ERRORS, Problem, database_problem
 from chatbot.failures import Failure
 from chatbot.ids import RunId, TenantId, ThreadId
 from chatbot.threads import cancel
-from chatbot.threads._ownership import Owner, check_owner, check_thread_access
+from chatbot.threads._ownership import Owner, check_owner, check_thread_access, thread_not_found
 from chatbot.threads._stream import Listener, RunStream
 from chatbot.threads.deletion import forget_unwritten_thread
 from chatbot.threads.ratelimit import RateLimiter
@@ -93,6 +95,8 @@ class RunService:
     """The answer chain's `provider:model` specs: a run's early hold is priced at the dearest."""
     context_tokens: int = 6000
     """The window's budget (CHATBOT_CONTEXT_TOKENS): a question longer is cut to fit it."""
+    early_reads: Callable[[CallerContext, str], EarlyReads] | None = None
+    """Starts a run's memory read and knowledge search beside its input's write (agent/early.py)."""
     _starting: int = field(default=0, init=False)
     _runs: dict[str, RunStream] = field(default_factory=dict, init=False)
     _tasks: set[asyncio.Task[None]] = field(default_factory=set, init=False)
@@ -175,19 +179,23 @@ class RunService:
     async def _start(
         self, thread_id: ThreadId, caller: CallerContext, content: str, trace_parent: Mapping[str, str] | None
     ) -> Listener:
-        # The owner is decided before the lock: another caller's request is refused (404)
-        # without touching the thread's lock, so requests that are refused anyway cannot
-        # make the owner's own runs meet a 409. A run that gets the lock checks
-        # its owner again under it: another caller's first run on a new thread id may have
-        # created the thread since.
+        # The owner is decided before the lock, in the lock's own statement: another caller's
+        # request is refused (404) without touching the thread's lock, so requests that are
+        # refused anyway cannot make the owner's own runs meet a 409. A run that gets the
+        # lock checks its owner again under it: another caller's first run on a new thread
+        # id may have created the thread since.
         erasing = False
         try:
-            await check_thread_access(self.pool, thread_id, caller, must_exist=False)
             try:
                 lease = await self.locks.try_run(thread_id, caller.tenant_id, caller.user_id)
             except UserErasing:
                 lease, erasing = None, True
+            except OwnedByAnother:
+                raise thread_not_found() from None
             if lease is None:
+                # Refused, perhaps before the owner was read (a run of this replica holds the
+                # thread, or the user is being erased here): another caller's thread is a 404.
+                await check_thread_access(self.pool, thread_id, caller, must_exist=False)
                 retry = await self.limiter.retry_after(caller)
         except DATABASE_ERRORS:
             raise database_problem() from None
@@ -201,6 +209,7 @@ class RunService:
             raise Problem(409, "a run is already in flight on this thread")
         fresh = False  # no checkpoint of the thread yet, as read under the lock
         reservation: Reservation | None = None
+        early = None
         try:
             # Decided under the lock: another caller's first run on this thread id may have
             # created the thread a moment ago (the owner is the first checkpoint's caller,
@@ -221,8 +230,14 @@ class RunService:
                 id=str(uuid.uuid4()),
                 additional_kwargs={META_KEY: {"created_at": now_rfc3339(), "run_id": stream.run_id}},
             )
-            await self.graph.aupdate_state(config, user_turn(message), as_node=START)
+            # Under way beside the input's write and the graph's state load, which they do not need.
+            early = self.early_reads(caller, content) if self.early_reads is not None else None
+            # The input task's writes and the checkpoint applying them: one transaction, one round trip.
+            async with writes_join_next_checkpoint():
+                await self.graph.aupdate_state(config, user_turn(message), as_node=START)
         except BaseException as exc:
+            if early is not None:
+                early.cancel()
             if fresh and isinstance(exc, Problem):
                 # A first run refused before it wrote anything (429): the fence row its lock
                 # set would be all that is left of the thread id, and nothing deletes rows of
@@ -237,7 +252,7 @@ class RunService:
         self._runs[stream.run_id] = stream
         listener = stream.listen(from_start=True)
         task = asyncio.create_task(
-            self._execute(stream, caller, lease, config, str(message.id), trace_parent, reservation),
+            self._execute(stream, caller, lease, config, str(message.id), trace_parent, reservation, early),
             name=f"run-{stream.run_id}",
         )
         self._graphs[stream.run_id] = task
@@ -281,6 +296,7 @@ class RunService:
         input_id: str,
         trace_parent: Mapping[str, str] | None = None,
         reservation: Reservation | None = None,
+        early: EarlyReads | None = None,
     ) -> None:
         started = time.perf_counter()
         sink = _RunSink(stream, started)
@@ -299,6 +315,7 @@ class RunService:
             handoffs=handoffs,
             ended=ended,
             size_answer=None if self.budgets is None else self.budgets.sizer(reservation),
+            early=early,
         )
         failure: BaseException | None = None
         trace = self.tracing.start_run(
@@ -334,6 +351,8 @@ class RunService:
         finally:
             self._graphs.pop(stream.run_id, None)
             self._cancelled.discard(stream.run_id)
+            if early is not None:
+                early.cancel()  # used by now, or never will be
             if user_cancelled:
                 # Under the lock still: a rejoin that sees the thread free finds the record.
                 await self._record_cancelled(stream, context, config, lease, input_id)
