@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from chatbot.agent.collaborators import AgentDeps
 from chatbot.caller import CallerContext
 from chatbot.memory.read import Remembered
-from chatbot.retrieval.search import FoundChunk
+from chatbot.responses import QuotedChunk
 
 
 @dataclass(eq=False)
@@ -26,7 +26,7 @@ class EarlyReads:
 
     question: str
     memory: asyncio.Task[Remembered] | None
-    chunks: asyncio.Task[Sequence[FoundChunk]]
+    chunks: asyncio.Task[Sequence[QuotedChunk]]
 
     def cancel(self) -> None:
         """Stop what is still under way (the run ended before its graph used it); nothing is raised."""

@@ -14,9 +14,10 @@ from langgraph.runtime import Runtime
 from pydantic import JsonValue
 
 from chatbot import metrics
+from chatbot.agent._handoff import handoff_context
 from chatbot.agent._prompts import system_prompt
 from chatbot.agent._recall import Recalled, recall_into_window
-from chatbot.agent._summary import fold_summary, messages_to_fold, offline_summary
+from chatbot.agent._summary import fold_summary, messages_to_fold
 from chatbot.agent._tokens import token_counter_for
 from chatbot.agent._window import Window, WindowInputs, build_window
 from chatbot.agent.collaborators import AgentDeps
@@ -44,12 +45,10 @@ from chatbot.memory.namespaces import PROFILE_KEY, facts_namespace, profile_name
 from chatbot.memory.read import Remembered
 from chatbot.models.chain import ChainEntry
 from chatbot.models.offline import MemoryRequest, leans_on_thread, offline_reply, rank_candidates, split_tokens
-from chatbot.models.reply import Reply
 from chatbot.recall.service import IndexWriter
-from chatbot.responses import HandoffContext, ModelCallUsage, QuotedChunk, RoleMessage
+from chatbot.responses import ModelCallUsage, QuotedChunk
 from chatbot.timestamps import now_rfc3339
 
-RECENT_IN_HANDOFF = 10
 # A summary fold's request beside the messages it folds: its instructions and task template.
 _FOLD_OVERHEAD_TOKENS = 1024
 
@@ -200,7 +199,7 @@ class Nodes:
             answer=reply.content,
             message_id=str(answer.id),
             citations=reply.citations,
-            handoff_context=self._handoff(reply, state, question, summary, ctx.language)
+            handoff_context=handoff_context(reply, state, question, summary, ctx.language)
             if reply.status == "escalate"
             else None,
         )
@@ -465,21 +464,6 @@ class Nodes:
             on_delta=lambda delta: emit(Token(delta)),
             on_cancelled=self._usage(ctx).append,
             size=ctx.size_answer,
-        )
-
-    def _handoff(
-        self, reply: Reply, state: ConversationState, question: HumanMessage, summary: str, language: str
-    ) -> HandoffContext:
-        transcript = [*state["messages"][:-1], question]
-        recent = [m for m in transcript if isinstance(m, HumanMessage | AIMessage)][-RECENT_IN_HANDOFF:]
-        return HandoffContext(
-            reason=reply.escalation_reason or "escalated",
-            conversation_summary=summary or offline_summary("", transcript, language),
-            user_profile=state.get("profile") or {},
-            recent_messages=[
-                RoleMessage(role="user" if isinstance(m, HumanMessage) else "assistant", content=str(m.text))
-                for m in recent
-            ],
         )
 
 
