@@ -446,10 +446,11 @@ class Locks:
         *,
         shared: str | None = None,
     ) -> Lease | None:
-        taking = self._attempts.get(name)
-        if taking is not None and shared is not None:
-            # A run's attempt under way here decides first: a refused one (another caller's
-            # thread, refused before any lock) leaves the thread to this one, not a 409.
+        while shared is not None and (taking := self._attempts.get(name)) is not None:
+            # Runs' attempts under way here decide first, one after another: a refused one
+            # (another caller's thread, refused before any lock) leaves the thread to this
+            # one, not a 409. Checked again after each wait: another refused caller may have
+            # started its attempt while this one waited.
             await asyncio.wait({taking})
         if name in self._held or self._shared[name] > 0:
             # Held (or being taken) by this process: never re-enter a session lock, and never
