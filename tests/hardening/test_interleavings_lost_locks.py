@@ -18,8 +18,8 @@ then takes the thread id or not. The invariants:
   window (the record's messages) or in `context.recalled`.
 
 `make test` runs `CHATBOT_INTERLEAVINGS` / 20 drawn examples (5 by default), `make faults` 50,
-each after one fixed example: the fold held, its locks lost, the user erased meanwhile, the
-thread id reused. Every example checks that its run was held where drawn before going on.
+after two fixed examples: the fold held, its locks lost, the thread deleted or the user erased
+meanwhile, the thread id reused. Every example checks that its run was held where drawn before going on.
 `CHATBOT_INTERLEAVINGS_SEED=N` replays a run.
 """
 
@@ -232,8 +232,9 @@ def _property(pair: HeldReplicas) -> Any:
     )
     @given(plan=_plans())
     # What an outside probe found, in every run: the fold slow at the provider, the locks lost,
-    # the user erased from the other replica, and another tenant on the thread id after.
+    # the thread deleted or the user erased from the other replica, and another tenant on the thread id after.
     @example(plan=Plan(0, "fold", lose_locks=True, action="erase", actor=1, after_ms=None, reuse=True))
+    @example(plan=Plan(1, "fold", lose_locks=True, action="delete", actor=0, after_ms=None, reuse=True))
     def lost_locks(plan: Plan) -> None:
         played, user, thread, secret = pair.call(_play(pair, plan), timeout=120)
         _check(pair, plan, played, user, thread, secret)
