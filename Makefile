@@ -60,8 +60,8 @@ isolation: $(STAMP)
 ## make faults: the long fault suite: 50 replica kills at seeded random points (CHATBOT_FAULT_SEED
 ## replays a run), a replica killed in its memory work, Postgres outages mid-run, faulty models,
 ## and 1,000 examples (about 2,000 interleavings) of cancel/end/delete/erase/feedback on two
-## replicas (CHATBOT_INTERLEAVINGS_SEED replays a run), and 50 of lost lock sessions at a run's recall
-## step against DELETE and erasure; `make test` runs 3 kills, 100 examples and 5
+## replicas (CHATBOT_INTERLEAVINGS_SEED replays a run), and 50 of lost lock sessions in a run's summary
+## fold or at its recall step against DELETE and erasure; `make test` runs 3 kills, 100 examples and 5
 FAULT_KILLS ?= 50
 FAULT_INTERLEAVINGS ?= 1000
 faults: $(STAMP)

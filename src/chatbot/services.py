@@ -15,7 +15,7 @@ import asyncio
 import functools
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from langgraph.graph.state import CompiledStateGraph
@@ -229,8 +229,11 @@ def _overridden(collaborators: AgentDeps, overrides: dict[str, Any] | None) -> A
     if not overrides:
         return collaborators
     # Keys named like a setting change the graph's copy of the settings only (say a short
-    # model timeout that must not also bound retrieval); the rest replace collaborators.
-    tuned = {k: v for k, v in overrides.items() if k in Settings.model_fields}
+    # model timeout that must not also bound retrieval); the rest replace collaborators. A
+    # collaborator named like a setting (`summary_model`: the model, beside its spec) is the
+    # collaborator: else a test's summary model would be dropped into the settings unused.
+    collaborator_names = {f.name for f in fields(AgentDeps)}
+    tuned = {k: v for k, v in overrides.items() if k in Settings.model_fields and k not in collaborator_names}
     others = {k: v for k, v in overrides.items() if k not in tuned}
     return replace(collaborators, settings=collaborators.settings.model_copy(update=tuned), **others)
 

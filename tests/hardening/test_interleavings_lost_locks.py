@@ -1,10 +1,12 @@
-"""Lost lock sessions at a run's recall step, against DELETE and erasure on two replicas: a property test.
+"""Lost lock sessions in a run's summary fold or recall step, against DELETE and erasure: a property test.
 
 Two replicas (as in test_interleavings.py) with a window small enough that a thread of a
-few turns needs recall, and each replica's recall held at a gate the example opens. Each
-example writes a thread of one fresh user holding a secret, starts a run on a replica
-hypothesis picks and holds it at its recall step (after its window and summary fold, before
-recall searches and indexes). Then, as drawn: the running replica's lock sessions are ended
+few turns needs recall and folds its first turns into the summary, and each replica's recall
+and summary model held at gates the example opens. Each example writes a thread of one fresh
+user holding a secret, starts a run on a replica hypothesis picks and holds it where drawn:
+inside its summary fold (the summary model slow at the provider, before recall and every
+write of the run), or at its recall step (after its window and summary fold, before recall
+searches and indexes). Then, as drawn: the running replica's lock sessions are ended
 from the server side or not; the thread is deleted, or its user erased, from the other replica
 while the run is held (its lock lost), or from either at a drawn moment after it is let go; another tenant
 then takes the thread id or not. The invariants:
@@ -15,7 +17,9 @@ then takes the thread id or not. The invariants:
 - another tenant on the same thread id is given none of the first user's turns, in its
   window (the record's messages) or in `context.recalled`.
 
-`make test` runs `CHATBOT_INTERLEAVINGS` / 20 examples (5 by default), `make faults` 50.
+`make test` runs `CHATBOT_INTERLEAVINGS` / 20 drawn examples (5 by default), `make faults` 50,
+after two fixed examples: the fold held, its locks lost, the thread deleted or the user erased
+meanwhile, the thread id reused. Every example checks that its run was held where drawn before going on.
 `CHATBOT_INTERLEAVINGS_SEED=N` replays a run.
 """
 
@@ -29,14 +33,15 @@ from typing import Any
 
 import httpx
 import pytest
-from hypothesis import HealthCheck, given, seed, settings
+from hypothesis import HealthCheck, example, given, seed, settings
 from hypothesis import strategies as st
 
 from chatbot.caller import CallerContext
 from chatbot.ids import TenantId, ThreadId, UserId
+from chatbot.models.chain import ChainEntry
 from tests.fixtures.app import services_of
 from tests.fixtures.catalogue import rows_containing
-from tests.fixtures.lost_locks import HeldRecall, terminate_lock_sessions
+from tests.fixtures.lost_locks import Gate, HeldFold, HeldRecall, terminate_lock_sessions
 from tests.fixtures.tokens import auth
 from tests.fixtures.wait import wait_until
 from tests.hardening.test_interleavings import EXAMPLES, SEED, Replicas, _drain, serving
@@ -44,20 +49,29 @@ from tests.recall.test_recall_scope import SMALL
 
 TENANT = "lost-locks"
 NEXT_TENANT = "lost-locks-next"
-TURNS = 9  # the recent list is the whole thread, the window leaves its first turns out: recall runs
+# The recent list is the whole thread and the window leaves its first turns out, so recall runs,
+# and a batch of them has left it (a fold is due: from the 13th run at this window).
+TURNS = 14
 REUSE_TURNS = 10
 
 
 class HeldReplicas(Replicas):
-    """The two replicas, each with its recall behind gates, and a window a short thread outgrows."""
+    """The two replicas, each with its recall and summary model behind gates, and a window a short thread outgrows."""
 
     def __init__(self, database_url: str) -> None:
         super().__init__(database_url)
         self.recalls = [HeldRecall(), HeldRecall()]
+        self.folds = [HeldFold(), HeldFold()]
 
     def app_settings(self, replica: int) -> dict[str, Any]:
-        """Return replica `replica`'s settings: the small window, and its held recall."""
-        return {"context_tokens": SMALL, "agent_overrides": {"recall": self.recalls[replica]}}
+        """Return replica `replica`'s settings: the small window, its held recall and summary model."""
+        overrides = {
+            "recall": self.recalls[replica],
+            "summary_model": ChainEntry("held-fold", self.folds[replica]),
+            # A held fold waits for the example, not for the fold's timeout to keep the old summary.
+            "summary_timeout_seconds": 120.0,
+        }
+        return {"context_tokens": SMALL, "agent_overrides": overrides}
 
     async def open(self) -> None:
         await super().open()
@@ -75,6 +89,7 @@ class Plan:
     """One interleaving: where the run is held, whether its locks go, what is sent from where, and when."""
 
     runs_on: int
+    hold_at: str  # "fold" | "recall"
     lose_locks: bool
     action: str | None  # "delete" | "erase" | None
     actor: int  # the replica the DELETE or erasure is sent to
@@ -87,6 +102,7 @@ def _plans() -> st.SearchStrategy[Plan]:
     plans = st.builds(
         Plan,
         runs_on=replica,
+        hold_at=st.sampled_from(["fold", "recall"]),
         lose_locks=st.booleans(),
         action=st.sampled_from(["delete", "erase", None]),
         actor=replica,
@@ -135,15 +151,25 @@ async def _play(pair: HeldReplicas, plan: Plan) -> tuple[Played, str, str, str]:
     thread = f"lk-{uuid.uuid4().hex[:12]}"  # naming neither the user nor the secret
     running = pair.clients[plan.runs_on]
     headers = {"Accept": "application/json", **auth(tenant=TENANT, user=user, locale="en-US")}
+    # Folds naming the secret fail until the held run's (armed below), so that run has a batch to fold.
+    fold = pair.folds[plan.runs_on].hold(secret) if plan.hold_at == "fold" else None
     for turn in range(TURNS):
         body = {"message": {"content": f"My policy code is {secret}-{turn}; claim number {turn}."}}
         response = await running.post(f"/v1/threads/{thread}/runs", json=body, headers=headers)
         assert response.status_code == 200, response.text
-    gate = pair.recalls[plan.runs_on].hold(thread)
+    gate: Gate
+    if fold is not None:
+        fold.armed, gate = True, fold
+    else:
+        gate = pair.recalls[plan.runs_on].hold(thread)
     caller = CallerContext(TenantId(TENANT), UserId(user), "en-US")
     listener = await services_of(running).runs.start(ThreadId(thread), caller, "Which policy code did I give first?")
     drained = asyncio.ensure_future(_drain(listener))
-    await asyncio.wait_for(gate.reached.wait(), 30)
+    reached = asyncio.ensure_future(gate.reached.wait())
+    await asyncio.wait([reached, drained], timeout=30, return_when=asyncio.FIRST_COMPLETED)
+    reached.cancel()
+    # Else the example would test nothing: the run ended, or hung, before its fold or recall step.
+    assert gate.reached.is_set(), (plan, "never held", [e.event for e in drained.result()] if drained.done() else [])
     if plan.lose_locks:
         assert await terminate_lock_sessions(running, pair.database_url) >= 1
     if plan.after_ms is None:
@@ -205,6 +231,10 @@ def _property(pair: HeldReplicas) -> Any:
         suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
     )
     @given(plan=_plans())
+    # What an outside probe found, in every run: the fold slow at the provider, the locks lost,
+    # the thread deleted or the user erased from the other replica, and another tenant on the thread id after.
+    @example(plan=Plan(0, "fold", lose_locks=True, action="erase", actor=1, after_ms=None, reuse=True))
+    @example(plan=Plan(1, "fold", lose_locks=True, action="delete", actor=0, after_ms=None, reuse=True))
     def lost_locks(plan: Plan) -> None:
         played, user, thread, secret = pair.call(_play(pair, plan), timeout=120)
         _check(pair, plan, played, user, thread, secret)
@@ -212,5 +242,7 @@ def _property(pair: HeldReplicas) -> Any:
     return seed(int(SEED))(lost_locks) if SEED else lost_locks
 
 
-def test_lost_lock_sessions_at_recall_against_delete_and_erasure_leave_nothing(held_replicas: HeldReplicas) -> None:
+def test_lost_lock_sessions_in_a_fold_or_at_recall_against_delete_and_erasure_leave_nothing(
+    held_replicas: HeldReplicas,
+) -> None:
     _property(held_replicas)()
