@@ -56,8 +56,45 @@ WAKES_PER_INTERVAL = 4
 MAX_LOCKS = 8
 
 
-class RetentionSweeper:
+class _PeriodicSweep:
+    """A sweep a replica runs in the background, a few times per interval, until stopped."""
+
+    what = "sweep"
+    """How its task and its log lines name it."""
+    interval: float
+    """Seconds between two sweeps, across the replicas together."""
+    _task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        """Start the background loop (idempotent)."""
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._loop(), name=self.what)
+
+    async def stop(self) -> None:
+        """Stop the loop; a sweep in progress stops between statements and gives its lease back."""
+        task, self._task = self._task, None
+        await stop_task(task)
+
+    async def sweep_once(self) -> object:
+        """Sweep now if this replica gets the lease and a sweep is due."""
+        raise NotImplementedError
+
+    async def _loop(self) -> None:
+        period = self.interval / WAKES_PER_INTERVAL
+        # Replicas started together wake at different moments.
+        await asyncio.sleep(period * random.random())
+        while True:
+            try:
+                await self.sweep_once()
+            except Exception:  # Postgres away, a bug: logged, and the next wake tries again
+                log.warning("%s could not run", self.what, exc_info=True)
+            await asyncio.sleep(period * (0.75 + random.random() / 2))
+
+
+class RetentionSweeper(_PeriodicSweep):
     """The background task of one replica that deletes threads idle for longer than `days`."""
+
+    what = "retention-sweeper"
 
     def __init__(
         self,
@@ -81,28 +118,6 @@ class RetentionSweeper:
             lease_seconds=LEASE_SECONDS,
             every_seconds=self.interval,
         )
-        self._task: asyncio.Task[None] | None = None
-
-    def start(self) -> None:
-        """Start the background loop (idempotent)."""
-        if self._task is None or self._task.done():
-            self._task = asyncio.create_task(self._loop(), name="retention-sweeper")
-
-    async def stop(self) -> None:
-        """Stop the loop; a sweep in progress stops between statements and its lease is released."""
-        task, self._task = self._task, None
-        await stop_task(task)
-
-    async def _loop(self) -> None:
-        period = self.interval / WAKES_PER_INTERVAL
-        # Replicas started together wake at different moments.
-        await asyncio.sleep(period * random.random())
-        while True:
-            try:
-                await self.sweep_once()
-            except Exception:  # Postgres away, a bug: logged, and the next wake tries again
-                log.warning("retention sweep could not run", exc_info=True)
-            await asyncio.sleep(period * (0.75 + random.random() / 2))
 
     async def sweep_once(self) -> RetentionReport | None:
         """Sweep now if this replica gets the lease and a sweep is due; None when it did not sweep."""
@@ -153,8 +168,10 @@ BUDGET_LEASE_NAME = "budget_holds"
 BUDGET_HOLDS_SWEPT = Counter("chatbot_budget_holds_swept_total", "Expired budget holds deleted by the sweep.")
 
 
-class BudgetSweeper:
+class BudgetSweeper(_PeriodicSweep):
     """The background task of one replica that deletes expired budget holds, one replica at a time."""
+
+    what = "budget-sweeper"
 
     def __init__(
         self,
@@ -177,27 +194,6 @@ class BudgetSweeper:
             lease_seconds=max(1.0, 2 * interval_seconds),
             every_seconds=interval_seconds,
         )
-        self._task: asyncio.Task[None] | None = None
-
-    def start(self) -> None:
-        """Start the background loop (idempotent)."""
-        if self._task is None or self._task.done():
-            self._task = asyncio.create_task(self._loop(), name="budget-sweeper")
-
-    async def stop(self) -> None:
-        """Stop the loop."""
-        task, self._task = self._task, None
-        await stop_task(task)
-
-    async def _loop(self) -> None:
-        period = self.interval / WAKES_PER_INTERVAL
-        await asyncio.sleep(period * random.random())
-        while True:
-            try:
-                await self.sweep_once()
-            except Exception as exc:  # Postgres away: the next wake tries again
-                log.warning("budget hold sweep could not run", extra={"error": type(exc).__name__})
-            await asyncio.sleep(period * (0.75 + random.random() / 2))
 
     async def sweep_once(self) -> int | None:
         """Sweep now if this replica gets the lease and a sweep is due; None when it did not sweep."""
