@@ -208,11 +208,11 @@ async def shards_per_run(cluster: Cluster, base: str, token: str, runs: int, tur
             thread = f"shards-{i // turns}"
             cluster.reset()
             question = QUESTIONS[i % 2] if i % turns == 0 else LONG
-            ok = await one_run(client, base, token, thread, question) == "answered"
+            ended = await one_run(client, base, token, thread, question)
             await memory_settled(cluster.url, thread)
             found = cluster.read()
-            if not ok:
-                print(f"  run {i}: not answered", flush=True)
+            if ended != "answered":
+                print(f"  run {i}: not answered ({ended})", flush=True)
                 continue
             answered += 1
             counts.append(len(found.shards))
