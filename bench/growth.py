@@ -27,7 +27,7 @@ from bench._pg import bench_database
 from chatbot.agent.collaborators import AgentDeps
 from chatbot.agent.context import Context
 from chatbot.agent.graph import build_graph
-from chatbot.agent.state import META_KEY, user_turn
+from chatbot.agent.state import user_turn
 from chatbot.caller import CallerContext
 from chatbot.config import Settings
 from chatbot.db.pool import make_pool
@@ -35,6 +35,7 @@ from chatbot.db.saver import PooledPostgresSaver
 from chatbot.ids import RunId, TenantId, ThreadId, UserId
 from chatbot.responses import QuotedChunk
 from chatbot.timestamps import now_rfc3339
+from chatbot.turns import META_KEY
 
 CHUNKS = [
     QuotedChunk(

@@ -35,7 +35,7 @@ from chatbot import metrics
 from chatbot.agent.collaborators import AgentDeps
 from chatbot.agent.context import Context
 from chatbot.agent.graph import build_graph
-from chatbot.agent.state import META_KEY, user_turn
+from chatbot.agent.state import user_turn
 from chatbot.cli.common import mint_token
 from chatbot.config import Settings
 from chatbot.db.locks import Locks
@@ -51,6 +51,7 @@ from chatbot.ops.retention import purge_stale_threads
 from chatbot.ops.sweeper import MAX_LOCKS, RetentionSweeper
 from chatbot.threads.deletion import delete_threads
 from chatbot.timestamps import now_rfc3339
+from chatbot.turns import META_KEY
 
 TEMPLATE = "bench-lifecycle-template"
 MEMORY_THREAD = "bench-lifecycle-memory"

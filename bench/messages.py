@@ -38,7 +38,7 @@ from bench._pg import bench_app
 from chatbot.agent.collaborators import AgentDeps
 from chatbot.agent.context import Context
 from chatbot.agent.graph import build_graph
-from chatbot.agent.state import META_KEY, user_turn
+from chatbot.agent.state import user_turn
 from chatbot.caller import CallerContext
 from chatbot.cli.common import mint_token
 from chatbot.db.pool import Pool
@@ -50,6 +50,7 @@ from chatbot.retrieval.search import search_knowledge
 from chatbot.threads.deletion import delete_threads
 from chatbot.threads.transcript import read_messages
 from chatbot.timestamps import now_rfc3339
+from chatbot.turns import META_KEY
 
 ROOT = Path(__file__).resolve().parent.parent
 KB = ROOT / "knowledge" / "demo"

@@ -43,6 +43,7 @@ FOUNDATION = frozenset(
         "openapi",  # what every router documents (problem responses, SSE media type)
         "openapi_examples",
         "tasks",  # stopping a background asyncio task
+        "turns",  # a conversation turn: message metadata, the one transcript predicate and reader
     }
 )
 FEATURES = frozenset(

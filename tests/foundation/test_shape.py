@@ -14,6 +14,8 @@ Read from the source with `ast`, like tests/foundation/test_layers.py:
   and its walk over stored values are spelled in memory/ alone.
 - a chunk's text with its citation is one class (`responses.QuotedChunk`): search, the graph,
   the run record and the evaluation build from it, none declares a chunk's fields again.
+- the key of our metadata on a persisted message is spelled once, in chatbot/turns.py: every
+  other module imports it (or `message_meta`) from there.
 
 `test_the_checks_catch_what_they_are_for` feeds each check a small breaking source.
 """
@@ -27,6 +29,7 @@ from pathlib import Path
 import chatbot
 from chatbot.ids import TenantId, UserId
 from chatbot.memory.namespaces import facts_namespace, history_namespace, profile_namespace
+from chatbot.turns import META_KEY
 
 SRC = Path(chatbot.__file__).parent
 TESTS = Path(__file__).resolve().parents[1]
@@ -274,6 +277,19 @@ def test_the_checks_catch_what_they_are_for(tmp_path: Path) -> None:
     assert not import_problems(ops, ast.parse("from chatbot.ops import queries\n"))
     assert not import_problems(ops, ast.parse("from chatbot.threads.deletion import delete_thread_rows\n"))
 
+    # What this tree held before: the key declared in three modules and read bare in a fourth.
+    assert meta_key_spellings("agent/_summary.py", ast.parse('meta = message.additional_kwargs.get("chatbot")\n'))
+    assert meta_key_spellings("agent/_window.py", ast.parse('METADATA_KEY = "chatbot"\n'))
+    assert meta_key_spellings("recall/service.py", ast.parse('META_KEY: str = "chatbot"\n'))
+    assert meta_key_spellings("threads/x.py", ast.parse('m = HumanMessage("", additional_kwargs={"chatbot": {}})\n'))
+    assert meta_key_spellings("threads/x.py", ast.parse('run = message.additional_kwargs["chatbot"]["run_id"]\n'))
+    assert meta_key_spellings("agent/x.py", ast.parse('if "chatbot" in message.additional_kwargs: pass\n'))
+    # The same word as a name, not a key: the tracer, the database, a weak secret, a command.
+    assert not meta_key_spellings("tracing/_spans.py", ast.parse('TRACER_NAME = "chatbot"\n'))
+    assert not meta_key_spellings("db/embedded.py", ast.parse('SERVICE_DATABASE = "chatbot"\n'))
+    assert not meta_key_spellings("config.py", ast.parse('WEAK = frozenset({"dev", "chatbot"})\n'))
+    assert not meta_key_spellings("agent/x.py", ast.parse("kwargs = {k: v for k, v in a.items() if k != META_KEY}\n"))
+
 
 # --- one shape for a chunk's text with its citation ----------------------------------------
 
@@ -313,3 +329,48 @@ def test_the_chunk_check_catches_a_second_shape() -> None:
     typed = "class QuotedChunk(TypedDict):\n    chunk_id: str\n    title: str\n    text: str\n"
     assert chunk_shapes("models/chunks.py", ast.parse(typed))
     assert not chunk_shapes("agent/result.py", ast.parse("class Result:\n    chunks: list[QuotedChunk]\n"))
+
+
+# --- one home for a conversation turn's metadata --------------------------------------------
+
+TURN_MODULE = "turns.py"
+_KEY_METHODS = frozenset({"get", "pop", "setdefault"})
+
+
+def _is_key(node: ast.expr | None) -> bool:
+    return isinstance(node, ast.Constant) and node.value == META_KEY
+
+
+def meta_key_spellings(where: str, tree: ast.AST) -> list[str]:
+    """Return `module:line` for each place `tree` spells the metadata key as a key.
+
+    A key is what the literal is used as: a subscript, a dict key, the first argument of
+    `.get`/`.pop`/`.setdefault`, the left side of `in`, or the value of a `..._KEY` constant.
+    The same word as a name (the tracer's, the database's) is not the key and does not count.
+    """
+    lines = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Subscript) and _is_key(node.slice):
+            lines.append(node.lineno)
+        elif isinstance(node, ast.Dict) and any(_is_key(k) for k in node.keys):
+            lines.append(node.lineno)
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _KEY_METHODS:
+            if node.args and _is_key(node.args[0]):
+                lines.append(node.lineno)
+        elif isinstance(node, ast.Compare) and _is_key(node.left) and isinstance(node.ops[0], ast.In | ast.NotIn):
+            lines.append(node.lineno)
+        elif isinstance(node, ast.Assign | ast.AnnAssign) and _is_key(node.value):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if any(isinstance(t, ast.Name) and t.id.endswith("KEY") for t in targets):
+                lines.append(node.lineno)
+    return [f"{where}:{line}" for line in lines]
+
+
+def test_the_message_metadata_key_is_spelled_once() -> None:
+    spelled = [
+        place for path, tree in _modules(SRC) for place in meta_key_spellings(path.relative_to(SRC).as_posix(), tree)
+    ]
+    home = [place for place in spelled if place.startswith(f"{TURN_MODULE}:")]
+    assert len(home) == 1, f"{TURN_MODULE} declares the key once (META_KEY): {home}"
+    others = [place for place in spelled if place not in home]
+    assert not others, f"import META_KEY or message_meta from chatbot/{TURN_MODULE} instead: {others}"

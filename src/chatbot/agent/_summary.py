@@ -28,6 +28,7 @@ from chatbot.models.chain import ChainEntry
 from chatbot.models.usage import usage_from_metadata
 from chatbot.responses import ModelCallUsage
 from chatbot.text import cut_at_word
+from chatbot.turns import message_meta
 
 __all__ = [
     "OPENING_END",
@@ -95,8 +96,7 @@ def _shorten(text: str, limit: int) -> str:
 
 def _citation_titles(message: BaseMessage) -> list[str]:
     """Return the titles (or ids) of the chunks an answer cited, from our metadata."""
-    meta = message.additional_kwargs.get("chatbot")
-    citations: Any = meta.get("citations") if isinstance(meta, dict) else None
+    citations: Any = message_meta(message).get("citations")
     titles: list[str] = []
     for citation in citations if isinstance(citations, list) else []:
         if isinstance(citation, dict):

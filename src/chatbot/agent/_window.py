@@ -29,9 +29,9 @@ from chatbot.agent.system_message import (
 )
 from chatbot.responses import QuotedChunk
 from chatbot.text import looks_persian
+from chatbot.turns import META_KEY
 
 __all__ = [
-    "METADATA_KEY",
     "SystemCuts",
     "Window",
     "WindowInputs",
@@ -42,8 +42,6 @@ __all__ = [
     "strip_metadata",
 ]
 
-# Persisted messages carry our bookkeeping under this key; providers must never see it.
-METADATA_KEY = "chatbot"
 # Below this many characters the question loses its meaning; the system text (summary,
 # facts, profile) is cut before the question goes shorter.
 QUESTION_FLOOR_CHARS = 400
@@ -82,8 +80,11 @@ class Window:
 
 
 def strip_metadata(message: BaseMessage, **update: Any) -> BaseMessage:
-    """Return a deep copy of `message` without our metadata, with `update` applied."""
-    kwargs = {key: value for key, value in message.additional_kwargs.items() if key != METADATA_KEY}
+    """Return a deep copy of `message` without our metadata, with `update` applied.
+
+    Persisted messages carry our bookkeeping (chatbot/turns.py); providers must never see it.
+    """
+    kwargs = {key: value for key, value in message.additional_kwargs.items() if key != META_KEY}
     return message.model_copy(update={"additional_kwargs": kwargs, **update}, deep=True)
 
 

@@ -27,7 +27,6 @@ from chatbot.agent.outcome import EventSink, GraphOutcome, StageProgress, Token,
 from chatbot.agent.record import chunk_refs, chunk_versions, prompt_sha256, shortened_parts, window_by_ids
 from chatbot.agent.state import (
     FOLD_BATCH,
-    META_KEY,
     RECENT_MESSAGES,
     WINDOW_HISTORY,
     ConversationState,
@@ -48,6 +47,7 @@ from chatbot.models.offline import MemoryRequest, leans_on_thread, offline_reply
 from chatbot.recall.service import IndexWriter
 from chatbot.responses import ModelCallUsage, QuotedChunk
 from chatbot.timestamps import now_rfc3339
+from chatbot.turns import META_KEY
 
 # A summary fold's request beside the messages it folds: its instructions and task template.
 _FOLD_OVERHEAD_TOKENS = 1024

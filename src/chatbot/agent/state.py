@@ -9,6 +9,8 @@ Two channels hold the conversation, for two readers:
 - `turn` is the record: this run's messages (the user's, then the answer). It is a plain
   last-value channel, and the checkpointer keeps every version of it as a row of its own,
   so the versions in order are the whole transcript; `threads/transcript.py` reads them.
+  Each message carries our metadata (its run, its time, an answer's citations) under the
+  key `chatbot/turns.py` declares, with the one reader of a thread's turns.
   Nothing is trimmed from the record; trimming happens only when the model window is built.
 
 `record` is the run record (agent/record.py): ids, hashes and settings, no text. Chunk
@@ -20,17 +22,14 @@ even a run that fails after retrieval leaves chunk text in a checkpoint.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Annotated, Any, Literal, TypedDict, cast
+from typing import Annotated, Any, Literal, TypedDict
 
-from langchain_core.messages import AnyMessage, BaseMessage, HumanMessage
+from langchain_core.messages import AnyMessage, HumanMessage
 from langgraph.channels.delta import DeltaChannel
 from langgraph.graph.message import add_messages
 from pydantic import JsonValue
 
 from chatbot.responses import RunStatus
-
-META_KEY = "chatbot"  # additional_kwargs key of our per-message metadata
-
 
 # The model window sees at most WINDOW_HISTORY messages (30 turns; older ones reach it
 # through the rolling summary). The recent list keeps a margin beyond that from which the
@@ -106,23 +105,3 @@ class ConversationState(TypedDict, total=False):
     """This turn's result; overwritten every turn."""
     unanswered_streak: int
     """Consecutive turns that could not be answered; escalates when it keeps growing."""
-
-
-class MessageMeta(TypedDict, total=False):
-    """Our metadata on a persisted message, under `additional_kwargs[META_KEY]`."""
-
-    created_at: str
-    """RFC 3339 (timestamps.py), when the message was written."""
-    run_id: str
-    """The run the message belongs to."""
-    citations: list[str]
-    """An answer's cited chunk ids."""
-    status: str
-    """An answer's status (responses.py `RunStatus`)."""
-
-
-def message_meta(message: BaseMessage) -> MessageMeta:
-    """Return our metadata stored on a persisted message (empty when absent)."""
-    meta = message.additional_kwargs.get(META_KEY)
-    # Written only as a MessageMeta (agent/nodes.py, threads/runs.py); LangChain keeps it as given.
-    return cast(MessageMeta, meta) if isinstance(meta, dict) else MessageMeta()

@@ -31,17 +31,15 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from langchain_core.embeddings import Embeddings
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+from langchain_core.messages import BaseMessage, HumanMessage
 
-from chatbot.db import langgraph_tables
-from chatbot.db.checkpoints import decode
 from chatbot.db.locks import Fence, fenced_transaction
 from chatbot.db.pool import Pool
 from chatbot.ids import ThreadId
 from chatbot.recall import queries
 from chatbot.recall.terms import terms, tsvector_literal
+from chatbot.turns import conversation_turns, is_conversation_message, message_meta
 
-META_KEY = "chatbot"  # the key of the service's own metadata on a persisted message (agent/state.py)
 # BM25's usual constants; b below the textbook 0.75: turns are short, and a long answer
 # that names the detail once should not lose to a short "ok, the garage" by much.
 K1, B = 1.2, 0.5
@@ -51,7 +49,6 @@ K1, B = 1.2, 0.5
 CANDIDATE_TURNS = 400
 NOVELTY = 1.0  # how much higher a turn that brought new terms ranks (queries.SEARCH_TURNS)
 RRF_K = 60  # reciprocal rank fusion of the lexical and the vector lists
-_BATCH = 32  # transcript versions read at a time when a thread is indexed from its transcript
 # The newest recent messages whose terms' counts the search reads beside it: a run usually
 # indexes the previous run's question and answer, and their novelty needs those counts.
 _FRESH = 4
@@ -135,13 +132,6 @@ class RecordedRecall:
     async def find(self, query: RecallQuery) -> list[RecallHit]:
         """Return the recorded turns, in the order they were given."""
         return [RecallHit(turn, ()) for turn in self.turns]
-
-
-def is_conversation_message(message: BaseMessage) -> bool:
-    """Whether a message is one the transcript shows: the user's, or an answer this service wrote."""
-    if not isinstance(message.additional_kwargs.get(META_KEY), dict):
-        return False
-    return isinstance(message, HumanMessage) or (isinstance(message, AIMessage) and not message.tool_calls)
 
 
 def _turn(row: queries.IndexedTurn) -> RecalledTurn:
@@ -292,19 +282,8 @@ class ThreadRecall:
             await queries.write_turns(conn, rows, counts)
 
     async def _transcript(self, thread_id: str, *, stop_at: set[str]) -> list[BaseMessage]:
-        """Return the thread's messages oldest first, through the newest of `stop_at` (the run's history)."""
-        seen: dict[str, BaseMessage] = {}
-        bound = "a"  # sorts after every version (they start with a digit)
-        while True:
-            async with self.pool.connection() as conn:
-                rows = await langgraph_tables.turn_versions_before(conn, ThreadId(thread_id), bound, _BATCH)
-            for row in rows:
-                for message in reversed(decode(row["type"], row["blob"]) or []):
-                    seen.setdefault(str(message.id), message)  # the newest version of a message wins
-            if len(rows) < _BATCH:
-                break
-            bound = rows[-1]["version"]
-        ordered = [m for m in reversed(seen.values()) if is_conversation_message(m)]
+        """Return the thread's conversation messages oldest first, through the newest of `stop_at` (its history)."""
+        ordered = [m async for m in conversation_turns(self.pool, ThreadId(thread_id))][::-1]
         ids = [str(m.id) for m in ordered]
         # Through the run's last history message: the running turn's question is not history.
         last = max((ids.index(i) for i in stop_at if i in ids), default=-1)
@@ -328,7 +307,7 @@ class ThreadRecall:
                 await asyncio.sleep(0)
             found = terms(content)
             held_by_row.append(frozenset(found))
-            meta = message.additional_kwargs.get(META_KEY) or {}
+            meta = message_meta(message)
             rows.append(
                 queries.TurnRow(
                     thread_id=thread_id,

@@ -19,14 +19,14 @@ from collections.abc import AsyncIterator, Sequence
 from datetime import UTC, datetime
 from typing import TypedDict
 
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+from langchain_core.messages import BaseMessage
 
-from chatbot.agent.state import message_meta
 from chatbot.db.pool import Pool
 from chatbot.ids import RunId, TenantId, UserId
 from chatbot.threads import queries
 from chatbot.threads.transcript import read_messages
 from chatbot.timestamps import rfc3339
+from chatbot.turns import conversation_role, message_meta
 
 
 def parse_since(value: str) -> datetime:
@@ -80,9 +80,10 @@ def _turn(messages: Sequence[BaseMessage], run_id: RunId) -> RatedTurn:
         meta = message_meta(message)
         if meta.get("run_id") != run_id:
             continue
-        if isinstance(message, HumanMessage) and question is None:
+        role = conversation_role(message)
+        if role == "user" and question is None:
             question = str(message.text)
-        elif isinstance(message, AIMessage) and not message.tool_calls:
+        elif role == "assistant":
             answer = str(message.text)
             citations = [str(c) for c in meta.get("citations", [])]
             status = meta.get("status")

@@ -20,7 +20,6 @@ from typing import Literal
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from pydantic import JsonValue
 
-from chatbot.agent.state import message_meta
 from chatbot.agent.system_message import SystemCuts, compose_system_text, shorten_question
 from chatbot.db.checkpoints import ChannelVersions, Checkpoints, RecordCheckpoint
 from chatbot.db.locks import Locks, thread_locked
@@ -41,6 +40,7 @@ from chatbot.responses import (
 )
 from chatbot.retrieval.versions import read_chunk_versions
 from chatbot.threads import queries
+from chatbot.turns import message_meta
 
 
 async def run_in_flight(pool: Pool, locks: Locks, thread_id: ThreadId) -> bool:

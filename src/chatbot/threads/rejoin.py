@@ -24,7 +24,6 @@ from langchain_core.messages import AIMessage
 
 from chatbot.agent.outcome import GraphOutcome
 from chatbot.agent.result import failure_named
-from chatbot.agent.state import message_meta
 from chatbot.db.checkpoints import Checkpoints, StoredError
 from chatbot.db.locks import thread_locked
 from chatbot.db.pool import Pool
@@ -34,6 +33,7 @@ from chatbot.ids import RunId, ThreadId
 from chatbot.threads import cancel
 from chatbot.threads._stream import Listener, StreamEvent
 from chatbot.threads.schemas import canonical_run_id
+from chatbot.turns import message_meta
 
 FOLLOW_POLL_SECONDS = 0.2
 # An offset counts characters of one answer; 18 digits is far beyond any answer and still

@@ -46,7 +46,7 @@ from chatbot.agent.outcome import GraphEvent, GraphOutcome, Token
 from chatbot.agent.record import chunk_versions
 from chatbot.agent.result import RunResult
 from chatbot.agent.run import run_graph
-from chatbot.agent.state import META_KEY, user_turn
+from chatbot.agent.state import user_turn
 from chatbot.budgets.service import BudgetExhausted, Budgets, Reservation, budget_member, budget_refusal_detail
 from chatbot.caller import CallerContext
 from chatbot.db import usage_totals
@@ -65,6 +65,7 @@ from chatbot.threads.deletion import forget_unwritten_thread
 from chatbot.threads.ratelimit import RateLimiter
 from chatbot.timestamps import now_rfc3339
 from chatbot.tracing.service import NO_TRACING, Tracing
+from chatbot.turns import META_KEY
 
 log = logging.getLogger("chatbot.runs")
 

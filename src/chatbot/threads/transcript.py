@@ -1,31 +1,23 @@
-"""The transcript as the backend sees it: user and assistant messages read from the checkpoints."""
+"""The transcript as the backend sees it: user and assistant messages read from the checkpoints.
+
+Which messages those are, and how they are read, is chatbot/turns.py's (`conversation_turns`).
+"""
 
 from __future__ import annotations
 
-from typing import Literal
+from langchain_core.messages import BaseMessage
 
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
-
-from chatbot.agent.state import message_meta
 from chatbot.db.checkpoints import Checkpoints
 from chatbot.db.pool import Pool
 from chatbot.errors import Problem
 from chatbot.ids import ThreadId
 from chatbot.responses import MessagesPage, TranscriptMessage
+from chatbot.turns import conversation_role, conversation_turns, message_meta
 
 
-def _public_role(message: BaseMessage) -> Literal["user", "assistant"] | None:
-    """Return the role a message has in the transcript; None for one that never leaves the service."""
-    if not message_meta(message):
-        return None  # a message this service did not write (e.g. a summary injected by a tool)
-    if isinstance(message, HumanMessage):
-        return "user"
-    if isinstance(message, AIMessage) and not message.tool_calls:
-        return "assistant"
-    return None  # system prompts, tool traffic and chunk text never leave the service
-
-
-def _public(message: BaseMessage, role: Literal["user", "assistant"]) -> TranscriptMessage:
+def _public(message: BaseMessage) -> TranscriptMessage:
+    role = conversation_role(message)
+    assert role is not None, "conversation_turns yields only the user's messages and answers"
     meta = message_meta(message)
     # This service writes every message with an id and `created_at` (agent/nodes.py, threads/runs.py).
     return TranscriptMessage(
@@ -43,17 +35,14 @@ async def read_page(pool: Pool, thread_id: ThreadId, *, limit: int, before: str 
     page: list[TranscriptMessage] = []
     reached = before is None
     has_more = False
-    async for message in Checkpoints(pool).messages_newest_first(thread_id):
-        role = _public_role(message)
-        if role is None:
-            continue
+    async for message in conversation_turns(pool, thread_id):
         if not reached:
             reached = message.id == before
             continue
         if len(page) == limit:
             has_more = True
             break
-        page.append(_public(message, role))
+        page.append(_public(message))
     if not reached:
         raise Problem(422, "unknown `before` message id")
     page.reverse()
