@@ -10,8 +10,9 @@ from chatbot.agent.nodes import Nodes
 from chatbot.agent.state import ConversationState
 
 
-def _route_by_status(state: ConversationState) -> str:
-    # Only answered turns teach us something worth remembering about the user.
+async def _route_by_status(state: ConversationState) -> str:
+    # Only answered turns teach us something worth remembering about the user. Async though
+    # it awaits nothing: LangGraph runs a plain function in a worker thread, a hop per run.
     return "write_memory" if state.get("outcome", {}).get("status") == "answered" else END
 
 
