@@ -50,9 +50,11 @@ class InFlight:
     input_id: str
     """The id of the user's message, named in a cancelled run's record."""
     trace_parent: Mapping[str, str] | None = None
+    """The starting request's W3C trace context: the run's span is its child."""
     reservation: Reservation | None = None
     """The answer's early budget hold, settled at the run's end (None: unchecked)."""
     early: EarlyReads | None = None
+    """Its memory read and knowledge search, started beside its input's write (agent/early.py)."""
     ended: RunEnded = field(default_factory=_run_ended)
     """How the run ended, for its memory job (memory/jobs.py): set once the answer's hold is settled."""
     handoffs: list[asyncio.Future[None]] = field(default_factory=list)
