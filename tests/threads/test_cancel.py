@@ -143,7 +143,7 @@ async def test_a_cancelled_run_in_json_mode_answers_the_409_problem(slow_client:
         lambda: [r for r, s in runs._runs.items() if s.thread_id == "stop-4"], what="the run started on this replica"
     )
     (run_id,) = started
-    await until_token(runs._runs[run_id].listen())
+    await until_token(runs._runs[run_id].stream.listen())
     assert (await slow_client.post(cancel_url("stop-4", run_id), headers=auth(**EN))).status_code == 202
     response = await waiting
     assert response.status_code == 409 and response.json()["reason"] == "cancelled"

@@ -4,7 +4,9 @@ A run executes in a task of its own, not in the request: a client that disconnec
 mid-stream does not cancel it, so the turn either completes and persists or (on a crash)
 leaves the thread as the last completed run left it, plus the user's message. Events go
 to a `RunStream` (threads/_stream.py) that the SSE response, a rejoin or the JSON waiter
-listen to.
+listen to. Each run executing here is one `InFlight` record (threads/_inflight.py), from
+its start to its task's end: `_execute` returns what ended the run, and named steps
+finish it, in an order callers rely on.
 
 A run in flight holds no connection: its thread lock is one of many on the replica's
 shared lock sessions (db/locks.py), and the checkpointer and store borrow pool
@@ -31,7 +33,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, cast
+from typing import Any
 
 from langchain_core.messages import HumanMessage
 from langchain_core.runnables import RunnableConfig
@@ -39,11 +41,9 @@ from langgraph.constants import START
 from langgraph.graph.state import CompiledStateGraph
 
 from chatbot import metrics
-from chatbot.agent.context import Context, RunEnded
+from chatbot.agent.context import Context
 from chatbot.agent.early import EarlyReads
 from chatbot.agent.modelcall import answer_input_floor
-from chatbot.agent.outcome import GraphEvent, GraphOutcome, Token
-from chatbot.agent.record import chunk_versions
 from chatbot.agent.result import RunResult
 from chatbot.agent.run import run_graph
 from chatbot.agent.state import user_turn
@@ -51,14 +51,15 @@ from chatbot.budgets.service import BudgetExhausted, Budgets, Reservation, budge
 from chatbot.caller import CallerContext
 from chatbot.db import usage_totals
 from chatbot.db.joined_writes import writes_join_next_checkpoint
-from chatbot.db.locks import Fence, Lease, LeaseLost, Locks, OwnedByAnother, UserErasing
+from chatbot.db.locks import LeaseLost, Locks, OwnedByAnother, UserErasing
 from chatbot.db.pool import Pool
-from chatbot.db.run_record import RecordedRun
 from chatbot.db.saver import fenced
 from chatbot.errors import DATABASE_ERRORS, Problem, database_problem
 from chatbot.failures import Failure
 from chatbot.ids import RunId, TenantId, ThreadId
 from chatbot.threads import cancel
+from chatbot.threads._cancelled_run import record_cancelled, stopped_by_user
+from chatbot.threads._inflight import UNKNOWN_ENDING, InFlight, RunEnding, RunSink, report_end
 from chatbot.threads._ownership import Owner, check_owner, check_thread_access, thread_not_found
 from chatbot.threads._stream import Listener, RunStream
 from chatbot.threads.deletion import forget_unwritten_thread
@@ -74,8 +75,6 @@ Settlement = tuple[Reservation, Sequence[usage_totals.Call]]
 
 # What a refused run is told to wait: runs of a busy replica end within seconds.
 BUSY_RETRY_AFTER_SECONDS = 2
-# Pauses between attempts at a cancelled run's record (about 6 s in all, the lock held).
-_RECORD_RETRY_SECONDS = (0.1, 0.3, 0.6, 1.0, 2.0, 2.0)
 
 
 @dataclass(kw_only=True, eq=False)
@@ -99,21 +98,18 @@ class RunService:
     early_reads: Callable[[CallerContext, str], EarlyReads] | None = None
     """Starts a run's memory read and knowledge search beside its input's write (agent/early.py)."""
     _starting: int = field(default=0, init=False)
-    _runs: dict[str, RunStream] = field(default_factory=dict, init=False)
-    _tasks: set[asyncio.Task[None]] = field(default_factory=set, init=False)
-    _graphs: dict[str, asyncio.Task[None]] = field(default_factory=dict, init=False)
-    """Runs whose graph is still executing, by run id: a cancel may still cancel their task."""
-    _cancelled: set[str] = field(default_factory=set, init=False)
+    _runs: dict[RunId, InFlight] = field(default_factory=dict, init=False)
+    """The runs executing on this replica, by run id, until their task is done."""
 
     @property
     def in_flight(self) -> int:
         """Return the runs this replica is starting or executing."""
-        return self._starting + len(self._tasks)
+        return self._starting + len(self._runs)
 
     def local(self, thread_id: ThreadId, run_id: RunId) -> RunStream | None:
-        """Return the stream of a run executing on this replica, if it is one."""
-        stream = self._runs.get(run_id)
-        return stream if stream is not None and stream.thread_id == thread_id else None
+        """Return the stream of a run executing on this replica, if it is one (and still holds its thread)."""
+        run = self._runs.get(run_id)
+        return run.stream if run is not None and run.joinable and run.thread_id == thread_id else None
 
     async def cancel(self, thread_id: ThreadId, run_id: RunId, *, wait: float = 1.0) -> bool:
         """Cancel a run in flight on any replica; return False when it had already ended.
@@ -129,9 +125,9 @@ class RunService:
             raise database_problem() from None
         # Decided: from here on the answer is 202 whatever happens while waiting.
         self.cancel_local(thread_id, run_id)
-        task = self._tasks_of(run_id)
-        if task is not None:
-            await asyncio.wait({task}, timeout=wait)
+        run = self._runs.get(run_id)
+        if run is not None:
+            await asyncio.wait({run.task}, timeout=wait)
             return True
         deadline = asyncio.get_running_loop().time() + wait
         with contextlib.suppress(*DATABASE_ERRORS):
@@ -143,18 +139,9 @@ class RunService:
 
     def cancel_local(self, thread_id: ThreadId, run_id: RunId) -> None:
         """Stop the graph of a run executing here (a cancel was decided); ignore other runs."""
-        stream = self._runs.get(run_id)
-        task = self._graphs.get(run_id)
-        if stream is None or stream.thread_id != thread_id or task is None or run_id in self._cancelled:
-            # Not here, past its graph (its refused final write tells it), or told already:
-            # the replica's own listener hears the cancel this replica decided, too.
-            return
-        self._cancelled.add(run_id)
-        # Cancels the provider's stream too: its HTTP response is closed on the way out.
-        task.cancel()
-
-    def _tasks_of(self, run_id: RunId) -> asyncio.Task[None] | None:
-        return next((t for t in self._tasks if t.get_name() == f"run-{run_id}"), None)
+        run = self._runs.get(run_id)
+        if run is not None and run.thread_id == thread_id:
+            run.stop()
 
     async def start(
         self, thread_id: ThreadId, caller: CallerContext, content: str, trace_parent: Mapping[str, str] | None = None
@@ -250,16 +237,21 @@ class RunService:
             if isinstance(exc, (*DATABASE_ERRORS, LeaseLost)):
                 raise database_problem() from None
             raise
-        self._runs[stream.run_id] = stream
-        listener = stream.listen(from_start=True)
-        task = asyncio.create_task(
-            self._execute(stream, caller, lease, config, str(message.id), trace_parent, reservation, early),
-            name=f"run-{stream.run_id}",
+        run = InFlight(
+            stream=stream,
+            caller=caller,
+            lease=lease,
+            config=config,
+            input_id=str(message.id),
+            trace_parent=trace_parent,
+            reservation=reservation,
+            early=early,
         )
-        self._graphs[stream.run_id] = task
-        self._tasks.add(task)
+        self._runs[run.run_id] = run
+        listener = stream.listen(from_start=True)
+        run.task = asyncio.create_task(self._run(run), name=f"run-{run.run_id}")
         metrics.RUNS_IN_FLIGHT.inc()
-        task.add_done_callback(self._run_done)
+        run.task.add_done_callback(lambda _: self._run_done(run))
         return listener
 
     async def _reserve_answer(self, caller: CallerContext, content: str) -> Reservation | None:
@@ -288,187 +280,79 @@ class RunService:
             "metadata": {"tenant_id": caller.tenant_id, "user_id": caller.user_id, "run_id": stream.run_id},
         }
 
-    async def _execute(
-        self,
-        stream: RunStream,
-        caller: CallerContext,
-        lease: Lease,
-        config: RunnableConfig,
-        input_id: str,
-        trace_parent: Mapping[str, str] | None = None,
-        reservation: Reservation | None = None,
-        early: EarlyReads | None = None,
-    ) -> None:
-        started = time.perf_counter()
-        sink = _RunSink(stream, started)
-        terminal: GraphOutcome | Failure | None = None
-        status = "error"
-        # How the run ended, for its memory job (memory/jobs.py), and what its nodes handed off.
-        ended: RunEnded = asyncio.get_running_loop().create_future()
-        handoffs: list[asyncio.Future[None]] = []
-        context = Context(
-            tenant_id=caller.tenant_id,
-            user_id=caller.user_id,
-            locale=caller.locale,
-            run_id=stream.run_id,
-            thread_id=stream.thread_id,
-            events=sink,
-            handoffs=handoffs,
-            ended=ended,
-            size_answer=None if self.budgets is None else self.budgets.sizer(reservation),
-            early=early,
-        )
-        failure: BaseException | None = None
+    async def _run(self, run: InFlight) -> None:
+        """The run's task: its graph, then the named steps that finish it, in their order."""
+        sink = RunSink(run.stream, time.perf_counter())
+        context = self._context(run, sink)
         trace = self.tracing.start_run(
-            thread_id=stream.thread_id, run_id=stream.run_id, tenant_id=caller.tenant_id, parent=trace_parent
+            thread_id=run.thread_id, run_id=run.run_id, tenant_id=run.caller.tenant_id, parent=run.trace_parent
         )
-        traced = trace.configure(config)
-        user_cancelled = False
-        result = context.result
+        traced = trace.configure(run.config)
+        ending = UNKNOWN_ENDING
         try:
-            await run_graph(self.graph, None, traced, context, durability="exit")
-            self._graphs.pop(stream.run_id, None)  # over: a cancel can no longer cancel it
-            exc = result.raised
-            if exc is None:
-                outcome = result.outcome
-                assert outcome is not None  # run_graph says why when there is none
-                if outcome.failure is not None:
-                    # The model failed and the graph recorded it (agent/nodes.py): a typed outcome.
-                    failure = result.model_failure
-                    terminal = outcome.failure
-                else:
-                    status = outcome.status
-                    terminal = outcome
-            else:
-                user_cancelled = await self._cancelled_by_user(stream, lease, exc)
-                if user_cancelled:
-                    status = "cancelled"
-                    terminal = Failure("cancelled")
-                else:
-                    terminal = result.failure
-                    failure = exc
-                    if not isinstance(exc, Exception):  # cancelled: shutdown went past its grace period
-                        raise exc
+            ending = await self._execute(run, traced, context)
+            if ending.escaping is not None:  # cancelled: shutdown went past its grace period
+                raise ending.escaping
         finally:
-            self._graphs.pop(stream.run_id, None)
-            self._cancelled.discard(stream.run_id)
-            if early is not None:
-                early.cancel()  # used by now, or never will be
-            if user_cancelled:
+            # The order is what callers see: each step says why it comes where it does.
+            run.graph_over()
+            run.stop_early_reads()
+            if ending.by_user:
                 # Under the lock still: a rejoin that sees the thread free finds the record.
-                await self._record_cancelled(stream, context, config, lease, input_id)
-            if handoffs:
-                # The memory job's row, written beside the final checkpoint: durable before `end`.
-                await asyncio.wait(handoffs)
-            # Release before `end` goes out: a follow-up sent right after `end` must be accepted.
-            await lease.release()
-            self._runs.pop(stream.run_id, None)
-            try:
-                # Before the terminal event: `chatbot usage` read right after `end` includes this run.
-                # The answer's budget reservation settles in the same round trip as the totals.
-                settle = self._answer_settlement(reservation, result)
-                await self._add_usage(caller.tenant_id, result.usage, settle)
-            finally:
-                # After the settlement: the run's memory job (waiting on this) is then checked
-                # against what the answer spent, not against its hold.
-                ended.set_result("answered" if status == "answered" else "other")
-            metrics.RUNS.labels(status).inc()
-            if isinstance(terminal, Failure):
-                stream.fail(terminal)
-            elif terminal is not None:
-                stream.end(terminal)
-            elapsed = time.perf_counter() - started
-            metrics.RUN_SECONDS.observe(elapsed)
-            ttft_ms = sink.ttft_ms
-            trace.end(status=status, ttft_ms=ttft_ms, error=failure)
-            log.log(
-                logging.WARNING if failure else logging.INFO,
-                "run finished",
-                # The chain's types and frames (logs.py), never its messages: they can quote text.
-                exc_info=failure,
-                extra={
-                    "thread_id": stream.thread_id,
-                    "run_id": stream.run_id,
-                    "tenant_id": caller.tenant_id,
-                    "status": status,
-                    "error": None if failure is None else type(failure).__name__,
-                    "reason": terminal.reason if isinstance(terminal, Failure) else None,
-                    "model_error": getattr(failure, "error_class", None),
-                    "model_status": getattr(failure, "status", None),
-                    "duration_ms": round(elapsed * 1000, 1),
-                    "ttft_ms": ttft_ms,
-                },
-            )
+                await record_cancelled(self.graph, self.pool, self.model, run, context.result)
+            await run.handoffs_written()
+            await run.free_thread()
+            await self._settle(run, ending, context.result)
+            run.publish_end(ending)
+            report_end(run, ending, sink, trace)
 
-    async def _cancelled_by_user(self, stream: RunStream, lease: Lease, exc: BaseException) -> bool:
-        """Return whether the graph stopped (`exc`) because a user's cancel decided so."""
-        if stream.run_id in self._cancelled:
-            # Stopped by a cancel (threads/cancel.py): the CancelledError it threw in the
-            # graph has been delivered; forget it so the awaits after the graph run normally.
-            if isinstance(exc, asyncio.CancelledError):
-                current = cast(asyncio.Task[None], asyncio.current_task())
-                while current.cancelling():
-                    current.uncancel()
-            return True
-        if isinstance(exc, LeaseLost) and lease.fence is not None:
-            # The final write was refused: by a cancel whose notice has not come yet?
-            with contextlib.suppress(*DATABASE_ERRORS):
-                return await cancel.was_cancelled(self.pool, stream.thread_id, lease.fence.token)
-        return False
-
-    async def _record_cancelled(
-        self, stream: RunStream, context: Context, config: RunnableConfig, lease: Lease, input_id: str
-    ) -> None:
-        """Write the cancelled run's end: what the user was shown (not in the transcript), no answer.
-
-        Written as the `generate` node's update, under the cancel token the cancel gave the
-        thread's fence: only this run's holder can write it, and only after that cancel.
-        """
-        assert lease.fence is not None
-        usage = context.result.usage
-        record = RecordedRun(
-            stream.run_id,
-            status="cancelled",
-            reason="cancelled",
-            model=self.model,
-            answer_id=str(uuid.uuid4()),
-            shown=stream.shown,
-            input_id=input_id,
-            retrieved=chunk_versions(context.result.chunks),
-            usage=tuple(call.model_dump() for call in usage),
-        ).dump()
-        outcome = GraphOutcome("error", failure=Failure("cancelled")).stored()
-        token: str | None = cancel.cancel_token(lease.fence.token)
-        # Retried (the thread's lock is still held, so nothing else writes it meanwhile): a
-        # database that blinks must not lose what the user was shown. A refused write reads
-        # which cancel token the fence holds and writes under it; none means another holder
-        # took the thread (this run's lock session dropped), and then the thread is not ours.
-        for pause in (*_RECORD_RETRY_SECONDS, None):
-            if token is None:
-                break
-            try:
-                await asyncio.shield(
-                    self.graph.aupdate_state(
-                        fenced(config, Fence(stream.thread_id, token)),
-                        {"outcome": outcome, "record": record},
-                        as_node="generate",
-                    )
-                )
-                return
-            except (*DATABASE_ERRORS, LeaseLost) as exc:
-                error = type(exc).__name__
-                if pause is None:
-                    break
-            await asyncio.sleep(pause)
-            with contextlib.suppress(*DATABASE_ERRORS):
-                token = await cancel.record_token(self.pool, stream.thread_id, lease.fence.token)
-        log.error(
-            "cancelled run's record not written",
-            extra={"thread_id": stream.thread_id, "run_id": stream.run_id, "error": error},
+    def _context(self, run: InFlight, sink: RunSink) -> Context:
+        """Return what the graph's nodes know of the run: who asks, where its events go, what it holds."""
+        return Context(
+            tenant_id=run.caller.tenant_id,
+            user_id=run.caller.user_id,
+            locale=run.caller.locale,
+            run_id=run.run_id,
+            thread_id=run.thread_id,
+            events=sink,
+            handoffs=run.handoffs,
+            ended=run.ended,
+            size_answer=None if self.budgets is None else self.budgets.sizer(run.reservation),
+            early=run.early,
         )
 
-    def _run_done(self, task: asyncio.Task[None]) -> None:
-        self._tasks.discard(task)
+    async def _execute(self, run: InFlight, config: RunnableConfig, context: Context) -> RunEnding:
+        """Run the graph; return what ended the run (a shutdown's cancellation too, for the task to raise)."""
+        result = await run_graph(self.graph, None, config, context, durability="exit")
+        run.graph_over()  # over: a cancel can no longer cancel it
+        exc = result.raised
+        if exc is None:
+            outcome = result.outcome
+            assert outcome is not None  # run_graph says why when there is none
+            if outcome.failure is not None:
+                # The model failed and the graph recorded it (agent/nodes.py): a typed outcome.
+                return RunEnding(terminal=outcome.failure, error=result.model_failure)
+            return RunEnding(status=outcome.status, terminal=outcome)
+        if await stopped_by_user(self.pool, run, exc):
+            return RunEnding(status="cancelled", terminal=Failure("cancelled"), by_user=True)
+        return RunEnding(terminal=result.failure, error=exc)
+
+    async def _settle(self, run: InFlight, ending: RunEnding, result: RunResult) -> None:
+        """Add the run's usage to its tenant's totals and settle the answer's hold; then tell its memory job.
+
+        Before the terminal event: `chatbot usage` read right after `end` includes this run.
+        The memory job (waiting on `ended`) is then checked against what the answer spent,
+        not against its hold.
+        """
+        try:
+            # The answer's budget reservation settles in the same round trip as the totals.
+            settle = self._answer_settlement(run.reservation, result)
+            await self._add_usage(run.caller.tenant_id, result.usage, settle)
+        finally:
+            run.ended.set_result("answered" if ending.status == "answered" else "other")
+
+    def _run_done(self, run: InFlight) -> None:
+        self._runs.pop(run.run_id, None)
         metrics.RUNS_IN_FLIGHT.dec()
 
     async def _add_usage(self, tenant_id: TenantId, calls: list[Any], settle: Settlement | None = None) -> None:
@@ -502,35 +386,13 @@ class RunService:
 
     async def drain(self, timeout: float) -> None:
         """Let in-flight runs finish (graceful shutdown); cancel what is left after `timeout`."""
-        if not self._tasks:
+        if not self._runs:
             return
-        _, pending = await asyncio.wait(set(self._tasks), timeout=timeout)
+        _, pending = await asyncio.wait({run.task for run in self._runs.values()}, timeout=timeout)
         for task in pending:
             task.cancel()
         if pending:
             await asyncio.wait(pending, timeout=5)
-
-
-class _RunSink:
-    """Takes the graph's events on the node's task and publishes them to the run's stream at once."""
-
-    __slots__ = ("first_token", "started", "stream")
-
-    def __init__(self, stream: RunStream, started: float) -> None:
-        self.stream = stream
-        self.started = started
-        self.first_token: float | None = None
-
-    def __call__(self, event: GraphEvent) -> None:
-        if self.first_token is None and isinstance(event, Token):
-            self.first_token = time.perf_counter()
-            metrics.RUN_TTFT_SECONDS.observe(self.first_token - self.started)
-        self.stream.publish(event)
-
-    @property
-    def ttft_ms(self) -> float | None:
-        """Return the time to the first token, in milliseconds, if one was sent."""
-        return None if self.first_token is None else round((self.first_token - self.started) * 1000, 1)
 
 
 def _rate_limited(retry: int) -> Problem:
