@@ -45,7 +45,9 @@ import chatbot.agent._recall
 import chatbot.agent.nodes
 from bench._pg import bench_app
 from bench._recall_data import LOCALES, Conversation, conversation
-from chatbot.agent._recall import Recalled, question_terms, recall_into_window
+from chatbot.agent._recall import RecallAsk, Recalled, RecallStep, question_terms
+from chatbot.agent._tokens import TokenCounter
+from chatbot.agent._window import Window
 from chatbot.cli.common import mint_token
 from chatbot.config import Settings
 from chatbot.db.pool import Pool
@@ -65,11 +67,22 @@ class Measured:
     def __init__(self) -> None:
         self.calls: list[tuple[int, int, float]] = []
 
-    async def __call__(self, recall: Recaller, **kwargs: Any) -> Recalled:
+    def __call__(self, recall: Recaller, settings: Settings, counter: TokenCounter) -> _TimedStep:
+        """Stand in for `RecallStep` in agent/nodes.py: the same step, timed."""
+        return _TimedStep(RecallStep(recall, settings, counter), self.calls)
+
+
+class _TimedStep:
+    """One run's recall step, its sizes and time added to `Measured.calls`."""
+
+    def __init__(self, step: RecallStep, calls: list[tuple[int, int, float]]) -> None:
+        self.step, self.calls = step, calls
+
+    async def into(self, window: Window, ask: RecallAsk) -> Recalled:
         started = time.perf_counter()
-        out = await recall_into_window(recall, **kwargs)
+        out = await self.step.into(window, ask)
         elapsed = (time.perf_counter() - started) * 1000
-        self.calls.append((kwargs["window"].tokens, out.window.tokens, elapsed))
+        self.calls.append((window.tokens, out.window.tokens, elapsed))
         return out
 
 
@@ -237,7 +250,7 @@ async def main(
         conversation(seed + i, "en" if i % 2 == 0 else "fa", rng.randint(min_turns, max_turns)) for i in range(count)
     ]
     measured = Measured()
-    chatbot.agent.nodes.recall_into_window = measured  # times the step the graph runs
+    chatbot.agent.nodes.RecallStep = measured  # type: ignore[misc,assignment]  # times the step the graph runs
     async with bench_app("bench_recall") as (app, settings):
         services = app.state.services
         threads = [f"bench-recall-{uuid.uuid4().hex[:8]}" for _ in convs]

@@ -18,14 +18,7 @@ from tests.fixtures.token_corpus import ENGLISH_PARAGRAPHS, PERSIAN_PARAGRAPHS
 def assert_rebuilt(window: Window, inputs: WindowInputs) -> None:
     """Assert the system message and the question are what the parts and cuts give."""
     assert window.cuts is not None
-    system = compose_system_text(
-        inputs.system_prompt,
-        profile=inputs.profile,
-        facts=inputs.facts,
-        summary=inputs.summary,
-        chunks=inputs.chunks,
-        cuts=window.cuts,
-    )
+    system = compose_system_text(inputs.system_parts, window.cuts)
     assert system == window.messages[0].content
     question = str(inputs.question.content)
     sent = question if window.question_chars is None else shorten_question(question, window.question_chars)

@@ -16,6 +16,8 @@ Read from the source with `ast`, like tests/foundation/test_layers.py:
   the run record and the evaluation build from it, none declares a chunk's fields again.
 - the key of our metadata on a persisted message is spelled once, in chatbot/turns.py: every
   other module imports it (or `message_meta`) from there.
+- the system message is composed in agent/system_message.py alone: no other module joins a
+  section (recalled turns included) onto its text, so a run and its replay show one text.
 
 `test_the_checks_catch_what_they_are_for` feeds each check a small breaking source.
 """
@@ -289,6 +291,19 @@ def test_the_checks_catch_what_they_are_for(tmp_path: Path) -> None:
     assert not meta_key_spellings("db/embedded.py", ast.parse('SERVICE_DATABASE = "chatbot"\n'))
     assert not meta_key_spellings("config.py", ast.parse('WEAK = frozenset({"dev", "chatbot"})\n'))
     assert not meta_key_spellings("agent/x.py", ast.parse("kwargs = {k: v for k, v in a.items() if k != META_KEY}\n"))
+    # What this tree held before: recall appending its section in the graph and in the record.
+    appended = "system = SystemMessage(str(rebuilt.messages[0].text) + section)\n"
+    assert system_message_problems("agent/_recall.py", ast.parse(appended))
+    rebuilt = "text = compose_system_text(prompt, cuts=cuts) + recalled_section(recalled, language)\n"
+    assert system_message_problems("threads/record.py", ast.parse(rebuilt))
+    named = 'section = recalled_section(turns, "en")\ntext = f"{system}{section}"\n'
+    assert system_message_problems("agent/nodes.py", ast.parse(named))
+    joined = "text = SECTION_BREAK.join([format_system_prompt(p, **parts), block])\n"
+    assert system_message_problems("evaluation/cases.py", ast.parse(joined))
+    grown = "text = compose_system_text(parts, cuts)\ntext += tail\n"
+    assert system_message_problems("threads/record.py", ast.parse(grown))
+    assert not system_message_problems("threads/record.py", ast.parse("text = compose_system_text(parts, cuts)\n"))
+    assert not system_message_problems(SYSTEM_MESSAGE_MODULE, ast.parse(rebuilt))
 
 
 # --- one shape for a chunk's text with its citation ----------------------------------------
@@ -374,3 +389,76 @@ def test_the_message_metadata_key_is_spelled_once() -> None:
     assert len(home) == 1, f"{TURN_MODULE} declares the key once (META_KEY): {home}"
     others = [place for place in spelled if place not in home]
     assert not others, f"import META_KEY or message_meta from chatbot/{TURN_MODULE} instead: {others}"
+
+
+# --- one composer of the system message ----------------------------------------------------
+
+SYSTEM_MESSAGE_MODULE = "agent/system_message.py"
+# What returns the system message's text or one of its sections: text another module joins
+# to them is a second composer, which a run record's replay would not know of.
+SECTION_FUNCTIONS = frozenset({"compose_system_text", "format_system_prompt", "recalled_section", "recalled_part"})
+
+
+def _callee(node: ast.AST | None) -> str:
+    """Return the name a call calls ("" for anything else)."""
+    if not isinstance(node, ast.Call):
+        return ""
+    func = node.func
+    return func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
+
+
+def _joined(node: ast.AST) -> list[ast.expr] | None:
+    """Return the pieces `node` puts together into one string (`a + b`, `a += b`, an f-string, `sep.join([...])`)."""
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        return [node.left, node.right]
+    if isinstance(node, ast.AugAssign) and isinstance(node.op, ast.Add):
+        return [node.target, node.value]
+    if isinstance(node, ast.JoinedStr):
+        return [v.value for v in node.values if isinstance(v, ast.FormattedValue)]
+    if isinstance(node, ast.Call) and _callee(node) == "join" and node.args:
+        pieces = node.args[0]
+        return list(pieces.elts) if isinstance(pieces, ast.List | ast.Tuple) else [pieces]
+    return None
+
+
+def system_message_problems(where: str, tree: ast.AST) -> list[str]:
+    """Return where a module other than agent/system_message.py joins a section onto the system message's text.
+
+    A section is what a section function returns, or a name the module bound to one; a
+    `SystemMessage` built from text put together there is composed by hand.
+    """
+    if where == SYSTEM_MESSAGE_MODULE:
+        return []
+    sections = {
+        target.id
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Assign | ast.AnnAssign) and _callee(node.value) in SECTION_FUNCTIONS
+        for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+        if isinstance(target, ast.Name)
+    }
+
+    def is_section(piece: ast.AST) -> bool:
+        return _callee(piece) in SECTION_FUNCTIONS or (isinstance(piece, ast.Name) and piece.id in sections)
+
+    problems = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.expr | ast.stmt):
+            continue
+        pieces = _joined(node)
+        if pieces is not None and any(is_section(p) for p in pieces):
+            problems.append(
+                f"{where}:{node.lineno}: joins a system-message section; compose it in {SYSTEM_MESSAGE_MODULE}"
+            )
+        elif _callee(node) == "SystemMessage":
+            assert isinstance(node, ast.Call)
+            content = [*node.args[:1], *(k.value for k in node.keywords if k.arg == "content")]
+            if any(_joined(c) is not None for c in content):
+                problems.append(f"{where}:{node.lineno}: puts a system message's text together; compose it there")
+    return problems
+
+
+def test_the_system_message_is_composed_in_one_module() -> None:
+    problems = [
+        p for path, tree in _modules(SRC) for p in system_message_problems(path.relative_to(SRC).as_posix(), tree)
+    ]
+    assert not problems, "\n".join(problems)

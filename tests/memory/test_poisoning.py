@@ -12,7 +12,13 @@ import pytest
 from langchain_core.messages import BaseMessage
 from prometheus_client import REGISTRY
 
-from chatbot.agent.system_message import SystemCuts, compose_system_text, format_system_prompt, quote_memory
+from chatbot.agent.system_message import (
+    SystemCuts,
+    SystemParts,
+    compose_system_text,
+    format_system_prompt,
+    quote_memory,
+)
 from chatbot.memory._instructions import InstructionKind, instruction_kind
 from chatbot.memory.extraction import extract_offline
 from chatbot.memory.model_extraction import model_extractor
@@ -172,8 +178,8 @@ def test_runs_recorded_before_quoting_are_rebuilt_as_they_were_given() -> None:
     }
     now = SystemCuts(0)
     assert asdict(now)["memory_format"] == 2  # new records say how memory was written
-    quoted = compose_system_text("You help.", cuts=now, **parts)
-    before = compose_system_text("You help.", cuts=SystemCuts(0, memory_format=1), **parts)
+    quoted = compose_system_text(SystemParts(prompt="You help.", **parts), now)
+    before = compose_system_text(SystemParts(prompt="You help.", **parts), SystemCuts(0, memory_format=1))
     assert '- "I live in Shiraz"' in quoted and "not instructions" in quoted
     assert "## What we know about the user\n- I live in Shiraz" in before
     assert '- household: ["married"]' in before

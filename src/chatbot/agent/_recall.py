@@ -4,23 +4,26 @@ Recall runs only when the window left something out (the thread no longer fits i
 search (recall/service.py) reads the question with the recent turns around it, so a
 follow-up finds what it refers to. The turns found go into the system message's last
 section within a bounded share of the context budget (`CHATBOT_RECALL_SHARE`), best first
-and each with its partner (question or answer) while the budget allows, and the window is
-then rebuilt with that much less room for recent turns. Recall gives way to everything
-else: it never cuts the question, chunks or system text the window kept without it; when
-it would, the run goes without recall.
+and each with its partner (question or answer) while the budget allows, and the window
+keeps that much less of its recent turns: a shorter suffix of the walk it was built from
+(`Window.with_recalled`), not a second build. Recall gives way to everything else: it
+never cuts the question, chunks or system text the window kept without it; when it would,
+the run goes without recall. The section itself is composed with the rest of the system
+message (agent/system_message.py), never appended here.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Sequence
+from dataclasses import dataclass
 
-from langchain_core.messages import BaseMessage, HumanMessage, SystemMessage
+from langchain_core.messages import BaseMessage, HumanMessage
 
 from chatbot.agent._tokens import TokenCounter
 from chatbot.agent._window import Window
+from chatbot.agent.system_message import recalled_part
 from chatbot.config import Settings
-from chatbot.recall.block import recalled_heading, recalled_line, recalled_section
+from chatbot.recall.block import recalled_heading, recalled_line
 from chatbot.recall.related import related_terms
 from chatbot.recall.service import IndexWriter, RecalledTurn, Recaller, RecallHit, RecallQuery
 from chatbot.recall.terms import query_weights
@@ -50,68 +53,69 @@ class Recalled:
         return tuple(t.message_id for t in self.turns)
 
 
+@dataclass(frozen=True, slots=True)
+class RecallAsk:
+    """What one turn asks recall beside its window: the thread, its recent messages, the question."""
+
+    thread_id: str
+    writer: IndexWriter
+    """The thread's owner and the run's fence, which recall's index writes pass."""
+    history: Sequence[BaseMessage]
+    """The window's history: the recent messages before the question."""
+    whole: bool
+    """Whether `history` is the whole thread."""
+    question: HumanMessage
+    language: str
+    """The run's language, which the recalled turns' section is written in."""
+
+
 def window_left_out(window: Window, whole: bool) -> bool:
     """Whether the window left any earlier message of the thread out (else recall has nothing to add)."""
     return window.first_kept > 0 or not whole
 
 
-async def recall_into_window(
-    recall: Recaller,
-    *,
-    settings: Settings,
-    counter: TokenCounter,
-    thread_id: str,
-    writer: IndexWriter,
-    history: Sequence[BaseMessage],
-    whole: bool,
-    question: HumanMessage,
-    window: Window,
-    language: str,
-    rebuild: Callable[[int], Window],
-) -> Recalled:
-    """Return the window with the turns recall found for the question, or as it was when none fit.
+@dataclass(frozen=True, slots=True)
+class RecallStep:
+    """Recall for `generate`, bound to the recaller, the settings that bound its share, and the token counter."""
 
-    `history` is the window's history (the recent messages before the question), `whole`
-    whether it is the whole thread; `rebuild(budget)` builds the window again with less room.
-    `writer` is the thread's owner and the run's fence, which recall's index writes pass.
-    """
-    if settings.recall_hits <= 0 or settings.recall_share <= 0:
-        return Recalled(window)
-    if not recall.replays and not window_left_out(window, whole):
-        return Recalled(window)
-    if window.question_shortened or window.chunks_shortened or window.system_shortened:
-        return Recalled(window)  # the budget is spent already: nothing may give way to recall
-    kept = window.messages[1:-1]
-    query = question_terms(str(question.text), [str(m.text) for m in kept])
-    first = str(kept[0].id) if kept else None
-    hits = await recall.find(
-        RecallQuery(
-            thread_id,
-            writer,
-            history,
-            whole=whole,
+    recall: Recaller
+    settings: Settings
+    counter: TokenCounter
+
+    async def into(self, window: Window, ask: RecallAsk) -> Recalled:
+        """Return the window with the turns recall found for the question, or as it was when none fit."""
+        settings, counter = self.settings, self.counter
+        if settings.recall_hits <= 0 or settings.recall_share <= 0:
+            return Recalled(window)
+        if not self.recall.replays and not window_left_out(window, ask.whole):
+            return Recalled(window)
+        if window.question_shortened or window.chunks_shortened or window.system_shortened:
+            return Recalled(window)  # the budget is spent already: nothing may give way to recall
+        kept = window.messages[1:-1]
+        first = str(kept[0].id) if kept else None
+        query = RecallQuery(
+            ask.thread_id,
+            ask.writer,
+            ask.history,
+            whole=ask.whole,
             window_first=first,
-            terms=query,
-            question=str(question.text),
+            terms=question_terms(str(ask.question.text), [str(m.text) for m in kept]),
+            question=str(ask.question.text),
             hits=settings.recall_hits,
         )
-    )
-    if not hits:
-        return Recalled(window)
-    core = counter.count_messages([window.messages[0], window.messages[-1]])
-    room = min(int(settings.context_tokens * settings.recall_share), settings.context_tokens - core)
-    chosen = _within(hits, room, counter, language)
-    if not chosen:
-        return Recalled(window)
-    section = recalled_section(chosen, language)
-    cost = counter.count_text(section)
-    # A window its message count bounded (short turns) has the room already: no rebuild.
-    rebuilt = window if window.tokens + cost <= settings.context_tokens else rebuild(settings.context_tokens - cost)
-    if _gave_way(window, rebuilt):
-        return Recalled(window)
-    system = SystemMessage(str(rebuilt.messages[0].text) + section)
-    messages = [system, *rebuilt.messages[1:]]
-    return Recalled(replace(rebuilt, messages=messages, tokens=rebuilt.tokens + cost), tuple(chosen))
+        hits = await self.recall.find(query)
+        if not hits:
+            return Recalled(window)
+        core = counter.count_messages([window.messages[0], window.messages[-1]])
+        room = min(int(settings.context_tokens * settings.recall_share), settings.context_tokens - core)
+        chosen = _within(hits, room, counter, ask.language)
+        if not chosen:
+            return Recalled(window)
+        cost = counter.count_text(recalled_part(chosen, ask.language))
+        recalled = window.with_recalled(chosen, ask.language, cost, settings.context_tokens)
+        if recalled is None:  # the section would cut what the window kept without it
+            return Recalled(window)
+        return Recalled(recalled, tuple(chosen))
 
 
 def _within(hits: Sequence[RecallHit], room: int, counter: TokenCounter, language: str) -> list[RecalledTurn]:
@@ -141,12 +145,3 @@ def _within(hits: Sequence[RecallHit], room: int, counter: TokenCounter, languag
             for neighbour in hit.neighbours:
                 take(neighbour)
     return sorted(chosen.values(), key=lambda t: t.position)
-
-
-def _gave_way(before: Window, after: Window) -> bool:
-    """Whether the smaller budget cut something the window kept without recall."""
-    return (
-        (after.question_shortened and not before.question_shortened)
-        or (after.chunks_shortened and not before.chunks_shortened)
-        or (after.system_shortened and not before.system_shortened)
-    )

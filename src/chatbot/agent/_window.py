@@ -22,11 +22,13 @@ from chatbot.agent._prompts import TRUNCATION_MARKERS
 from chatbot.agent._tokens import TokenCounter
 from chatbot.agent.system_message import (
     SystemCuts,
+    SystemParts,
     compose_system_text,
     cut_text,
     format_system_prompt,
     shorten_question,
 )
+from chatbot.recall.service import RecalledTurn
 from chatbot.responses import QuotedChunk
 from chatbot.text import looks_persian
 from chatbot.turns import META_KEY
@@ -62,6 +64,46 @@ class WindowInputs:
     history: Sequence[BaseMessage]
     question: HumanMessage
 
+    @property
+    def system_parts(self) -> SystemParts:
+        """The parts the system message is composed from (no recalled turns: `Window.with_recalled` adds them)."""
+        return SystemParts(
+            prompt=self.system_prompt, profile=self.profile, facts=self.facts, summary=self.summary, chunks=self.chunks
+        )
+
+
+@dataclass(frozen=True)
+class _Walk:
+    """The window's one walk back through the history: every suffix it may keep, longest first.
+
+    Kept beside the window so a smaller budget for the recent turns (recall taking its
+    share, agent/_recall.py) picks a shorter suffix of the same walk instead of building
+    the window again.
+    """
+
+    prepared: list[BaseMessage]
+    """The history messages walked, oldest first, as the provider gets them."""
+    starts: list[tuple[int, int, int]]
+    """(messages kept counted from the end, their tokens, the first one's history index), longest first."""
+    base: int
+    """The tokens of the system message and the question alone."""
+    history_len: int
+    counter: TokenCounter
+
+    def select(self, system: BaseMessage, question: BaseMessage, budget: int) -> tuple[list[BaseMessage], int, int]:
+        """Return the messages, their tokens and the first kept index of the longest suffix within `budget`."""
+        # Our counters are additive; any other counter gets the whole window recounted, and a
+        # shorter suffix when the sum was optimistic.
+        additive = getattr(self.counter, "additive", False)
+        for kept_len, kept_tokens, first_kept in self.starts:
+            if self.base + kept_tokens > budget:  # past where a walk under this budget stops
+                continue
+            messages = [system, *self.prepared[len(self.prepared) - kept_len :], question]
+            tokens = self.base + kept_tokens if additive else self.counter.count_messages(messages)
+            if tokens <= budget:
+                return messages, tokens, first_kept
+        return [system, question], self.base, self.history_len
+
 
 @dataclass(frozen=True)
 class Window:
@@ -77,6 +119,29 @@ class Window:
     """The question's kept length when it was shortened (see `shorten_question`)."""
     cuts: SystemCuts | None = None
     """How the system message was built from its parts (see `compose_system_text`)."""
+    parts: SystemParts | None = None
+    """What the system message was composed from (`build_window` sets it)."""
+    walk: _Walk | None = None
+    """The walk its recent turns were chosen from (`build_window` sets it)."""
+
+    def with_recalled(self, turns: Sequence[RecalledTurn], language: str, tokens: int, budget: int) -> Window | None:
+        """Return the window with recalled turns closing its system message, or None when they do not fit.
+
+        `tokens` is what their section costs: the recent turns give that much room (a
+        shorter suffix of the same walk; a window its message count bounded has the room
+        already). None when the system message and the question alone would leave too little:
+        recall never cuts what the window kept without it.
+        """
+        if self.parts is None or self.walk is None or self.cuts is None:
+            raise ValueError("only a window build_window made can take recalled turns")
+        if self.walk.base + tokens > budget:
+            return None
+        messages, kept_tokens, first_kept = self.walk.select(self.messages[0], self.messages[-1], budget - tokens)
+        parts = replace(self.parts, recalled=tuple(turns), language=language)
+        system = SystemMessage(compose_system_text(parts, self.cuts))
+        return replace(
+            self, messages=[system, *messages[1:]], tokens=kept_tokens + tokens, first_kept=first_kept, parts=parts
+        )
 
 
 def strip_metadata(message: BaseMessage, **update: Any) -> BaseMessage:
@@ -217,14 +282,12 @@ class _Core:
         self.question = strip_metadata(inputs.question)
         self.chunks_shortened = self.question_shortened = self.system_shortened = False
         self.question_chars: int | None = None
+        self.parts = inputs.system_parts
         self.cuts = SystemCuts(len(inputs.chunks))
         self.system_text = self._system(self.cuts)
 
     def _system(self, cuts: SystemCuts) -> str:
-        i = self.inputs
-        return compose_system_text(
-            i.system_prompt, profile=i.profile, facts=i.facts, summary=i.summary, chunks=i.chunks, cuts=cuts
-        )
+        return compose_system_text(self.parts, cuts)
 
     def _fits(self, system_text: str, question: BaseMessage) -> bool:
         return self.counter.count_messages([SystemMessage(system_text), question]) <= self.budget
@@ -249,7 +312,7 @@ class _Core:
     def _question(self, length: int) -> BaseMessage:
         return self.question.model_copy(update={"content": shorten_question(self.question_text, length)})
 
-    def window(self, messages: list[BaseMessage], tokens: int, first_kept: int) -> Window:
+    def window(self, messages: list[BaseMessage], tokens: int, first_kept: int, walk: _Walk) -> Window:
         """Return the Window with what this core had to shorten."""
         return Window(
             messages,
@@ -260,6 +323,8 @@ class _Core:
             self.system_shortened,
             self.question_chars,
             self.cuts,
+            self.parts,
+            walk,
         )
 
     def fit(self) -> None:
@@ -318,26 +383,19 @@ def build_window(inputs: WindowInputs, *, budget: int, counter: TokenCounter) ->
     empty = counter.count_messages([])
     base = counter.count_messages([system, core.question])
     # Walk back from the newest message; every human message is a legal start.
-    walked: list[_Entry] = []
     prepared: list[BaseMessage] = []
-    starts: list[tuple[int, int]] = []  # (messages kept counted from the end, their tokens)
+    starts: list[tuple[int, int, int]] = []  # (messages kept counted from the end, their tokens, first index)
     spent = 0
     for entry in _repaired_backwards(inputs.history):
         message = _prepare(entry)
         spent += counter.count_messages([message]) - empty
         if base + spent > budget:
             break
-        walked.append(entry)
         prepared.append(message)
         if isinstance(message, HumanMessage):
-            starts.append((len(prepared), spent))
+            starts.append((len(prepared), spent, entry.index))
     prepared.reverse()
-    # Our counters are additive; any other counter gets the whole window recounted, and a
-    # shorter suffix when the sum was optimistic.
-    additive = getattr(counter, "additive", False)
-    for kept_len, kept_tokens in reversed(starts):  # longest suffix first
-        messages = [system, *prepared[len(prepared) - kept_len :], core.question]
-        tokens = base + kept_tokens if additive else counter.count_messages(messages)
-        if tokens <= budget:
-            return core.window(messages, tokens, walked[kept_len - 1].index)
-    return core.window([system, core.question], base, len(inputs.history))
+    starts.reverse()  # longest suffix first
+    walk = _Walk(prepared, starts, base, len(inputs.history), counter)
+    messages, tokens, first_kept = walk.select(system, core.question, budget)
+    return core.window(messages, tokens, first_kept, walk)

@@ -16,7 +16,7 @@ from pydantic import JsonValue
 from chatbot import metrics
 from chatbot.agent._handoff import handoff_context
 from chatbot.agent._prompts import system_prompt
-from chatbot.agent._recall import Recalled, recall_into_window
+from chatbot.agent._recall import RecallAsk, Recalled, RecallStep
 from chatbot.agent._summary import fold_summary, messages_to_fold
 from chatbot.agent._tokens import token_counter_for
 from chatbot.agent._window import Window, WindowInputs, build_window
@@ -411,22 +411,18 @@ class Nodes:
         if self.deps.recall is None:
             return Recalled(window)
         history = parts.history
-        return await recall_into_window(
-            self.deps.recall,
-            settings=self.settings,
-            counter=self.counter,
-            thread_id=ctx.thread_id,
-            writer=IndexWriter(ctx.tenant_id, ctx.user_id, fence),
-            history=history,
+        ask = RecallAsk(
+            ctx.thread_id,
+            IndexWriter(ctx.tenant_id, ctx.user_id, fence),
+            history,
             # The recent list holds the whole thread until it first fills up.
             whole=len(parts.state["messages"]) < RECENT_MESSAGES and len(history) <= WINDOW_HISTORY,
             question=parts.question,
-            window=window,
             language=ctx.language,
-            rebuild=lambda budget: self._window(parts, budget),
         )
+        return await RecallStep(self.deps.recall, self.settings, self.counter).into(window, ask)
 
-    def _window(self, parts: TurnWindowParts, budget: int | None = None) -> Window:
+    def _window(self, parts: TurnWindowParts) -> Window:
         state = parts.state
         inputs = WindowInputs(
             system_prompt=system_prompt(parts.language),
@@ -439,7 +435,7 @@ class Nodes:
             history=parts.history[-WINDOW_HISTORY:],
             question=parts.question,
         )
-        window = build_window(inputs, budget=budget or self.settings.context_tokens, counter=self.counter)
+        window = build_window(inputs, budget=self.settings.context_tokens, counter=self.counter)
         if window.chunks_shortened:
             metrics.WINDOW_SHORTENED.labels("chunks").inc()
         if window.question_shortened:

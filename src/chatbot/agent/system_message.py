@@ -1,7 +1,9 @@
-"""Compose the system message of the model window: prompt, profile, facts, summary, chunks.
+"""Compose the system message of the model window: prompt, profile, facts, summary, chunks, recalled turns.
 
 Separate from the window builder so a run record can rebuild the exact text from its parts
-(threads/record.py): `compose_system_text` is the one function both use.
+(threads/record.py): `compose_system_text` is the one function both use, and the only place
+sections are joined into the message (tests/foundation/test_shape.py holds every other module
+to that), so the text a run sent and the text its replay shows cannot drift apart.
 """
 
 from __future__ import annotations
@@ -15,17 +17,44 @@ from pydantic import JsonValue
 
 from chatbot.agent._prompts import SECTION_LABELS, TRUNCATION_MARKERS, SectionLabels, language_key
 from chatbot.memory.pii import normalize_for_pii
+from chatbot.recall.block import recalled_section
+from chatbot.recall.service import RecalledTurn
 from chatbot.responses import QuotedChunk
 from chatbot.text import cut_at_word, looks_persian
 
 __all__ = [
     "SystemCuts",
+    "SystemParts",
     "compose_system_text",
     "cut_text",
     "format_system_prompt",
     "quote_memory",
+    "recalled_part",
     "shorten_question",
 ]
+
+# What separates the message's sections (prompt, memory, summary, chunks, recalled turns).
+SECTION_BREAK = "\n\n"
+
+
+@dataclass(frozen=True, kw_only=True)
+class SystemParts:
+    """What the system message is composed from: the prompt, memory, summary, chunks and recalled turns.
+
+    The window composes from these, and a run record rebuilds the same text from the same
+    parts read back by id (threads/record.py); `SystemCuts` says how they were cut to fit.
+    """
+
+    prompt: str
+    profile: Mapping[str, JsonValue]
+    facts: Sequence[str]
+    summary: str
+    chunks: Sequence[QuotedChunk]
+    recalled: Sequence[RecalledTurn] = ()
+    """Earlier turns of the thread recall gave for this question: the message's last section."""
+    language: str = "en"
+    """The run's language, which the recalled turns' section is written in (the other headings
+    follow the prompt's script, as they always did)."""
 
 
 @dataclass(frozen=True)
@@ -196,37 +225,41 @@ def format_system_prompt(
         rendered.append(f"{header}\n{chunk.text.strip()}".rstrip())
     empty = labels.chunks_omitted if chunks_omitted else labels.no_chunks
     parts.append(f"## {labels.chunks}\n" + ("\n\n".join(rendered) if rendered else empty))
-    return "\n\n".join(parts)
+    return SECTION_BREAK.join(parts)
 
 
-def compose_system_text(
-    system_prompt: str,
-    *,
-    profile: Mapping[str, JsonValue],
-    facts: Sequence[str],
-    summary: str,
-    chunks: Sequence[QuotedChunk],
-    cuts: SystemCuts,
-) -> str:
+def recalled_part(turns: Sequence[RecalledTurn], language: str) -> str:
+    """Return the recalled turns' section as it closes the system message, its break included ("" for none).
+
+    The recall step sizes its share of the budget with it (agent/_recall.py); the text is
+    the one `compose_system_text` appends.
+    """
+    body = recalled_section(turns, language)
+    return SECTION_BREAK + body if body else ""
+
+
+def compose_system_text(parts: SystemParts, cuts: SystemCuts) -> str:
     """Return the system message text the window sends, from its parts and how they were cut.
 
     The window gives its chunks; a run record rebuilding the message gives the versions it
-    cites (threads/record.py `ResolvedRun.chunks`).
+    cites (threads/record.py `ResolvedRun.chunks`). Recalled turns close the message after
+    any cut: recall only joins a window that cut nothing (agent/_recall.py).
     """
-    lang = "fa" if looks_persian(system_prompt) else "en"
+    lang = "fa" if looks_persian(parts.prompt) else "en"
     marker = TRUNCATION_MARKERS[lang]
     kept: list[QuotedChunk] = []
-    for chunk in chunks[: cuts.chunks_kept]:
+    for chunk in parts.chunks[: cuts.chunks_kept]:
         text = chunk.text
         kept.append(chunk.model_copy(update={"text": cut_text(text, len(text) * cuts.chunk_permille // 1000, marker)}))
     full = format_system_prompt(
-        system_prompt,
-        profile=profile,
-        facts=facts,
-        summary=summary,
+        parts.prompt,
+        profile=parts.profile,
+        facts=parts.facts,
+        summary=parts.summary,
         chunks=kept,
         language=lang,
         chunks_omitted=cuts.chunks_omitted,
         memory_format=cuts.memory_format,
     )
-    return full if cuts.system_chars is None else cut_text(full, cuts.system_chars, marker)
+    cut = full if cuts.system_chars is None else cut_text(full, cuts.system_chars, marker)
+    return cut + recalled_part(parts.recalled, parts.language)

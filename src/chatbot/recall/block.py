@@ -3,7 +3,8 @@
 They close the system message, after the knowledge chunks, as one section: earlier turns
 of this conversation, oldest first, each marked with its place in the thread and its
 time, so the model can tell them from the recent turns and answer "when did I...". The
-run record rebuilds the system message with the same function (threads/record.py).
+section is joined to the message by agent/system_message.py `compose_system_text`, for the
+window and for the run record's rebuilt message alike.
 """
 
 from __future__ import annotations
@@ -35,9 +36,12 @@ def recalled_heading(language: str) -> str:
 
 
 def recalled_section(turns: Sequence[RecalledTurn], language: str) -> str:
-    """Return the section recalled turns add to the system message ("" for none), oldest first."""
+    """Return the section recalled turns add to the system message ("" for none), oldest first.
+
+    The section alone: agent/system_message.py joins it to the rest of the message.
+    """
     if not turns:
         return ""
     ordered = sorted(turns, key=lambda t: t.position)
     lines = [recalled_heading(language), *(recalled_line(t, language) for t in ordered)]
-    return "\n\n" + "\n".join(lines)
+    return "\n".join(lines)

@@ -20,13 +20,12 @@ from typing import Literal
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 from pydantic import JsonValue
 
-from chatbot.agent.system_message import SystemCuts, compose_system_text, shorten_question
+from chatbot.agent.system_message import SystemCuts, SystemParts, compose_system_text, shorten_question
 from chatbot.db.checkpoints import ChannelVersions, Checkpoints, RecordCheckpoint
 from chatbot.db.locks import Locks, thread_locked
 from chatbot.db.pool import Pool
 from chatbot.db.run_record import ChunkVersion, RecordedRun, WindowByIds
 from chatbot.ids import RunId, TenantId, ThreadId
-from chatbot.recall.block import recalled_section
 from chatbot.recall.service import RecalledTurn, ThreadRecall
 from chatbot.responses import (
     ContextMessage,
@@ -257,21 +256,29 @@ def _system_message(
     chunks: list[QuotedChunk],
     recalled: list[RecalledTurn],
 ) -> str | None:
-    """Rebuild the system message from the record's parts, as the window built it (agent/system_message.py)."""
+    """Rebuild the system message from the record's parts, as the window composed it (agent/system_message.py).
+
+    The parts are read back by what the record stores: the prompt by its hash, the chunk
+    versions, memory and summary from its checkpoint, the recalled turns by id with the
+    run's language, and how they were cut (`SystemCuts.from_stored`, which reads records of
+    every earlier form).
+    """
     cuts = record.window.system_cuts if record.window is not None else None
     if prompt is None or cuts is None or any(c.text is None for c in context.retrieved):
         return None
     if len(recalled) != len(record.recalled):
         return None  # a recalled turn is not indexed any more: the message cannot be rebuilt
     language = str((record.settings or {}).get("language") or "en")
-    return compose_system_text(
-        prompt,
+    parts = SystemParts(
+        prompt=prompt,
         profile=context.profile,
         facts=context.facts,
         summary=context.summary,
         chunks=chunks,
-        cuts=SystemCuts.from_stored(cuts),
-    ) + recalled_section(recalled, language)
+        recalled=recalled,
+        language=language,
+    )
+    return compose_system_text(parts, SystemCuts.from_stored(cuts))
 
 
 @dataclass(frozen=True, slots=True)
