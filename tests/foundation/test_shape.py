@@ -14,6 +14,8 @@ Read from the source with `ast`, like tests/foundation/test_layers.py:
   and its walk over stored values are spelled in memory/ alone.
 - a chunk's text with its citation is one class (`responses.QuotedChunk`): search, the graph,
   the run record and the evaluation build from it, none declares a chunk's fields again.
+- an id is typed (`ids.py`): no parameter named for a tenant, user, thread or run is a bare
+  `str` outside the typed client, whose public signatures take what callers hold.
 
 `test_the_checks_catch_what_they_are_for` feeds each check a small breaking source.
 """
@@ -313,3 +315,81 @@ def test_the_chunk_check_catches_a_second_shape() -> None:
     typed = "class QuotedChunk(TypedDict):\n    chunk_id: str\n    title: str\n    text: str\n"
     assert chunk_shapes("models/chunks.py", ast.parse(typed))
     assert not chunk_shapes("agent/result.py", ast.parse("class Result:\n    chunks: list[QuotedChunk]\n"))
+
+
+# --- ids are typed everywhere but at the boundary ----------------------------------------
+
+# Parameter names that carry one id of ids.py (`thread` and `run` alone also name a thread of
+# texts and a run of characters: `thread` is an id only where it is a bare `str`).
+ID_PARAMETERS = frozenset({"tenant", "tenant_id", "user", "user_id", "thread", "thread_id", "run_id"})
+ID_COLLECTIONS = frozenset({"tenant_ids", "user_ids", "thread_ids", "run_ids"})
+UNTYPED_IDS_ALLOWED = "client/"  # the typed client's public signatures take the caller's plain strings
+# A command-line option or argument is where an id enters: typer parses the annotation (it has
+# no NewType), and the command converts the value once.
+BOUNDARY_DEFAULTS = frozenset({"Option", "Argument"})
+# Modules other helpers were rewriting when this check came: the lead types their ids after the
+# merge. The set may only shrink (a listed module with none left fails until it leaves the list).
+IDS_NOT_YET_TYPED = frozenset(
+    {"agent/_recall.py", "db/langgraph_tables.py", "db/locks.py", "db/saver.py", "recall/service.py"}
+)
+
+
+def _is_str(node: ast.expr | None) -> bool:
+    """Whether an annotation is `str`, `str | None` or `Optional[str]` (as written, quoted or not)."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return _is_str(ast.parse(node.value, mode="eval").body)
+    if isinstance(node, ast.Name):
+        return node.id == "str"
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr):
+        sides = (node.left, node.right)
+        return any(_is_str(side) for side in sides) and all(
+            _is_str(side) or (isinstance(side, ast.Constant) and side.value is None) for side in sides
+        )
+    if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and node.value.id == "Optional":
+        return _is_str(node.slice)
+    return False
+
+
+def _is_boundary(default: ast.expr | None) -> bool:
+    return (
+        isinstance(default, ast.Call)
+        and isinstance(default.func, ast.Attribute | ast.Name)
+        and (default.func.attr if isinstance(default.func, ast.Attribute) else default.func.id) in BOUNDARY_DEFAULTS
+    )
+
+
+def untyped_ids(where: str, tree: ast.AST) -> list[str]:
+    """Return `module:line function(parameter)` for each id parameter of `tree` annotated as a bare `str`.
+
+    A collection of ids (`thread_ids: Sequence[str]`) counts too; a command-line option does not.
+    """
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        args = node.args
+        positional = args.posonlyargs + args.args
+        defaults: list[ast.expr | None] = [None] * (len(positional) - len(args.defaults)) + list(args.defaults)
+        for arg, default in [
+            *zip(positional, defaults, strict=True),
+            *zip(args.kwonlyargs, args.kw_defaults, strict=True),
+        ]:
+            ann = arg.annotation
+            bare = (arg.arg in ID_PARAMETERS and _is_str(ann)) or (
+                arg.arg in ID_COLLECTIONS and isinstance(ann, ast.Subscript) and _is_str(ann.slice)
+            )
+            if bare and not _is_boundary(default):
+                found.append(f"{where}:{node.lineno} {node.name}({arg.arg})")
+    return found
+
+
+def test_ids_are_typed_outside_the_typed_client() -> None:
+    found: dict[str, list[str]] = {}
+    for path, tree in _modules(SRC):
+        where = path.relative_to(SRC).as_posix()
+        if not where.startswith(UNTYPED_IDS_ALLOWED):
+            found.setdefault(where, []).extend(untyped_ids(where, tree))
+    untyped = [line for where, lines in found.items() if where not in IDS_NOT_YET_TYPED for line in lines]
+    assert not untyped, "type these with chatbot/ids.py (TenantId, UserId, ThreadId, RunId):\n" + "\n".join(untyped)
+    typed = sorted(where for where in IDS_NOT_YET_TYPED if not found.get(where))
+    assert not typed, f"these take typed ids now: take them off IDS_NOT_YET_TYPED: {typed}"

@@ -18,6 +18,8 @@ Subject = Literal["tenant", "user", "each_user"]
 PERIODS: tuple[Period, ...] = ("day", "month")
 MAX_AMOUNT = Decimal(10) ** 15
 """Budgets are below this: it still prints, compares and sums exactly as a float and a JSON number."""
+NO_USER = UserId("")
+"""The user a tenant's own budget and the users' default are stored under (budgets.user_id)."""
 
 
 class BudgetInputError(ValueError):
@@ -28,9 +30,9 @@ class BudgetInputError(ValueError):
 class BudgetTarget:
     """Whose budget: the tenant's, one user's, or every user's default (`--each-user`)."""
 
-    tenant_id: str
+    tenant_id: TenantId
     scope: Subject
-    user_id: str = ""
+    user_id: UserId = NO_USER
 
     @classmethod
     def of(cls, tenant_id: TenantId, user_id: UserId | None, each_user: bool) -> BudgetTarget:
@@ -100,10 +102,10 @@ class BudgetReport(TypedDict):
 class TenantBudgetReport(BudgetReport):
     """A budget report naming its tenant (first), as the commands list them."""
 
-    tenant_id: str
+    tenant_id: TenantId
 
 
-def of_tenant(tenant_id: str, row: BudgetReport) -> TenantBudgetReport:
+def of_tenant(tenant_id: TenantId, row: BudgetReport) -> TenantBudgetReport:
     """Return `row` with its tenant, named first."""
     return {"tenant_id": tenant_id, **row}
 
