@@ -276,6 +276,29 @@ def test_the_checks_catch_what_they_are_for(tmp_path: Path) -> None:
     assert not import_problems(ops, ast.parse("from chatbot.ops import queries\n"))
     assert not import_problems(ops, ast.parse("from chatbot.threads.deletion import delete_thread_rows\n"))
 
+    # What this tree held before: ids as bare strings, one at a time, optional, quoted, in a list.
+    untyped = (
+        "def a(pool, thread_id: str) -> None: ...\n"
+        "async def b(conn, *, tenant: str, user: str | None = None) -> None: ...\n"
+        "def c(run_id: 'str', user_id: Optional[str]) -> None: ...\n"
+        "def d(conn, thread_ids: Sequence[str]) -> None: ...\n"
+    )
+    found = untyped_ids("threads/deletion.py", ast.parse(untyped))
+    assert [line.split(" ", 1)[1] for line in found] == [
+        "a(thread_id)",
+        "b(tenant)",
+        "b(user)",
+        "c(run_id)",
+        "c(user_id)",
+        "d(thread_ids)",
+    ]
+    typed = (
+        "def a(pool, thread_id: ThreadId, user: UserId | None = None) -> None: ...\n"
+        "def d(conn, thread_ids: Sequence[ThreadId], thread: Sequence[str], run: str) -> None: ...\n"
+        "def e(tenant: str = typer.Option(..., '--tenant'), thread: str = Argument(...)) -> None: ...\n"
+    )
+    assert not untyped_ids("threads/deletion.py", ast.parse(typed))
+
 
 # --- one shape for a chunk's text with its citation ----------------------------------------
 
@@ -319,18 +342,26 @@ def test_the_chunk_check_catches_a_second_shape() -> None:
 
 # --- ids are typed everywhere but at the boundary ----------------------------------------
 
-# Parameter names that carry one id of ids.py (`thread` and `run` alone also name a thread of
-# texts and a run of characters: `thread` is an id only where it is a bare `str`).
+# Parameter names that carry one id of ids.py. `run` is not one (the token counter's run of
+# characters), and `thread` is an id only as a bare `str` (models/ rank a thread of texts).
 ID_PARAMETERS = frozenset({"tenant", "tenant_id", "user", "user_id", "thread", "thread_id", "run_id"})
 ID_COLLECTIONS = frozenset({"tenant_ids", "user_ids", "thread_ids", "run_ids"})
 UNTYPED_IDS_ALLOWED = "client/"  # the typed client's public signatures take the caller's plain strings
-# A command-line option or argument is where an id enters: typer parses the annotation (it has
-# no NewType), and the command converts the value once.
+# A command-line option or argument is where an id enters, as a `str`: typer parses a NewType
+# too, but `--help` would show it as `<chatbot.ids.TenantId>`. The command converts it once.
 BOUNDARY_DEFAULTS = frozenset({"Option", "Argument"})
 # Modules other helpers were rewriting when this check came: the lead types their ids after the
-# merge. The set may only shrink (a listed module with none left fails until it leaves the list).
+# merge (recall/queries.py's three thread reads with recall/service.py, their one caller). The
+# set may only shrink: a listed module with none left fails until it leaves the list.
 IDS_NOT_YET_TYPED = frozenset(
-    {"agent/_recall.py", "db/langgraph_tables.py", "db/locks.py", "db/saver.py", "recall/service.py"}
+    {
+        "agent/_recall.py",
+        "db/langgraph_tables.py",
+        "db/locks.py",
+        "db/saver.py",
+        "recall/queries.py",
+        "recall/service.py",
+    }
 )
 
 
