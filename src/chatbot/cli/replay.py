@@ -111,7 +111,7 @@ def replay(
 
     async def _go() -> ResolvedRun | None:
         async with common.open_pool_and_locks(settings) as (pool, locks):
-            return await read_run_record(pool, locks, ThreadId(thread_id), run, tenant_id)
+            return await read_run_record(pool, locks, thread_id, run, tenant_id)
 
     resolved = common.run(_go())
     if resolved is None:
