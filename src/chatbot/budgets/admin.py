@@ -87,7 +87,7 @@ class BudgetReport(TypedDict):
     """One budget in its current period, as `chatbot budget show` and `chatbot usage` print it."""
 
     scope: Literal["tenant", "user"]
-    user_id: str | None
+    user_id: UserId | None
     default: bool
     """An `each_user` default, reported for one user."""
     period: str
@@ -136,14 +136,14 @@ async def report(
         elif scope == "user":
             subjects = [budget["user_id"]] if user_id in (None, budget["user_id"]) else []
         else:
-            subjects = [""] if user_id is None else []
+            subjects = [NO_USER] if user_id is None else []
         for subject in subjects:
             rows.append(_row(budget, subject, by_key.get((subject, period)), day if period == "day" else month))
     # The tenant's own first, then each user's (a default beside a user's own), day before month.
     return sorted(rows, key=lambda r: (r["scope"] == "user", r["user_id"] or "", r["period"]))
 
 
-def _row(budget: queries.BudgetRow, subject: str, counter: queries.CounterRow | None, starts: date) -> BudgetReport:
+def _row(budget: queries.BudgetRow, subject: UserId, counter: queries.CounterRow | None, starts: date) -> BudgetReport:
     unit = budget["unit"]
     amount = _shown(budget["amount"])
     spent: Decimal | int = 0

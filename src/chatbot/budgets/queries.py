@@ -38,7 +38,7 @@ class BudgetRow(TypedDict):
 
     scope: str
     """tenant, user or each_user."""
-    user_id: str
+    user_id: UserId
     period: str
     unit: str
     amount: Decimal
@@ -47,7 +47,7 @@ class BudgetRow(TypedDict):
 class CounterRow(TypedDict):
     """One subject's counter of a current period, unexpired reservations summed (COUNTERS's columns)."""
 
-    user_id: str
+    user_id: UserId
     period: str
     starts: date
     spent_tokens: int
