@@ -17,6 +17,7 @@ from chatbot.app import create_app
 from chatbot.config import Settings
 from chatbot.db.embedded import database_uri, ensure_database
 from chatbot.db.migrate import migrate
+from chatbot.ids import TenantId
 
 
 @asynccontextmanager
@@ -77,6 +78,6 @@ async def ingest_into(url: str, settings: Settings, tenant: str, paths: list[Pat
     pool = make_pool(url, settings, name="bench", min_size=1, max_size=2)
     await pool.open(wait=True)
     try:
-        await ingest_paths(pool, tenant, paths)
+        await ingest_paths(pool, TenantId(tenant), paths)
     finally:
         await pool.close()

@@ -72,8 +72,8 @@ def summary(values: list[float]) -> dict[str, float]:
 
 async def statements(url: str, calls: int) -> dict[str, Any]:
     async with open_pool(settings(url), max_size=2) as pool:
-        await set_budget(pool, BudgetTarget("capped", "tenant"), "day", "tokens", Decimal(10**15))
-        await set_budget(pool, BudgetTarget("capped", "each_user"), "day", "tokens", Decimal(10**15))
+        await set_budget(pool, BudgetTarget(TenantId("capped"), "tenant"), "day", "tokens", Decimal(10**15))
+        await set_budget(pool, BudgetTarget(TenantId("capped"), "each_user"), "day", "tokens", Decimal(10**15))
         budgets = Budgets(pool, prices={}, output_cap=4096, reservation_seconds=600)
         times: dict[str, list[float]] = {
             "early hold, no budget": [],
@@ -144,13 +144,13 @@ async def admission(url: str, base_url: str, n: int, concurrent: int) -> dict[st
             for app in (a, b)
         ]
         try:
-            await set_budget(pool, BudgetTarget("probe", "tenant"), "day", "tokens", Decimal(10**12))
+            await set_budget(pool, BudgetTarget(TenantId("probe"), "tenant"), "day", "tokens", Decimal(10**12))
             assert (await _run(clients[0], "probe", "probe", "u0"))[0] == "answered"
             spend = await _spent(pool, "probe")
             limit = n * spend
-            await set_budget(pool, BudgetTarget("seq", "tenant"), "day", "tokens", Decimal(limit))
+            await set_budget(pool, BudgetTarget(TenantId("seq"), "tenant"), "day", "tokens", Decimal(limit))
             sequential = [(await _run(clients[i % 2], f"seq-{i}", "seq", "u1"))[0] for i in range(n + 10)]
-            await set_budget(pool, BudgetTarget("burst", "tenant"), "day", "tokens", Decimal(limit))
+            await set_budget(pool, BudgetTarget(TenantId("burst"), "tenant"), "day", "tokens", Decimal(limit))
             highest = 0.0
             sampling = True
 
@@ -200,8 +200,8 @@ async def ttft(url: str, base_url: str, count: int) -> dict[str, Any]:
         service = app.state.services.runs
         checker = service.budgets
         pool = app.state.services.pool
-        await set_budget(pool, BudgetTarget("capped", "tenant"), "day", "tokens", Decimal(10**14))
-        await set_budget(pool, BudgetTarget("capped", "each_user"), "day", "tokens", Decimal(10**14))
+        await set_budget(pool, BudgetTarget(TenantId("capped"), "tenant"), "day", "tokens", Decimal(10**14))
+        await set_budget(pool, BudgetTarget(TenantId("capped"), "each_user"), "day", "tokens", Decimal(10**14))
         transport = httpx.ASGITransport(app=app)
         variants = {"budgets off": "free", "no budget": "free", "budgets": "capped"}
         times: dict[str, list[float]] = {name: [] for name in variants}

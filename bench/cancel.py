@@ -32,6 +32,7 @@ from bench._pg import bench_database
 from bench.runs import server
 from chatbot.cli.common import mint_token
 from chatbot.config import Settings
+from chatbot.ids import TenantId, UserId
 
 QUESTION = "What does travel insurance cover for medical costs abroad? Tell me everything."
 
@@ -64,7 +65,7 @@ async def one(http: httpx.AsyncClient, a: str, canceller: str, thread: str, toke
 async def main(runs: int) -> None:
     secret = secrets.token_urlsafe(32)
     settings = Settings(service_secret=SecretStr(secret), environment="test")
-    token = mint_token(settings, tenant="acme", user="bench", locale="en-US", ttl=3600)
+    token = mint_token(settings, tenant=TenantId("acme"), user=UserId("bench"), locale="en-US", ttl=3600)
     async with bench_database("cancel") as url, AsyncExitStack() as stack:
         a = await stack.enter_async_context(server(url, secret, CHATBOT_OFFLINE_TOKEN_DELAY_MS="50"))
         b = await stack.enter_async_context(server(url, secret, CHATBOT_OFFLINE_TOKEN_DELAY_MS="50"))

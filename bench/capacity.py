@@ -59,6 +59,7 @@ from bench.worst_case_text import process_cpu
 from chatbot.cli.common import mint_token
 from chatbot.config import Settings
 from chatbot.db.pool import make_pool
+from chatbot.ids import UserId
 from chatbot.retrieval.ingest import ingest_paths
 
 GOAL_P99_MS = 250.0
@@ -136,7 +137,7 @@ async def one_run(endpoint: Endpoint, settings: Settings, first_byte: float, res
     """Run one question on a fresh thread; record its first-token overhead or its failure."""
     question, locale = QUESTIONS["fa"]
     user = f"cap-{uuid.uuid4().hex[:10]}"
-    token = mint_token(settings, tenant=TENANT, user=user, locale=locale, ttl=3600)
+    token = mint_token(settings, tenant=TENANT, user=UserId(user), locale=locale, ttl=3600)
     path = f"/v1/threads/t-{user}/runs"
     body = json.dumps({"message": {"content": question}}).encode()
     live[0] += 1

@@ -50,6 +50,7 @@ from chatbot.config import Settings
 from chatbot.db.migrate import migrate
 from chatbot.db.placement import PLACEMENTS, apply_placement
 from chatbot.db.pool import open_pool
+from chatbot.ids import TenantId, UserId
 from chatbot.retrieval.ingest import ingest_paths
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -309,9 +310,12 @@ async def main(args: argparse.Namespace) -> None:
             conn.execute("create extension if not exists pg_stat_statements")
         secret = secrets.token_urlsafe(48)
         settings = Settings(service_secret=SecretStr(secret), database_url=url)
-        tokens = [mint_token(settings, tenant="acme", user=f"user-{i}", locale="en-US", ttl=3000) for i in range(50)]
+        tokens = [
+            mint_token(settings, tenant=TenantId("acme"), user=UserId(f"user-{i}"), locale="en-US", ttl=3000)
+            for i in range(50)
+        ]
         async with open_pool(settings, max_size=2) as pool:
-            await ingest_paths(pool, "acme", [KB])
+            await ingest_paths(pool, TenantId("acme"), [KB])
         cluster = Cluster(url, workers_of_it)
         print(f"Citus database {name}: coordinator {args.coordinator}, {len(workers)} workers", flush=True)
         # A small context window and long messages leave a thread's earlier turns out of it

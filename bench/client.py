@@ -26,9 +26,10 @@ from bench.runs import load_questions, server
 from chatbot.client import AsyncChatbotClient, ChatbotClient, MintedTokens
 from chatbot.config import Settings
 from chatbot.db.pool import make_pool
+from chatbot.ids import TenantId
 from chatbot.retrieval.ingest import ingest_paths
 
-TENANT = "acme"
+TENANT = TenantId("acme")
 
 
 async def timed(label: str, runs: int, concurrency: int, one: Callable[[int], Awaitable[None]]) -> None:

@@ -30,6 +30,7 @@ from chatbot.evaluation.cases import Expectation
 from chatbot.evaluation.runner import Report
 from chatbot.evaluation.scoring import cites_expected
 from chatbot.evaluation.sections import knowledge_titles, section_hit_rates
+from chatbot.ids import TenantId
 from chatbot.retrieval.ingest import ingest_paths
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -41,7 +42,7 @@ async def _ingest(url: str) -> None:
     pool = make_pool(url, Settings(environment="dev", database_url=url), name="bench", min_size=1, max_size=2)
     await pool.open(wait=True)
     try:
-        await ingest_paths(pool, "acme", [KB])
+        await ingest_paths(pool, TenantId("acme"), [KB])
     finally:
         await pool.close()
 

@@ -41,6 +41,7 @@ from bench.runs import SERVER_PIDS, server
 from chatbot.cli.common import mint_token
 from chatbot.config import Settings
 from chatbot.db.pool import make_pool
+from chatbot.ids import TenantId, UserId
 from chatbot.retrieval.ingest import ingest_paths
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -192,7 +193,10 @@ async def main(args: argparse.Namespace) -> None:
     """Set up a database and the replicas; run every level."""
     secret = secrets.token_urlsafe(48)
     settings = Settings(service_secret=SecretStr(secret), database_url="postgresql:///unused")
-    tokens = [mint_token(settings, tenant="acme", user=f"user-{i}", locale="en-US", ttl=3000) for i in range(50)]
+    tokens = [
+        mint_token(settings, tenant=TenantId("acme"), user=UserId(f"user-{i}"), locale="en-US", ttl=3000)
+        for i in range(50)
+    ]
     env = {
         "CHATBOT_OFFLINE_TOKEN_DELAY_MS": str(args.delay_ms),
         "CHATBOT_POOL_MAX_SIZE": str(args.pool_size),
@@ -202,7 +206,7 @@ async def main(args: argparse.Namespace) -> None:
         pool = make_pool(url, settings, name="bench", min_size=1, max_size=2)
         await pool.open(wait=True)
         try:
-            await ingest_paths(pool, "acme", [KB])
+            await ingest_paths(pool, TenantId("acme"), [KB])
         finally:
             await pool.close()
         print(

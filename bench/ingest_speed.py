@@ -33,9 +33,10 @@ from tests.fixtures.document_readers import DESCRIBED, read_described, write_des
 
 from chatbot.documents.model import Document, Paragraph, ReadLimits, Section
 from chatbot.documents.reader import READERS, DocumentReader
+from chatbot.ids import TenantId
 from chatbot.retrieval.ingest import ingest_paths
 
-TENANT = "bench-ingest"
+TENANT = TenantId("bench-ingest")
 WORDS = (
     "The insurer pays the reasonable cost of repairing or replacing the damaged glass of the insured car, "
     "after the deductible shown in the schedule, provided the claim is filed within thirty days."

@@ -53,8 +53,8 @@ from chatbot.threads.deletion import delete_threads
 from chatbot.timestamps import now_rfc3339
 from chatbot.turns import META_KEY
 
-TEMPLATE = "bench-lifecycle-template"
-MEMORY_THREAD = "bench-lifecycle-memory"
+TEMPLATE = ThreadId("bench-lifecycle-template")
+MEMORY_THREAD = ThreadId("bench-lifecycle-memory")
 TABLES = ("checkpoints", "checkpoint_blobs", "checkpoint_writes")
 
 
@@ -101,7 +101,7 @@ async def clone(pool: Pool, prefix: str, count: int) -> None:
 
 async def answered_run(app: Any, settings: Settings) -> str:
     """Run one real answered turn of the service (the offline model notes a fact) and return its run id."""
-    token = mint_token(settings, tenant="bench", user="bench-writer", locale="en-US", ttl=600)
+    token = mint_token(settings, tenant=TenantId("bench"), user=UserId("bench-writer"), locale="en-US", ttl=600)
     transport = httpx.ASGITransport(app=app)
     async with httpx.AsyncClient(transport=transport, base_url="http://127.0.0.1") as client:
         response = await client.post(

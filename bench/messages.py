@@ -55,7 +55,7 @@ from chatbot.turns import META_KEY
 ROOT = Path(__file__).resolve().parent.parent
 KB = ROOT / "knowledge" / "demo"
 QUESTIONS = ROOT / "bench" / "data" / "retrieval_eval.jsonl"
-TENANT = "bench-messages"
+TENANT = TenantId("bench-messages")
 PAGE = 20
 
 
@@ -148,13 +148,13 @@ async def main(depths: Sequence[int], samples: int) -> None:
             checkpointer=PooledPostgresSaver(pool)  # no store: memory plays no part in a transcript read
         )
         run = uuid.uuid4().hex[:8]
-        threads = {depth: f"bench-messages-{run}-{depth}" for depth in depths}
+        threads = {depth: ThreadId(f"bench-messages-{run}-{depth}") for depth in depths}
         questions = load_questions()
         try:
             for depth, thread in threads.items():
                 seconds = await build_thread(writer, thread, depth, questions)
                 print(f"built {depth:>5} turns in {seconds:6.1f} s ({seconds / depth * 1000:.0f} ms/turn)")
-            token = mint_token(settings, tenant=TENANT, user="u1", locale="en-US", ttl=3600)
+            token = mint_token(settings, tenant=TENANT, user=UserId("u1"), locale="en-US", ttl=3600)
             headers = {"Authorization": f"Bearer {token}"}
             transport = httpx.ASGITransport(app=app)
             rows = []

@@ -38,6 +38,7 @@ from tests.fixtures.number_changes import KINDS, TRIGGERS, random_changes, write
 
 from bench._pg import bench_app
 from chatbot.cli.common import mint_token
+from chatbot.ids import TenantId, UserId
 from chatbot.memory.extraction import extract_offline
 from chatbot.memory.pii import find_pii, normalize_for_pii
 
@@ -106,7 +107,7 @@ def false_refusals(count: int, seed: int) -> None:
 async def stall(runs: int) -> None:
     """Print the worst event-loop stall and /healthz latency while adversarial runs are processed."""
     async with bench_app("pii") as (app, settings):
-        token = mint_token(settings, tenant="bench-pii", user="u1", locale="en-US", ttl=3600)
+        token = mint_token(settings, tenant=TenantId("bench-pii"), user=UserId("u1"), locale="en-US", ttl=3600)
         headers = {"Authorization": f"Bearer {token}", "Accept": "application/json"}
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://bench", timeout=60) as client:

@@ -51,11 +51,12 @@ from chatbot.agent._window import Window
 from chatbot.cli.common import mint_token
 from chatbot.config import Settings
 from chatbot.db.pool import Pool
+from chatbot.ids import TenantId, ThreadId, UserId
 from chatbot.recall.service import IndexWriter, Recaller, RecallQuery, ThreadRecall
 from chatbot.text import normalize_persian
 from chatbot.threads.deletion import delete_threads
 
-TENANT = "bench-recall"
+TENANT = TenantId("bench-recall")
 STEP_DEPTHS = (100, 1000, 5000)
 BENCH_WRITER = IndexWriter(TENANT, "bench-user", None)  # the step alone: no lease, so no fence
 HITS: int = Settings.model_fields["recall_hits"].default  # as a run searches by default
@@ -104,7 +105,7 @@ def _holds(text: str, value: str) -> bool:
 async def _run_conversation(
     client: httpx.AsyncClient, settings: Settings, conv: Conversation, measured: Measured, thread: str
 ) -> list[dict[str, Any]]:
-    token = mint_token(settings, tenant=TENANT, user=f"u-{thread}", locale=LOCALES[conv.language], ttl=3600)
+    token = mint_token(settings, tenant=TENANT, user=UserId(f"u-{thread}"), locale=LOCALES[conv.language], ttl=3600)
     headers = {"Authorization": f"Bearer {token}"}
     json_headers = {"Accept": "application/json", **headers}
     for text in conv.turns:
@@ -207,7 +208,7 @@ async def _step_times(pool: Pool, seed: int) -> list[tuple[int, float, float, fl
     rows = []
     for depth in STEP_DEPTHS:
         conv = conversation(seed + depth, random.Random(depth).choice(["en", "fa"]), max(depth // 2, 300), 20)
-        thread = f"bench-recall-step-{uuid.uuid4().hex[:8]}"
+        thread = ThreadId(f"bench-recall-step-{uuid.uuid4().hex[:8]}")
         messages = _messages(conv, depth)
         async with pool.connection() as conn:
             for start in range(0, depth, 500):
@@ -253,7 +254,7 @@ async def main(
     chatbot.agent.nodes.RecallStep = measured  # type: ignore[misc,assignment]  # times the step the graph runs
     async with bench_app("bench_recall") as (app, settings):
         services = app.state.services
-        threads = [f"bench-recall-{uuid.uuid4().hex[:8]}" for _ in convs]
+        threads = [ThreadId(f"bench-recall-{uuid.uuid4().hex[:8]}") for _ in convs]
         rows: list[dict[str, Any]] = []
         try:
             transport = httpx.ASGITransport(app=app)

@@ -28,13 +28,14 @@ import httpx
 
 from bench._pg import bench_app
 from chatbot.cli.common import mint_token
+from chatbot.ids import TenantId, ThreadId, UserId
 from chatbot.retrieval.ingest import ingest_paths
 from chatbot.threads.deletion import delete_threads
 
 ROOT = Path(__file__).resolve().parent.parent
 KB = ROOT / "knowledge" / "demo"
 QUESTIONS = ROOT / "bench" / "data" / "retrieval_eval.jsonl"
-TENANT = "bench-records"
+TENANT = TenantId("bench-records")
 _RECORD_BYTES = (
     "select octet_length(checkpoint -> 'channel_values' ->> 'record') as n from checkpoints "
     "where thread_id = %s and checkpoint_ns = '' and checkpoint -> 'channel_values' ->> 'record' like '{%%'"
@@ -57,10 +58,10 @@ async def main(depths: Sequence[int], samples: int) -> None:
     questions = [json.loads(line)["query"] for line in QUESTIONS.read_text().splitlines() if line.strip()]
     async with bench_app("bench_records") as (app, settings):
         await ingest_paths(app.state.services.pool, TENANT, [KB])
-        token = mint_token(settings, tenant=TENANT, user="u1", locale="en-US", ttl=3600)
+        token = mint_token(settings, tenant=TENANT, user=UserId("u1"), locale="en-US", ttl=3600)
         headers = {"Authorization": f"Bearer {token}"}
         prefix = f"bench-records-{uuid.uuid4().hex[:8]}"
-        threads = {depth: f"{prefix}-{depth}" for depth in depths}
+        threads = {depth: ThreadId(f"{prefix}-{depth}") for depth in depths}
         rows = []
         transport = httpx.ASGITransport(app=app)
         try:

@@ -40,7 +40,7 @@ from chatbot.retrieval.search import search_knowledge
 ROOT = Path(__file__).resolve().parent.parent
 KB = ROOT / "knowledge" / "demo"
 EVAL = ROOT / "bench" / "data" / "retrieval_eval.jsonl"
-DEMO_TENANT = "bench-acme"
+DEMO_TENANT = TenantId("bench-acme")
 
 
 def load_eval() -> list[dict[str, Any]]:
@@ -115,7 +115,7 @@ def synthetic_rows(
     return docs, rows
 
 
-async def load_synthetic(pool: AsyncConnectionPool[Any], tenants: list[str], chunks: int) -> None:
+async def load_synthetic(pool: AsyncConnectionPool[Any], tenants: list[TenantId], chunks: int) -> None:
     """Bulk-load distractor chunks with COPY, bypassing the ingest path."""
     sources = [
         ("fa" if path.parent.name == "fa" else "en", path.read_text().split()) for path in sorted(KB.rglob("*.md"))
@@ -146,7 +146,7 @@ async def load_synthetic(pool: AsyncConnectionPool[Any], tenants: list[str], chu
                      LATERAL (SELECT (CASE language WHEN 'en' THEN 'english' ELSE 'simple' END)::regconfig
                               AS cfg) l""")
             await conn.execute("TRUNCATE staging")
-            await refresh_vocabulary(conn, tenant)
+            await refresh_vocabulary(conn, TenantId(tenant))
         await conn.execute("DROP TABLE staging")
 
 
@@ -169,7 +169,7 @@ async def main(args: argparse.Namespace) -> None:
                 recall, mrr, _ = await evaluate(pool, DEMO_TENANT, questions, args.verbose)
                 print(f"demo KB ({len(questions)} questions): recall@5 = {recall:.3f}  MRR = {mrr:.3f}")
 
-                tenants = [f"bench-t{i:02d}" for i in range(args.tenants)]
+                tenants = [TenantId(f"bench-t{i:02d}") for i in range(args.tenants)]
                 start = time.perf_counter()
                 await load_synthetic(pool, tenants, args.chunks)
                 for tenant in tenants:

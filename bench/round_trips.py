@@ -50,10 +50,11 @@ from bench._pg import bench_database, bench_settings, ingest_into
 from chatbot.app import create_app
 from chatbot.cli.common import mint_token
 from chatbot.config import Settings
+from chatbot.ids import TenantId, UserId
 
 ROOT = Path(__file__).resolve().parent.parent
 KB = ROOT / "knowledge" / "demo"
-TENANT = "acme"
+TENANT = TenantId("acme")
 QUESTION = "How do I file a car body claim and which documents do I need?"
 FACT = "Please remember I live in Shiraz. How do I file a car body claim?"
 COUNTING_RTT_SECONDS = 0.05
@@ -172,7 +173,9 @@ async def count_part(url: str, secret: str) -> list[Counted]:
     async with proxied(url) as proxy:
         # A small window: 14 earlier turns then leave it, so the run recalls and folds.
         settings = bench_settings(proxy.url(url), service_secret=_secret(secret), context_tokens=1500)
-        token = mint_token(settings, tenant=TENANT, user=f"rtt-{uuid.uuid4().hex[:6]}", locale="en-US", ttl=3600)
+        token = mint_token(
+            settings, tenant=TENANT, user=UserId(f"rtt-{uuid.uuid4().hex[:6]}"), locale="en-US", ttl=3600
+        )
         async with app_server(settings) as base:
             # One run first: the pool's connections opened and every statement prepared once.
             await count_scenario("warm-up", base, proxy, url, token, 1)
@@ -337,7 +340,7 @@ async def latency_part(
 ) -> None:
     """Measure latency and TTFT of each target on each proxy, interleaved; print a table."""
     settings = bench_settings(url, service_secret=_secret(secret))
-    token = mint_token(settings, tenant=TENANT, user=f"rtt-{uuid.uuid4().hex[:6]}", locale="en-US", ttl=3600)
+    token = mint_token(settings, tenant=TENANT, user=UserId(f"rtt-{uuid.uuid4().hex[:6]}"), locale="en-US", ttl=3600)
     cells: dict[tuple[float, str, str], Cell] = {}
     async with proxies(url, rtts) as urls, contextlib.AsyncExitStack() as stack:
         targets: dict[float, dict[str, Any]] = {}

@@ -66,7 +66,7 @@ from chatbot.turns import META_KEY
 ROOT = Path(__file__).resolve().parent.parent
 KB = ROOT / "knowledge" / "demo"
 QUESTIONS = ROOT / "bench" / "data" / "retrieval_eval.jsonl"
-TENANT = "acme"
+TENANT = TenantId("acme")
 TARGETS = ("http", "inproc-stock", "inproc-pooled")
 CHECKPOINT_TABLES = ("checkpoints", "checkpoint_blobs", "checkpoint_writes")
 
@@ -199,7 +199,7 @@ def http_runner(client: httpx.AsyncClient, settings: Settings) -> RunOnce:
     async def run(user: str, thread: str, question: str, locale: str) -> None:
         token = tokens.get((user, locale))
         if token is None:
-            token = mint_token(settings, tenant=TENANT, user=user, locale=locale, ttl=3600)
+            token = mint_token(settings, tenant=TENANT, user=UserId(user), locale=locale, ttl=3600)
             tokens[(user, locale)] = token
         body_json = {"message": {"content": question}}
         async with client.stream(

@@ -59,9 +59,10 @@ from bench.worst_case_text import idle_rate, process_cpu, wait_idle
 from chatbot.cli.common import mint_token
 from chatbot.config import Settings
 from chatbot.db.pool import make_pool
+from chatbot.ids import TenantId, UserId
 from chatbot.retrieval.ingest import ingest_paths
 
-TENANT = "acme"
+TENANT = TenantId("acme")
 MODELS = {
     "json_schema": ("openai:gpt-4o-mini", "openai"),
     "tools": ("openai:gpt-4-turbo", "openai"),
@@ -110,7 +111,7 @@ class Target:
         self.serial += 1
         user = f"bench-stream-{self.serial % 7}"
         thread = f"stream-{uuid.uuid4().hex[:12]}"
-        token = mint_token(self.settings, tenant=TENANT, user=user, locale=locale, ttl=3600)
+        token = mint_token(self.settings, tenant=TENANT, user=UserId(user), locale=locale, ttl=3600)
         body = {"message": {"content": question}}
         headers = {"Authorization": f"Bearer {token}", "Accept": "text/event-stream"}
         async with self.client.stream("POST", f"/v1/threads/{thread}/runs", json=body, headers=headers) as response:

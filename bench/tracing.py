@@ -49,7 +49,7 @@ from chatbot.tracing.service import NO_TRACING, RunTrace, Tracing, tracing_for
 
 ROOT = Path(__file__).resolve().parent.parent
 KB = ROOT / "knowledge" / "demo"
-TENANT = "acme"
+TENANT = TenantId("acme")
 QUESTIONS = (
     ("What does travel insurance cover for medical costs abroad?", "en-US"),
     ("How do I file a car body claim and which documents do I need?", "en-US"),
@@ -132,7 +132,7 @@ async def run_slice(
 ) -> None:
     """Send `runs` runs at `concurrency`, each on a new thread, adding their figures to `tally`."""
     tokens = {
-        locale: mint_token(settings, tenant=TENANT, user=f"bench-{label}", locale=locale, ttl=3600)
+        locale: mint_token(settings, tenant=TENANT, user=UserId(f"bench-{label}"), locale=locale, ttl=3600)
         for locale in ("en-US", "fa-IR")
     }
     counter = iter(range(runs))

@@ -46,6 +46,7 @@ from bench.runs import KB, SERVER_PIDS, server
 from chatbot.cli.common import mint_token
 from chatbot.config import Settings
 from chatbot.db.pool import make_pool
+from chatbot.ids import TenantId, UserId
 from chatbot.memory import _pii_numbers, pii
 from chatbot.memory.extraction import extract_offline
 from chatbot.models.offline import _is_vague, wants_human
@@ -56,7 +57,7 @@ from chatbot.retrieval.search import MAX_QUERY_CHARS
 LIMIT = 8000  # the longest message the API takes
 TRIGGER = "remember that "
 QUESTION = "What does travel insurance cover for medical costs abroad?"
-OTHER_TENANT = "bench-other"
+OTHER_TENANT = TenantId("bench-other")
 HEAVY_TENANT = "bench-heavy"
 # The guard's cap on what it reads (before it, the same message is as legal and as costly).
 CAP = getattr(pii, "MAX_CHECKED_CHARS", 10_000)
@@ -186,7 +187,7 @@ class Replica:
 
     def auth(self, tenant: str, user: str) -> dict[str, str]:
         """Return an Authorization header for one tenant's user."""
-        token = mint_token(self.settings, tenant=tenant, user=user, locale="en-US", ttl=3600)
+        token = mint_token(self.settings, tenant=TenantId(tenant), user=UserId(user), locale="en-US", ttl=3600)
         return {"Authorization": f"Bearer {token}"}
 
     def thread(self, prefix: str) -> str:

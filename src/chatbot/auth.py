@@ -128,7 +128,7 @@ UserId = Annotated[
 ]
 
 
-def require_self(user_id: str, caller: CallerContext) -> None:
+def require_self(user_id: ids.UserId, caller: CallerContext) -> None:
     """Refuse (403) a call about another user than the token's."""
     if user_id != caller.user_id:
         raise Problem(403, "a token may only read or change its own user's data")

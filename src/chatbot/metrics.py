@@ -11,6 +11,8 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest, multiprocess
 
+from chatbot.ids import TenantId
+
 RUNS = Counter(
     "chatbot_runs_total", "Runs by terminal status (answered, clarifying, escalate, error, cancelled).", ["status"]
 )
@@ -67,7 +69,9 @@ MODEL_TOKENS = Counter(
 )
 
 
-def count_tokens(tenant_id: str, model: str, kind: str, input_tokens: int, output_tokens: int, cached: int) -> None:
+def count_tokens(
+    tenant_id: TenantId, model: str, kind: str, input_tokens: int, output_tokens: int, cached: int
+) -> None:
     """Add one model call's reported tokens to `chatbot_model_tokens_total` (zero counts add no series).
 
     Never raises: a count that is not a positive int (a provider's garbled report) adds nothing,

@@ -81,7 +81,7 @@ RUN_END = {
 }
 
 
-def _frame(run_id: str, offset: int, event: str, data: JsonValue) -> str:
+def _frame(run_id: RunId, offset: int, event: str, data: JsonValue) -> str:
     payload = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
     return f"id: {run_id}:{offset}\nevent: {event}\ndata: {payload}\n\n"
 
@@ -120,7 +120,7 @@ REJOIN_STREAM = _named(
 )
 
 
-def _message(id_: str, role: str, content: str, at: str, run_id: str, citations: list[str]) -> JsonValue:
+def _message(id_: str, role: str, content: str, at: str, run_id: RunId, citations: list[str]) -> JsonValue:
     return {"id": id_, "role": role, "content": content, "created_at": at, "run_id": run_id, "citations": [*citations]}
 
 

@@ -80,8 +80,8 @@ class HandoffContext(BaseModel):
 class RunEnd(BaseModel):
     """The `end` event of a run, also the JSON answer of `POST …/runs`."""
 
-    run_id: str
-    thread_id: str
+    run_id: RunId
+    thread_id: ThreadId
     status: RunStatus
     message: MessageRef
     citations: list[str] = Field(default_factory=list)
@@ -95,7 +95,7 @@ class TranscriptMessage(BaseModel):
     role: Literal["user", "assistant"]
     content: str
     created_at: StoredMoment
-    run_id: str | None = None
+    run_id: RunId | None = None
     citations: list[str] = Field(default_factory=list)
 
 
@@ -210,8 +210,8 @@ class ModelCallUsage(BaseModel):
 class RunRecord(BaseModel):
     """`GET …/runs/{run_id}`: the run as recorded, for audits and disputed answers."""
 
-    run_id: str
-    thread_id: str
+    run_id: RunId
+    thread_id: ThreadId
     status: str
     created_at: StoredMoment
     model: str | None = None

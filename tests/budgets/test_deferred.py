@@ -48,7 +48,13 @@ async def test_a_memory_job_over_budget_waits_and_lands_when_the_next_days_budge
             services = services_of(client)
             services.budgets.clock = clock
             answer_worst = services.budgets.answer_input_bound + services.budgets.output_cap
-            await set_budget(services.pool, BudgetTarget("acme", "user", "u1"), "day", "tokens", Decimal(answer_worst))
+            await set_budget(
+                services.pool,
+                BudgetTarget(TenantId("acme"), "user", UserId("u1")),
+                "day",
+                "tokens",
+                Decimal(answer_worst),
+            )
             # The answer fits and spends nearly all of it: the extraction's worst case does not fit.
             double.script(Behaviour(usage=(answer_worst - 100, 50, 0)))
             deferred_before = await _count(client, "memory_writes", "over_budget")
@@ -88,7 +94,11 @@ async def test_a_memory_job_under_a_budget_with_room_lands_right_after_the_answe
             # extraction beside the answer's hold, which is what the job met while the answer
             # was still unsettled.
             await set_budget(
-                services.pool, BudgetTarget("acme", "user", "u1"), "day", "tokens", Decimal(memory_worst + 1000)
+                services.pool,
+                BudgetTarget(TenantId("acme"), "user", UserId("u1")),
+                "day",
+                "tokens",
+                Decimal(memory_worst + 1000),
             )
             deferred_before = await _count(client, "memory_writes", "over_budget")
             response = await send_message(client, "memo", text, **EN)
@@ -116,7 +126,9 @@ async def test_a_memory_call_is_sent_with_the_output_the_budget_has_left(
             # After the answer (360), room for the extraction's input and 500 of output: not
             # for its whole output cap, which is what it held before.
             limit = 360 + _input_bound(text) + 500
-            await set_budget(services.pool, BudgetTarget("acme", "user", "u1"), "day", "tokens", Decimal(limit))
+            await set_budget(
+                services.pool, BudgetTarget(TenantId("acme"), "user", UserId("u1")), "day", "tokens", Decimal(limit)
+            )
             response = await send_message(client, "memo", text, **EN)
             assert parse_sse(response.text)[-1][0] == "end"
             facts = await wait_until(lambda: _facts(client), what="the memory to land", timeout=15)
@@ -143,7 +155,7 @@ async def test_a_summary_fold_over_budget_is_skipped_and_folds_later(
             # Each answer fits (a window of at most 400 tokens, its schema and 128 of output; 15
             # spent a turn); a fold's input (over 1024 with its instructions) beside the answer's
             # early hold never does.
-            target = BudgetTarget("acme", "tenant")
+            target = BudgetTarget(TenantId("acme"), "tenant")
             await set_budget(services.pool, target, "day", "tokens", Decimal(1500))
             graph_config: Any = {"configurable": {"thread_id": "long"}}
             skipped_before = await _count(client, "summary_folds", "over_budget")

@@ -15,10 +15,12 @@ async def test_erasing_a_user_removes_their_budget_rows_only(isolated_database_u
     async with running_app(isolated_database_url) as client:
         services = services_of(client)
         pool, budgets = services.pool, services.budgets
-        await set_budget(pool, BudgetTarget("acme", "tenant"), "day", "tokens", Decimal(10**6))
-        await set_budget(pool, BudgetTarget("acme", "each_user"), "day", "tokens", Decimal(10**5))
+        await set_budget(pool, BudgetTarget(TenantId("acme"), "tenant"), "day", "tokens", Decimal(10**6))
+        await set_budget(pool, BudgetTarget(TenantId("acme"), "each_user"), "day", "tokens", Decimal(10**5))
         for user in ("gone", "stays"):
-            await set_budget(pool, BudgetTarget("acme", "user", user), "month", "tokens", Decimal(10**5))
+            await set_budget(
+                pool, BudgetTarget(TenantId("acme"), "user", UserId(user)), "month", "tokens", Decimal(10**5)
+            )
             await budgets.reserve(TenantId("acme"), UserId(user), kind="answer", models=["openai:x"], input_tokens=100)
         erased = await client.delete("/v1/users/gone", headers=auth(user="gone"))
         assert erased.status_code == 200, erased.text

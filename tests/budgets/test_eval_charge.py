@@ -34,7 +34,7 @@ QUESTIONS = ["What does travel insurance cover?", "Is hail damage covered?", "Ho
 async def _budget(url: str, tokens: int | None = None) -> dict[str, float]:
     async with open_pool(settings_for(url), max_size=1) as pool:
         if tokens is not None:
-            await set_budget(pool, BudgetTarget("acme", "tenant"), "day", "tokens", Decimal(tokens))
+            await set_budget(pool, BudgetTarget(TenantId("acme"), "tenant"), "day", "tokens", Decimal(tokens))
         [row] = await report(pool, TenantId("acme"), datetime.now(UTC))
     return {"spent": row["spent"], "reserved": row["reserved"]}
 

@@ -55,14 +55,14 @@ async def _left(pool: Pool, now: datetime, tenant: str = "acme") -> list[tuple[s
 async def test_without_a_budget_nothing_is_reserved_or_refused(budgets: tuple[Budgets, Clock]) -> None:
     b, clock = budgets
     assert await _reserve(b) is None
-    await set_budget(b.pool, BudgetTarget("globex", "tenant"), "day", "tokens", Decimal(10))
+    await set_budget(b.pool, BudgetTarget(TenantId("globex"), "tenant"), "day", "tokens", Decimal(10))
     assert await _reserve(b) is None  # another tenant's budget does not apply
     assert await report(b.pool, TenantId("acme"), clock()) == []
 
 
 async def test_a_tenant_budget_takes_exactly_the_worst_cases_that_fit(budgets: tuple[Budgets, Clock]) -> None:
     b, clock = budgets
-    await set_budget(b.pool, BudgetTarget("acme", "tenant"), "day", "tokens", Decimal(3500))
+    await set_budget(b.pool, BudgetTarget(TenantId("acme"), "tenant"), "day", "tokens", Decimal(3500))
     held = [await _reserve(b, user=f"u{i}") for i in range(3)]
     assert all(h is not None for h in held)
     with pytest.raises(BudgetExhausted) as refused:
@@ -80,7 +80,7 @@ async def test_a_tenant_budget_takes_exactly_the_worst_cases_that_fit(budgets: t
 
 async def test_a_failed_call_releases_its_reservation(budgets: tuple[Budgets, Clock]) -> None:
     b, clock = budgets
-    await set_budget(b.pool, BudgetTarget("acme", "tenant"), "month", "tokens", Decimal(1000))
+    await set_budget(b.pool, BudgetTarget(TenantId("acme"), "tenant"), "month", "tokens", Decimal(1000))
     first = await _reserve(b)
     with pytest.raises(BudgetExhausted) as refused:
         await _reserve(b)
@@ -93,8 +93,8 @@ async def test_a_failed_call_releases_its_reservation(budgets: tuple[Budgets, Cl
 
 async def test_a_user_budget_refuses_that_user_only(budgets: tuple[Budgets, Clock]) -> None:
     b, clock = budgets
-    await set_budget(b.pool, BudgetTarget("acme", "tenant"), "day", "tokens", Decimal(100_000))
-    await set_budget(b.pool, BudgetTarget("acme", "user", "heavy"), "day", "tokens", Decimal(1500))
+    await set_budget(b.pool, BudgetTarget(TenantId("acme"), "tenant"), "day", "tokens", Decimal(100_000))
+    await set_budget(b.pool, BudgetTarget(TenantId("acme"), "user", UserId("heavy")), "day", "tokens", Decimal(1500))
     assert await _reserve(b, user="heavy") is not None
     with pytest.raises(BudgetExhausted) as refused:
         await _reserve(b, user="heavy")
@@ -107,8 +107,8 @@ async def test_a_user_budget_refuses_that_user_only(budgets: tuple[Budgets, Cloc
 
 async def test_each_user_is_a_default_a_personal_budget_overrides(budgets: tuple[Budgets, Clock]) -> None:
     b, clock = budgets
-    await set_budget(b.pool, BudgetTarget("acme", "each_user"), "day", "tokens", Decimal(1000))
-    await set_budget(b.pool, BudgetTarget("acme", "user", "vip"), "day", "tokens", Decimal(5000))
+    await set_budget(b.pool, BudgetTarget(TenantId("acme"), "each_user"), "day", "tokens", Decimal(1000))
+    await set_budget(b.pool, BudgetTarget(TenantId("acme"), "user", UserId("vip")), "day", "tokens", Decimal(5000))
     for user in ("a", "b"):
         assert await _reserve(b, user=user) is not None
         with pytest.raises(BudgetExhausted) as refused:
@@ -119,14 +119,14 @@ async def test_each_user_is_a_default_a_personal_budget_overrides(budgets: tuple
     rows = await report(b.pool, TenantId("acme"), clock())
     defaults = sorted(r["user_id"] or "" for r in rows if r["default"])
     assert defaults == ["a", "b"]
-    assert await clear_budgets(b.pool, BudgetTarget("acme", "each_user"), None) == 1
+    assert await clear_budgets(b.pool, BudgetTarget(TenantId("acme"), "each_user"), None) == 1
     assert await _reserve(b, user="a") is None  # no budget applies to "a" any more
 
 
 async def test_a_usd_budget_prices_the_worst_case_at_the_model_price(budgets: tuple[Budgets, Clock]) -> None:
     b, clock = budgets
     # 900 input at $1/M + 100 output at $10/M = $0.0019 a call: two fit in $0.004.
-    await set_budget(b.pool, BudgetTarget("acme", "tenant"), "day", "usd", Decimal("0.004"))
+    await set_budget(b.pool, BudgetTarget(TenantId("acme"), "tenant"), "day", "usd", Decimal("0.004"))
     first = await _reserve(b)
     assert await _reserve(b) is not None
     with pytest.raises(BudgetExhausted):
@@ -141,7 +141,7 @@ async def test_a_reservation_its_replica_never_settled_stops_counting_when_it_ex
     budgets: tuple[Budgets, Clock],
 ) -> None:
     b, clock = budgets
-    await set_budget(b.pool, BudgetTarget("acme", "tenant"), "day", "tokens", Decimal(1000))
+    await set_budget(b.pool, BudgetTarget(TenantId("acme"), "tenant"), "day", "tokens", Decimal(1000))
     assert await _reserve(b) is not None  # its replica dies: never settled
     with pytest.raises(BudgetExhausted):
         await _reserve(b)
@@ -153,8 +153,8 @@ async def test_a_reservation_its_replica_never_settled_stops_counting_when_it_ex
 async def test_day_and_month_roll_over_at_utc_midnight(budgets: tuple[Budgets, Clock]) -> None:
     b, clock = budgets
     clock.now = datetime(2026, 12, 31, 23, 59, 59, tzinfo=UTC)
-    await set_budget(b.pool, BudgetTarget("acme", "tenant"), "day", "tokens", Decimal(1000))
-    await set_budget(b.pool, BudgetTarget("acme", "user", "u1"), "month", "tokens", Decimal(2000))
+    await set_budget(b.pool, BudgetTarget(TenantId("acme"), "tenant"), "day", "tokens", Decimal(1000))
+    await set_budget(b.pool, BudgetTarget(TenantId("acme"), "user", UserId("u1")), "month", "tokens", Decimal(2000))
     held = await _reserve(b)
     await b.settle(held, [ModelCallUsage(kind="answer", model=MODEL, input_tokens=900, output_tokens=100)])  # type: ignore[arg-type]
     with pytest.raises(BudgetExhausted) as refused:
@@ -175,8 +175,8 @@ async def test_day_and_month_roll_over_at_utc_midnight(budgets: tuple[Budgets, C
 
 async def test_concurrent_reservations_never_pass_the_budget(budgets: tuple[Budgets, Clock]) -> None:
     b, clock = budgets
-    await set_budget(b.pool, BudgetTarget("acme", "tenant"), "day", "tokens", Decimal(7500))
-    await set_budget(b.pool, BudgetTarget("acme", "each_user"), "day", "tokens", Decimal(3000))
+    await set_budget(b.pool, BudgetTarget(TenantId("acme"), "tenant"), "day", "tokens", Decimal(7500))
+    await set_budget(b.pool, BudgetTarget(TenantId("acme"), "each_user"), "day", "tokens", Decimal(3000))
 
     async def one(i: int) -> bool:
         try:
@@ -192,8 +192,8 @@ async def test_concurrent_reservations_never_pass_the_budget(budgets: tuple[Budg
 
 async def test_erasure_removes_the_users_budget_rows(budgets: tuple[Budgets, Clock]) -> None:
     b, clock = budgets
-    await set_budget(b.pool, BudgetTarget("acme", "tenant"), "day", "tokens", Decimal(10_000))
-    await set_budget(b.pool, BudgetTarget("acme", "user", "gone"), "day", "tokens", Decimal(5000))
+    await set_budget(b.pool, BudgetTarget(TenantId("acme"), "tenant"), "day", "tokens", Decimal(10_000))
+    await set_budget(b.pool, BudgetTarget(TenantId("acme"), "user", UserId("gone")), "day", "tokens", Decimal(5000))
     assert await _reserve(b, user="gone") is not None
     async with b.pool.connection() as conn:
         assert await forget_user(conn, TenantId("acme"), UserId("gone")) == 1
@@ -208,7 +208,7 @@ async def test_erasure_removes_the_users_budget_rows(budgets: tuple[Budgets, Clo
 
 async def test_an_answer_chain_reserves_one_worst_case_per_entry(budgets: tuple[Budgets, Clock]) -> None:
     b, clock = budgets
-    await set_budget(b.pool, BudgetTarget("acme", "tenant"), "day", "tokens", Decimal(3000))
+    await set_budget(b.pool, BudgetTarget(TenantId("acme"), "tenant"), "day", "tokens", Decimal(3000))
     chain = [MODEL, "anthropic:claude-haiku-4-5"]
     # Each entry that fails before answering may be billed, then the next one is asked.
     held = await b.reserve(TenantId("acme"), UserId("u1"), kind="answer", models=chain, input_tokens=INPUT, calls=2)
@@ -230,7 +230,7 @@ async def test_a_sized_call_gets_the_output_that_fits_and_is_refused_only_below_
     budgets: tuple[Budgets, Clock],
 ) -> None:
     b, clock = budgets
-    await set_budget(b.pool, BudgetTarget("acme", "tenant"), "day", "tokens", Decimal(1000))
+    await set_budget(b.pool, BudgetTarget(TenantId("acme"), "tenant"), "day", "tokens", Decimal(1000))
     early = await b.admit(TenantId("acme"), UserId("u1"), [MODEL], input_floor=900)
     assert isinstance(early, Reservation)
     assert await _left(b.pool, clock()) == [("tenant", None, 0, 920)]  # the input's floor plus the output floor
@@ -255,7 +255,7 @@ async def test_a_sized_call_gets_the_output_that_fits_and_is_refused_only_below_
 async def test_calls_in_flight_share_the_output_room(budgets: tuple[Budgets, Clock]) -> None:
     b, clock = budgets
     b.output_cap = 1000
-    await set_budget(b.pool, BudgetTarget("acme", "tenant"), "day", "tokens", Decimal(2000))
+    await set_budget(b.pool, BudgetTarget(TenantId("acme"), "tenant"), "day", "tokens", Decimal(2000))
     holds = [await b.admit(TenantId("acme"), UserId(f"u{i}"), [MODEL], input_floor=80) for i in range(4)]
     assert all(h is not None for h in holds)
     # Alone, a call could take all 1000 of output; beside three holds of 100, it gets its share.
@@ -269,7 +269,7 @@ async def test_a_usd_budget_refuses_a_model_without_a_price_and_prices_the_outpu
     budgets: tuple[Budgets, Clock],
 ) -> None:
     b, clock = budgets
-    await set_budget(b.pool, BudgetTarget("acme", "tenant"), "day", "usd", Decimal("0.001"))
+    await set_budget(b.pool, BudgetTarget(TenantId("acme"), "tenant"), "day", "usd", Decimal("0.001"))
     with pytest.raises(ModelUnpriced) as refused:
         await b.admit(TenantId("acme"), UserId("u1"), ["openai:unpriced"])
     assert (refused.value.reason, refused.value.scope, refused.value.period) == ("model_unpriced", "tenant", "day")
@@ -284,6 +284,6 @@ async def test_a_usd_budget_refuses_a_model_without_a_price_and_prices_the_outpu
     [row] = await report(b.pool, TenantId("acme"), clock())
     assert row["reserved"] == pytest.approx(0.001)
     # A tokens budget counts an unpriced model's tokens: it is not refused.
-    await clear_budgets(b.pool, BudgetTarget("acme", "tenant"), None)
-    await set_budget(b.pool, BudgetTarget("acme", "tenant"), "month", "tokens", Decimal(5000))
+    await clear_budgets(b.pool, BudgetTarget(TenantId("acme"), "tenant"), None)
+    await set_budget(b.pool, BudgetTarget(TenantId("acme"), "tenant"), "month", "tokens", Decimal(5000))
     assert await b.admit(TenantId("acme"), UserId("u2"), ["openai:unpriced"]) is not None

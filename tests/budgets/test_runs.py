@@ -91,7 +91,9 @@ async def _one_runs_spend(client: httpx.AsyncClient, clock: Clock) -> int:
     only with the tenant budget set afterwards.
     """
     services = services_of(client)
-    await set_budget(services.pool, BudgetTarget("acme", "user", "probe"), "day", "tokens", Decimal(10**9))
+    await set_budget(
+        services.pool, BudgetTarget(TenantId("acme"), "user", UserId("probe")), "day", "tokens", Decimal(10**9)
+    )
     spent = []
     for thread in ("probe-1", "probe-2"):
         response = await send_message(client, thread, QUESTION, user="probe", locale="en-US")
@@ -118,7 +120,7 @@ async def test_a_budget_that_fits_n_runs_admits_at_least_nine_tenths_of_them_one
         services = services_of(a)
         spend = await _one_runs_spend(a, clock)
         limit = RUNS * spend
-        await set_budget(services.pool, BudgetTarget("acme", "tenant"), "day", "tokens", Decimal(limit))
+        await set_budget(services.pool, BudgetTarget(TenantId("acme"), "tenant"), "day", "tokens", Decimal(limit))
         outcomes = []
         for i in range(RUNS + 10):
             response = await send_message((a, b)[i % 2], f"seq-{i}", QUESTION, locale="en-US")
@@ -142,8 +144,10 @@ async def test_concurrent_runs_on_two_replicas_never_overspend_and_admit_a_fair_
         services = services_of(a)
         spend = await _one_runs_spend(a, clock)
         limit = RUNS * spend
-        await set_budget(services.pool, BudgetTarget("acme", "tenant"), "day", "tokens", Decimal(limit))
-        await set_budget(services.pool, BudgetTarget("acme", "each_user"), "day", "tokens", Decimal(limit // 4))
+        await set_budget(services.pool, BudgetTarget(TenantId("acme"), "tenant"), "day", "tokens", Decimal(limit))
+        await set_budget(
+            services.pool, BudgetTarget(TenantId("acme"), "each_user"), "day", "tokens", Decimal(limit // 4)
+        )
         highest = 0.0
         sampling = True
 
@@ -191,7 +195,9 @@ async def test_a_user_budget_refuses_that_user_only_until_the_day_rolls_over(
     async with replicas(isolated_database_url, double, 2, clock) as (a, b):
         services = services_of(a)
         # The first run's 1200 fit; what is left then (100) fits no window.
-        await set_budget(services.pool, BudgetTarget("acme", "user", "heavy"), "day", "tokens", Decimal(1300))
+        await set_budget(
+            services.pool, BudgetTarget(TenantId("acme"), "user", UserId("heavy")), "day", "tokens", Decimal(1300)
+        )
         first = await send_message(a, "heavy-1", QUESTION, user="heavy", locale="en-US")
         assert first.status_code == 200 and parse_sse(first.text)[-1][0] == "end"
         second = await send_message(b, "heavy-2", QUESTION, user="heavy", locale="en-US")
@@ -215,7 +221,7 @@ async def test_a_failed_call_releases_and_a_cancelled_one_settles_to_what_was_st
     clock = Clock(NOON)
     async with replicas(isolated_database_url, double, 1, clock) as (a,):
         services = services_of(a)
-        await set_budget(services.pool, BudgetTarget("acme", "tenant"), "day", "tokens", Decimal(10**9))
+        await set_budget(services.pool, BudgetTarget(TenantId("acme"), "tenant"), "day", "tokens", Decimal(10**9))
         double.script(Behaviour(http_status=500), Behaviour(http_status=500))  # the client retries once
         failed = await send_message(a, "fails", QUESTION, locale="en-US")
         assert parse_sse(failed.text)[-1][0] == "error"
@@ -259,7 +265,7 @@ async def test_a_killed_replicas_hold_is_released_and_swept_without_anyone_readi
             budget_sweep_seconds=0.5,
         ) as survivor:
             services = services_of(survivor)
-            target = BudgetTarget("killed", "tenant")
+            target = BudgetTarget(TenantId("killed"), "tenant")
             await set_budget(services.pool, target, "day", "tokens", Decimal(3000))
             double.hold()
             async with httpx.AsyncClient(timeout=30) as http:
@@ -292,7 +298,7 @@ async def test_a_live_calls_hold_is_renewed_past_its_expiry(isolated_database_ur
         budget_sweep_seconds=0.5,
     ) as client:
         services = services_of(client)
-        await set_budget(services.pool, BudgetTarget("acme", "tenant"), "day", "tokens", Decimal(3000))
+        await set_budget(services.pool, BudgetTarget(TenantId("acme"), "tenant"), "day", "tokens", Decimal(3000))
         double.hold()
         slow = asyncio.create_task(send_message(client, "slow", QUESTION, locale="en-US"))
         await double.async_wait_for(lambda d: len(d.requests) == 1, timeout=30)
@@ -333,12 +339,12 @@ async def test_the_chain_falls_back_under_a_budget_and_a_budget_too_small_asks_n
     }
     async with running_app(isolated_database_url, **chain) as client:
         services = services_of(client)
-        await set_budget(services.pool, BudgetTarget("acme", "tenant"), "month", "tokens", Decimal(200))
+        await set_budget(services.pool, BudgetTarget(TenantId("acme"), "tenant"), "month", "tokens", Decimal(200))
         refused = await send_message(client, "chain", QUESTION, locale="en-US")
         assert refused.status_code == 429
         assert refused.json()["budget"] == {"scope": "tenant", "period": "month"}
         assert double.requests == []  # neither entry was asked
-        await set_budget(services.pool, BudgetTarget("acme", "tenant"), "month", "tokens", Decimal(10**6))
+        await set_budget(services.pool, BudgetTarget(TenantId("acme"), "tenant"), "month", "tokens", Decimal(10**6))
         double.script("gpt-4o-mini", Behaviour(http_status=503))
         answered = await send_message(client, "chain", QUESTION, locale="en-US")
         assert parse_sse(answered.text)[-1][0] == "end"
@@ -353,7 +359,7 @@ async def test_a_model_without_a_price_is_refused_by_name_under_a_currency_budge
     async with replicas(isolated_database_url, double, 1, Clock(NOON)) as (client,):
         services = services_of(client)
         assert "openai:gpt-4o-mini" not in services.budgets.prices  # CHATBOT_MODEL_PRICES does not price it
-        await set_budget(services.pool, BudgetTarget("acme", "tenant"), "day", "usd", Decimal("0.000001"))
+        await set_budget(services.pool, BudgetTarget(TenantId("acme"), "tenant"), "day", "usd", Decimal("0.000001"))
         for thread in ("unpriced-1", "unpriced-2"):
             refused = await send_message(client, thread, QUESTION, locale="en-US")
             assert refused.status_code == 429, refused.text
@@ -362,7 +368,7 @@ async def test_a_model_without_a_price_is_refused_by_name_under_a_currency_budge
             assert "no price" in body["detail"] and refused.headers["Retry-After"] == str(12 * 3600)
         assert double.requests == []  # nothing was sent uncounted
         # A tokens budget counts an unpriced model's tokens: it answers.
-        await set_budget(services.pool, BudgetTarget("acme", "tenant"), "day", "tokens", Decimal(10**6))
+        await set_budget(services.pool, BudgetTarget(TenantId("acme"), "tenant"), "day", "tokens", Decimal(10**6))
         assert _answered(await send_message(client, "unpriced-3", QUESTION, locale="en-US"))
 
 
@@ -377,7 +383,9 @@ async def test_a_run_whose_counted_window_no_longer_fits_ends_with_a_named_error
         # first run), not for the knowledge chunks the window adds once it is built.
         floor = answer_input_floor("openai:gpt-4o-mini", QUESTION, "en", services.settings.context_tokens)
         room = floor + services.budgets.output_floor + 10
-        await set_budget(services.pool, BudgetTarget("acme", "user", "tight"), "day", "tokens", Decimal(room))
+        await set_budget(
+            services.pool, BudgetTarget(TenantId("acme"), "user", UserId("tight")), "day", "tokens", Decimal(room)
+        )
         response = await send_message(c, "tight", QUESTION, user="tight", locale="en-US")
         assert response.status_code == 200  # admitted at its start
         name, problem = parse_sse(response.text)[-1]

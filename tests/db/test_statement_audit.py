@@ -186,8 +186,8 @@ async def _runs(url: str, thread: str, other: str) -> dict[str, str]:
         # A model call under budgets: its reservation and settlement (the offline model has none).
         budgets = services_of(client).budgets
         budgets.prices["openai:audit"] = Price(input=1.0, output=2.0, cached_input=0.5)  # a currency budget applies
-        await set_budget(budgets.pool, BudgetTarget("acme", "each_user"), "day", "tokens", Decimal(10**6))
-        await set_budget(budgets.pool, BudgetTarget("acme", "tenant"), "month", "usd", Decimal(100))
+        await set_budget(budgets.pool, BudgetTarget(TenantId("acme"), "each_user"), "day", "tokens", Decimal(10**6))
+        await set_budget(budgets.pool, BudgetTarget(TenantId("acme"), "tenant"), "month", "usd", Decimal(100))
         held = await budgets.admit(TenantId("acme"), UserId("u1"), ["openai:audit"])
         assert held is not None
         await budgets.size(held, model="openai:audit", input_tokens=100, spent=[])

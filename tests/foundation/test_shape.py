@@ -18,6 +18,8 @@ Read from the source with `ast`, like tests/foundation/test_layers.py:
   other module imports it (or `message_meta`) from there.
 - the system message is composed in agent/system_message.py alone: no other module joins a
   section (recalled turns included) onto its text, so a run and its replay show one text.
+- an id is typed (`ids.py`): no parameter named for a tenant, user, thread or run is a bare
+  `str` outside the typed client, whose public signatures take what callers hold.
 
 `test_the_checks_catch_what_they_are_for` feeds each check a small breaking source.
 """
@@ -304,6 +306,28 @@ def test_the_checks_catch_what_they_are_for(tmp_path: Path) -> None:
     assert system_message_problems("threads/record.py", ast.parse(grown))
     assert not system_message_problems("threads/record.py", ast.parse("text = compose_system_text(parts, cuts)\n"))
     assert not system_message_problems(SYSTEM_MESSAGE_MODULE, ast.parse(rebuilt))
+    # What this tree held before: ids as bare strings, one at a time, optional, quoted, in a list.
+    untyped = (
+        "def a(pool, thread_id: str) -> None: ...\n"
+        "async def b(conn, *, tenant: str, user: str | None = None) -> None: ...\n"
+        "def c(run_id: 'str', user_id: Optional[str]) -> None: ...\n"
+        "def d(conn, thread_ids: Sequence[str]) -> None: ...\n"
+    )
+    found = untyped_ids("threads/deletion.py", ast.parse(untyped))
+    assert [line.split(" ", 1)[1] for line in found] == [
+        "a(thread_id)",
+        "b(tenant)",
+        "b(user)",
+        "c(run_id)",
+        "c(user_id)",
+        "d(thread_ids)",
+    ]
+    typed = (
+        "def a(pool, thread_id: ThreadId, user: UserId | None = None) -> None: ...\n"
+        "def d(conn, thread_ids: Sequence[ThreadId], thread: Sequence[str], run: str) -> None: ...\n"
+        "def e(tenant: str = typer.Option(..., '--tenant'), thread: str = Argument(...)) -> None: ...\n"
+    )
+    assert not untyped_ids("threads/deletion.py", ast.parse(typed))
 
 
 # --- one shape for a chunk's text with its citation ----------------------------------------
@@ -462,3 +486,88 @@ def test_the_system_message_is_composed_in_one_module() -> None:
         p for path, tree in _modules(SRC) for p in system_message_problems(path.relative_to(SRC).as_posix(), tree)
     ]
     assert not problems, "\n".join(problems)
+
+
+# --- ids are typed everywhere but at the boundary ----------------------------------------
+
+# Parameter names that carry one id of ids.py. `run` is not one (the token counter's run of
+# characters), and `thread` is an id only as a bare `str` (models/ rank a thread of texts).
+ID_PARAMETERS = frozenset({"tenant", "tenant_id", "user", "user_id", "thread", "thread_id", "run_id"})
+ID_COLLECTIONS = frozenset({"tenant_ids", "user_ids", "thread_ids", "run_ids"})
+UNTYPED_IDS_ALLOWED = "client/"  # the typed client's public signatures take the caller's plain strings
+# A command-line option or argument is where an id enters, as a `str`: typer parses a NewType
+# too, but `--help` would show it as `<chatbot.ids.TenantId>`. The command converts it once.
+BOUNDARY_DEFAULTS = frozenset({"Option", "Argument"})
+# Modules other helpers were rewriting when this check came: the lead types their ids after the
+# merge (recall/queries.py's three thread reads with recall/service.py, their one caller). The
+# set may only shrink: a listed module with none left fails until it leaves the list.
+IDS_NOT_YET_TYPED = frozenset(
+    {
+        "db/langgraph_tables.py",
+        "db/locks.py",
+        "db/saver.py",
+        "recall/queries.py",
+        "recall/service.py",
+    }
+)
+
+
+def _is_str(node: ast.expr | None) -> bool:
+    """Whether an annotation is `str`, `str | None` or `Optional[str]` (as written, quoted or not)."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return _is_str(ast.parse(node.value, mode="eval").body)
+    if isinstance(node, ast.Name):
+        return node.id == "str"
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr):
+        sides = (node.left, node.right)
+        return any(_is_str(side) for side in sides) and all(
+            _is_str(side) or (isinstance(side, ast.Constant) and side.value is None) for side in sides
+        )
+    if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and node.value.id == "Optional":
+        return _is_str(node.slice)
+    return False
+
+
+def _is_boundary(default: ast.expr | None) -> bool:
+    return (
+        isinstance(default, ast.Call)
+        and isinstance(default.func, ast.Attribute | ast.Name)
+        and (default.func.attr if isinstance(default.func, ast.Attribute) else default.func.id) in BOUNDARY_DEFAULTS
+    )
+
+
+def untyped_ids(where: str, tree: ast.AST) -> list[str]:
+    """Return `module:line function(parameter)` for each id parameter of `tree` annotated as a bare `str`.
+
+    A collection of ids (`thread_ids: Sequence[str]`) counts too; a command-line option does not.
+    """
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            continue
+        args = node.args
+        positional = args.posonlyargs + args.args
+        defaults: list[ast.expr | None] = [None] * (len(positional) - len(args.defaults)) + list(args.defaults)
+        for arg, default in [
+            *zip(positional, defaults, strict=True),
+            *zip(args.kwonlyargs, args.kw_defaults, strict=True),
+        ]:
+            ann = arg.annotation
+            bare = (arg.arg in ID_PARAMETERS and _is_str(ann)) or (
+                arg.arg in ID_COLLECTIONS and isinstance(ann, ast.Subscript) and _is_str(ann.slice)
+            )
+            if bare and not _is_boundary(default):
+                found.append(f"{where}:{node.lineno} {node.name}({arg.arg})")
+    return found
+
+
+def test_ids_are_typed_outside_the_typed_client() -> None:
+    found: dict[str, list[str]] = {}
+    for path, tree in _modules(SRC):
+        where = path.relative_to(SRC).as_posix()
+        if not where.startswith(UNTYPED_IDS_ALLOWED):
+            found.setdefault(where, []).extend(untyped_ids(where, tree))
+    untyped = [line for where, lines in found.items() if where not in IDS_NOT_YET_TYPED for line in lines]
+    assert not untyped, "type these with chatbot/ids.py (TenantId, UserId, ThreadId, RunId):\n" + "\n".join(untyped)
+    typed = sorted(where for where in IDS_NOT_YET_TYPED if not found.get(where))
+    assert not typed, f"these take typed ids now: take them off IDS_NOT_YET_TYPED: {typed}"

@@ -17,6 +17,7 @@ import httpx
 import psycopg
 
 from chatbot.db.pool import make_pool
+from chatbot.ids import TenantId
 from chatbot.retrieval.ingest import ingest_paths
 from tests.fixtures.knowledge import DEMO_KB
 from tests.fixtures.postgres import settings_for
@@ -44,8 +45,8 @@ async def ingest_knowledge(url: str, tmp_path: Path) -> None:
     pool = make_pool(url, settings_for(url), name="kb", min_size=1, max_size=2)
     await pool.open(wait=True)
     try:
-        await ingest_paths(pool, TENANT_A, [DEMO_KB / "en", write_docs(tmp_path / "rider", RIDER_DOC)])
-        await ingest_paths(pool, TENANT_B, [DEMO_KB / "en"])
+        await ingest_paths(pool, TenantId(TENANT_A), [DEMO_KB / "en", write_docs(tmp_path / "rider", RIDER_DOC)])
+        await ingest_paths(pool, TenantId(TENANT_B), [DEMO_KB / "en"])
     finally:
         await pool.close()
 

@@ -78,7 +78,7 @@ async def _ingest_every_format(database_url: str, root: Path) -> None:
     await pool.open(wait=True)
     try:
         for name, folder in folders.items():
-            report = await ingest_paths(pool, name, [folder])
+            report = await ingest_paths(pool, TenantId(name), [folder])
             assert not report.skipped and report.added == len(sources), (name, report.counts())
     finally:
         await pool.close()

@@ -25,8 +25,8 @@ DOCS = {
 }
 
 
-def new_tenant() -> str:
-    return f"t-{uuid.uuid4().hex[:10]}"
+def new_tenant() -> TenantId:
+    return TenantId(f"t-{uuid.uuid4().hex[:10]}")
 
 
 async def documents(pool: Pool, tenant: str) -> dict[str, str]:
@@ -107,7 +107,7 @@ async def test_single_files_are_ingested_by_name_and_never_pruned(pool: Pool, tm
 
 async def test_ingest_rejects_bad_tenants_and_missing_paths(pool: Pool, tmp_path: Path) -> None:
     with pytest.raises(ValueError):
-        await ingest_paths(pool, "bad.tenant", [tmp_path])
+        await ingest_paths(pool, TenantId("bad.tenant"), [tmp_path])
     with pytest.raises(FileNotFoundError):
         await ingest_paths(pool, new_tenant(), [tmp_path / "missing"])
 

@@ -38,8 +38,8 @@ WORDING = Document(
 )
 
 
-def _tenant() -> str:
-    return f"t-{uuid.uuid4().hex[:10]}"
+def _tenant() -> TenantId:
+    return TenantId(f"t-{uuid.uuid4().hex[:10]}")
 
 
 def _reader(pdf: str = DESCRIBED) -> DocumentReader:

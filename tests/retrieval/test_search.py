@@ -32,8 +32,8 @@ def caller(tenant: str, locale: str = "fa-IR") -> CallerContext:
     return CallerContext(tenant_id=TenantId(tenant), user_id=UserId("user-1"), locale=locale)
 
 
-def new_tenant() -> str:
-    return f"t-{uuid.uuid4().hex[:10]}"
+def new_tenant() -> TenantId:
+    return TenantId(f"t-{uuid.uuid4().hex[:10]}")
 
 
 async def ingest_docs(pool: Pool, tmp_path: Path, tenant: str, docs: dict[str, str], **kwargs: object) -> None:

@@ -19,8 +19,8 @@ NEW = "# Car body\n\n## Deductible\n\nYou pay 15% of each claim, at least 3,000,
 OTHER = "# Travel\n\nMedical costs abroad are covered up to 50,000 euros."
 
 
-def new_tenant() -> str:
-    return f"t-{uuid.uuid4().hex[:10]}"
+def new_tenant() -> TenantId:
+    return TenantId(f"t-{uuid.uuid4().hex[:10]}")
 
 
 async def test_a_changed_document_keeps_the_old_version_readable_and_searches_the_new(
@@ -40,7 +40,7 @@ async def test_a_changed_document_keeps_the_old_version_readable_and_searches_th
     rows = await read_chunk_versions(pool, tenant, [(old.chunk_id, old.version), (new.chunk_id, new.version)])
     assert rows[(old.chunk_id, 1)].text == old.text  # the text as a past run read it
     assert rows[(new.chunk_id, 2)].text == new.text
-    assert await read_chunk_versions(pool, "another-tenant", [(old.chunk_id, 1)]) == {}
+    assert await read_chunk_versions(pool, TenantId("another-tenant"), [(old.chunk_id, 1)]) == {}
 
 
 async def test_a_removed_document_leaves_search_but_not_the_records_and_can_come_back(

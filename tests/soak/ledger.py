@@ -121,7 +121,7 @@ def check_transcript(ledger: ThreadLedger, messages: list[TranscriptMessage]) ->
         elif position[m.run_id] != i - 1:
             # One run at a time per thread: nothing comes between a message and its answer.
             verdict.other.append(f"{where}: runs interleaved: answer {m.id} does not follow its run's message")
-    by_run = {m.run_id: m for m in assistants}
+    by_run: dict[str | None, TranscriptMessage] = {m.run_id: m for m in assistants}
     for run_id, answer in ledger.answers.items():
         got = by_run.get(run_id)
         if got is None:

@@ -264,7 +264,9 @@ async def test_export_cohorts_pseudonymise_users_under_the_key(isolated_database
         since = datetime.now(UTC) - timedelta(hours=1)
         first = {r["thread_id"]: r for r in await exported(pool, since, key=EXPORT_KEY.encode())}
         again = {r["thread_id"]: r for r in await exported(pool, since, key=EXPORT_KEY.encode())}
-        other = {r["thread_id"]: r for r in await exported(pool, since, key=b"another-key-" + b"z" * 32)}
+        other: dict[str, FeedbackRecord] = {
+            r["thread_id"]: r for r in await exported(pool, since, key=b"another-key-" + b"z" * 32)
+        }
     finally:
         await pool.close()
     assert {t: (r["tenant_id"], r["locale"]) for t, r in first.items()} == {
@@ -272,7 +274,7 @@ async def test_export_cohorts_pseudonymise_users_under_the_key(isolated_database
     }
     dump = json.dumps(list(first.values()) + list(other.values()))
     assert "cohort-user" not in dump  # the raw ids never leave
-    keys = {t: r["user_key"] for t, r in first.items()}
+    keys: dict[str, str | None] = {t: r["user_key"] for t, r in first.items()}
     assert all(re.fullmatch(r"[0-9a-f]{64}", k or "") for k in keys.values())
     assert keys["c-a1"] == keys["c-a2"]  # same user, same key
     assert len({keys["c-a1"], keys["c-b1"], keys["c-g1"]}) == 3  # another user, or another tenant's

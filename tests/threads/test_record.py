@@ -105,19 +105,19 @@ async def test_the_record_keeps_the_text_as_retrieved_after_its_document_changes
     pool = make_pool(isolated_database_url, settings_for(isolated_database_url), name="t", min_size=1, max_size=2)
     await pool.open(wait=True)
     try:
-        await ingest_paths(pool, "acme", [root])
+        await ingest_paths(pool, TenantId("acme"), [root])
         async with running_app(isolated_database_url) as client:
             first = await send_for_answer(client, "kb-changes", "What are medical costs abroad covered up to?", **EN)
             assert first["status"] == "answered" and "50,000" in first["message"]["content"]
             (root / "travel.md").write_text(
                 "# Travel\n\nMedical costs abroad are covered up to 80,000 euros.", encoding="utf-8"
             )
-            await ingest_paths(pool, "acme", [root])
+            await ingest_paths(pool, TenantId("acme"), [root])
             second = await send_for_answer(client, "kb-changes", "What are medical costs abroad covered up to?", **EN)
             assert "80,000" in second["message"]["content"] and "50,000" not in second["message"]["content"]
             (root / "travel.md").unlink()
             (root / "other.md").write_text("# Home\n\nFire is covered.", encoding="utf-8")
-            await ingest_paths(pool, "acme", [root])
+            await ingest_paths(pool, TenantId("acme"), [root])
             third = await send_for_answer(client, "kb-changes", "What are medical costs abroad covered up to?", **EN)
             assert third["status"] == "clarifying" and third["citations"] == []
             old = await record_of(client, "kb-changes", first["run_id"], **EN)
@@ -131,10 +131,10 @@ async def test_the_record_keeps_the_text_as_retrieved_after_its_document_changes
             # Retained threads keep what they cite; once the thread goes, so may the old version.
             await prune_superseded_chunks(pool, grace=timedelta(0))
             refs = [(c["chunk_id"], c["version"]) for r in (old, changed) for c in r["context"]["retrieved"]]
-            assert len(await read_chunk_versions(pool, "acme", refs)) == 2
+            assert len(await read_chunk_versions(pool, TenantId("acme"), refs)) == 2
             assert (await client.delete("/v1/threads/kb-changes", headers=auth(**EN))).status_code == 204
             assert await prune_superseded_chunks(pool, grace=timedelta(0)) == 2
-            assert await read_chunk_versions(pool, "acme", refs) == {}
+            assert await read_chunk_versions(pool, TenantId("acme"), refs) == {}
     finally:
         await pool.close()
 

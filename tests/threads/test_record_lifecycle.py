@@ -51,22 +51,22 @@ async def test_retention_and_erasure_prune_the_versions_only_their_threads_cited
     pool = make_pool(url, settings_for(url), name="t", min_size=1, max_size=4)
     await pool.open(wait=True)
     try:
-        await ingest_paths(pool, "acme", [root])
+        await ingest_paths(pool, TenantId("acme"), [root])
         async with running_app(url) as client:
             travel = await cited_version(client, "erased-user-thread", "leaving", "medical costs abroad covered up to?")
             home = await cited_version(client, "stale-thread", "staying", "fire damage to the building covered?")
             locks = services_of(client).locks
             for name, text in DOCS.items():
                 (root / name).write_text(text.replace("covered", "now covered"), encoding="utf-8")
-            await ingest_paths(pool, "acme", [root])
+            await ingest_paths(pool, TenantId("acme"), [root])
             age_superseded_versions(url)
             # Nothing stale, nobody erased: both cited versions stay, whatever their age.
             await purge_stale_threads(pool, locks, datetime.now(UTC) - timedelta(days=1))
-            assert len(await read_chunk_versions(pool, "acme", [travel, home])) == 2
+            assert len(await read_chunk_versions(pool, TenantId("acme"), [travel, home])) == 2
             await erase_user(pool, locks, TenantId("acme"), UserId("leaving"))
-            assert list(await read_chunk_versions(pool, "acme", [travel, home])) == [home]
+            assert list(await read_chunk_versions(pool, TenantId("acme"), [travel, home])) == [home]
             report = await purge_stale_threads(pool, locks, datetime.now(UTC) + timedelta(days=1))
             assert report.deleted == 1
-            assert await read_chunk_versions(pool, "acme", [travel, home]) == {}
+            assert await read_chunk_versions(pool, TenantId("acme"), [travel, home]) == {}
     finally:
         await pool.close()

@@ -7,6 +7,7 @@ from pathlib import Path
 from chatbot.db.pool import make_pool
 from chatbot.documents.model import Document, Paragraph, ReadLimits, Section
 from chatbot.documents.reader import DocumentReader
+from chatbot.ids import TenantId
 from chatbot.retrieval.ingest import ingest_paths
 from tests.fixtures.app import running_app
 from tests.fixtures.document_readers import DESCRIBED, write_described
@@ -44,7 +45,7 @@ async def test_a_retrieved_pdf_chunk_shows_its_pages_and_a_markdown_chunk_null(
     await pool.open(wait=True)
     try:
         with DocumentReader(ReadLimits(seconds=30), readers={"pdf": DESCRIBED}) as reader:
-            report = await ingest_paths(pool, "acme", [root], reader=reader)
+            report = await ingest_paths(pool, TenantId("acme"), [root], reader=reader)
         assert (report.added, report.skipped) == (2, [])
     finally:
         await pool.close()

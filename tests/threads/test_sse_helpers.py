@@ -98,7 +98,9 @@ def test_coalesce_leaves_lone_events_alone() -> None:
 
 
 def test_encoded_events_are_one_line_each_and_carry_the_offset_id() -> None:
-    body = encode_events("run-1", [_token("a\u2028b", 3), _token("\x85c", 5), StreamEvent("end", {}, 5)]).decode()
+    body = encode_events(
+        RunId("run-1"), [_token("a\u2028b", 3), _token("\x85c", 5), StreamEvent("end", {}, 5)]
+    ).decode()
     blocks = body.split("\n\n")
     assert blocks[0].splitlines()[:2] == ["id: run-1:5", "event: token"]
     data = blocks[0].splitlines()[2]

@@ -18,6 +18,7 @@ from datetime import datetime
 
 from chatbot.budgets import queries
 from chatbot.db.pool import Pool
+from chatbot.ids import TenantId
 from chatbot.tasks import stop_task
 
 log = logging.getLogger(__name__)
@@ -30,10 +31,10 @@ class HoldKeeper:
         self.pool = pool
         self.every = every
         self.expiry = expiry
-        self._live: dict[uuid.UUID, str] = {}
+        self._live: dict[uuid.UUID, TenantId] = {}
         self._task: asyncio.Task[None] | None = None
 
-    def keep(self, hold_id: uuid.UUID, tenant_id: str) -> None:
+    def keep(self, hold_id: uuid.UUID, tenant_id: TenantId) -> None:
         """Renew this hold until it is forgotten (settled)."""
         self._live[hold_id] = tenant_id
         self.start()
@@ -59,7 +60,7 @@ class HoldKeeper:
 
     async def renew(self) -> None:
         """Move the expiry of every live hold on, one statement per tenant."""
-        by_tenant: dict[str, list[uuid.UUID]] = {}
+        by_tenant: dict[TenantId, list[uuid.UUID]] = {}
         for hold_id, tenant in list(self._live.items()):
             by_tenant.setdefault(tenant, []).append(hold_id)
         expires = self.expiry()

@@ -18,6 +18,8 @@ Subject = Literal["tenant", "user", "each_user"]
 PERIODS: tuple[Period, ...] = ("day", "month")
 MAX_AMOUNT = Decimal(10) ** 15
 """Budgets are below this: it still prints, compares and sums exactly as a float and a JSON number."""
+NO_USER = UserId("")
+"""The user a tenant's own budget and the users' default are stored under (budgets.user_id)."""
 
 
 class BudgetInputError(ValueError):
@@ -28,9 +30,9 @@ class BudgetInputError(ValueError):
 class BudgetTarget:
     """Whose budget: the tenant's, one user's, or every user's default (`--each-user`)."""
 
-    tenant_id: str
+    tenant_id: TenantId
     scope: Subject
-    user_id: str = ""
+    user_id: UserId = NO_USER
 
     @classmethod
     def of(cls, tenant_id: TenantId, user_id: UserId | None, each_user: bool) -> BudgetTarget:
@@ -85,7 +87,7 @@ class BudgetReport(TypedDict):
     """One budget in its current period, as `chatbot budget show` and `chatbot usage` print it."""
 
     scope: Literal["tenant", "user"]
-    user_id: str | None
+    user_id: UserId | None
     default: bool
     """An `each_user` default, reported for one user."""
     period: str
@@ -100,10 +102,10 @@ class BudgetReport(TypedDict):
 class TenantBudgetReport(BudgetReport):
     """A budget report naming its tenant (first), as the commands list them."""
 
-    tenant_id: str
+    tenant_id: TenantId
 
 
-def of_tenant(tenant_id: str, row: BudgetReport) -> TenantBudgetReport:
+def of_tenant(tenant_id: TenantId, row: BudgetReport) -> TenantBudgetReport:
     """Return `row` with its tenant, named first."""
     return {"tenant_id": tenant_id, **row}
 
@@ -134,14 +136,14 @@ async def report(
         elif scope == "user":
             subjects = [budget["user_id"]] if user_id in (None, budget["user_id"]) else []
         else:
-            subjects = [""] if user_id is None else []
+            subjects = [NO_USER] if user_id is None else []
         for subject in subjects:
             rows.append(_row(budget, subject, by_key.get((subject, period)), day if period == "day" else month))
     # The tenant's own first, then each user's (a default beside a user's own), day before month.
     return sorted(rows, key=lambda r: (r["scope"] == "user", r["user_id"] or "", r["period"]))
 
 
-def _row(budget: queries.BudgetRow, subject: str, counter: queries.CounterRow | None, starts: date) -> BudgetReport:
+def _row(budget: queries.BudgetRow, subject: UserId, counter: queries.CounterRow | None, starts: date) -> BudgetReport:
     unit = budget["unit"]
     amount = _shown(budget["amount"])
     spent: Decimal | int = 0

@@ -16,7 +16,7 @@ from uuid import UUID
 from psycopg import AsyncConnection
 
 from chatbot.budgets.periods import Period
-from chatbot.ids import TenantId
+from chatbot.ids import TenantId, UserId
 
 Conn = AsyncConnection[Any]
 
@@ -38,7 +38,7 @@ class BudgetRow(TypedDict):
 
     scope: str
     """tenant, user or each_user."""
-    user_id: str
+    user_id: UserId
     period: str
     unit: str
     amount: Decimal
@@ -47,7 +47,7 @@ class BudgetRow(TypedDict):
 class CounterRow(TypedDict):
     """One subject's counter of a current period, unexpired reservations summed (COUNTERS's columns)."""
 
-    user_id: str
+    user_id: UserId
     period: str
     starts: date
     spent_tokens: int
@@ -107,8 +107,8 @@ TENANTS_WITH_BUDGETS = "select distinct tenant_id from budgets order by tenant_i
 class HoldAsk(TypedDict):
     """One hold as `chatbot_budget_hold` takes it (HOLD's parameters)."""
 
-    tenant: str
-    user: str
+    tenant: TenantId
+    user: UserId
     id: UUID
     tokens: int
     usd: float
@@ -130,53 +130,55 @@ async def hold(conn: Conn, ask: HoldAsk) -> Held:
     return cast(Held, dict(row))
 
 
-async def renew(conn: Conn, tenant: str, ids: list[UUID], expires: datetime) -> None:
+async def renew(conn: Conn, tenant: TenantId, ids: list[UUID], expires: datetime) -> None:
     """Move the expiry of a tenant's live holds to `expires`."""
     await conn.execute(RENEW, (expires, tenant, ids))
 
 
-async def expired_tenants(conn: Conn, now: datetime) -> list[str]:
+async def expired_tenants(conn: Conn, now: datetime) -> list[TenantId]:
     """Return the tenants with holds that expired by `now`."""
     cur = await conn.execute(EXPIRED_TENANTS, (now,))
-    return [str(row["tenant_id"]) for row in await cur.fetchall()]
+    return [TenantId(str(row["tenant_id"])) for row in await cur.fetchall()]
 
 
-async def settle(conn: Conn, *, tenant: str, reservation: UUID, tokens: int, usd: float) -> None:
+async def settle(conn: Conn, *, tenant: TenantId, reservation: UUID, tokens: int, usd: float) -> None:
     """Replace a reservation by the call's real usage (0 and 0: release it)."""
     await conn.execute(SETTLE, (tenant, reservation, tokens, usd))
 
 
-async def set_budget(conn: Conn, *, tenant: str, scope: str, user: str, period: str, unit: str, amount: float) -> None:
+async def set_budget(
+    conn: Conn, *, tenant: TenantId, scope: str, user: UserId, period: str, unit: str, amount: float
+) -> None:
     """Create or replace one budget."""
     params = {"tenant": tenant, "scope": scope, "user": user, "period": period, "unit": unit, "amount": amount}
     await conn.execute(SET_BUDGET, params)
 
 
-async def clear_budgets(conn: Conn, *, tenant: str, scope: str, user: str, period: str | None) -> int:
+async def clear_budgets(conn: Conn, *, tenant: TenantId, scope: str, user: UserId, period: str | None) -> int:
     """Delete a subject's budgets (of one period, or both); return how many there were."""
     cur = await conn.execute(CLEAR_BUDGETS, {"tenant": tenant, "scope": scope, "user": user, "period": period})
     return cur.rowcount
 
 
-async def tenant_budgets(conn: Conn, tenant: str) -> list[BudgetRow]:
+async def tenant_budgets(conn: Conn, tenant: TenantId) -> list[BudgetRow]:
     """Return the tenant's budgets: scope, user_id, period, unit, amount."""
     cur = await conn.execute(TENANT_BUDGETS, (tenant,))
     return [cast(BudgetRow, dict(row)) for row in await cur.fetchall()]
 
 
-async def counters(conn: Conn, *, tenant: str, day: date, month: date, now: datetime) -> list[CounterRow]:
+async def counters(conn: Conn, *, tenant: TenantId, day: date, month: date, now: datetime) -> list[CounterRow]:
     """Return the tenant's counters of the periods starting `day` and `month`, reservations summed."""
     cur = await conn.execute(COUNTERS, {"tenant": tenant, "day": day, "month": month, "now": now})
     return [cast(CounterRow, dict(row)) for row in await cur.fetchall()]
 
 
-async def forget_expired(conn: Conn, tenant: str, now: datetime) -> int:
+async def forget_expired(conn: Conn, tenant: TenantId, now: datetime) -> int:
     """Delete the tenant's reservations that expired (a killed replica's): they no longer count; return how many."""
     cur = await conn.execute(FORGET_EXPIRED, (tenant, now))
     return cur.rowcount
 
 
-async def forget_user(conn: Conn, tenant: str, user: str) -> int:
+async def forget_user(conn: Conn, tenant: TenantId, user: UserId) -> int:
     """Delete a user's budgets, counters and reservations (erasure); return the budgets deleted."""
     cur = await conn.execute(FORGET_USER_BUDGETS, (tenant, user))
     deleted = cur.rowcount

@@ -94,8 +94,8 @@ class Reservation:
     """A call's hold against the budgets of its tenant and user, until it settles."""
 
     id: uuid.UUID
-    tenant_id: str
-    user_id: str
+    tenant_id: TenantId
+    user_id: UserId
     kind: CallKind
     output_tokens: int
     """The output the hold allows the call: the provider's `max_tokens`."""
@@ -144,7 +144,7 @@ class Budgets:
     """The most input an answer call may send (CHATBOT_CONTEXT_TOKENS, its schema and framing)."""
     clock: Clock = utc_now
     """Where "now" comes from: day and month roll over at UTC midnight by this clock."""
-    _windows: dict[tuple[str, str], deque[int]] = field(default_factory=dict, init=False)
+    _windows: dict[tuple[TenantId, UserId], deque[int]] = field(default_factory=dict, init=False)
     _recent: deque[int] = field(default_factory=lambda: deque(maxlen=RECENT_WINDOWS), init=False)
     _keeper: HoldKeeper = field(init=False)
 
@@ -174,8 +174,8 @@ class Budgets:
 
     async def _hold(
         self,
-        tenant_id: str,
-        user_id: str,
+        tenant_id: TenantId,
+        user_id: UserId,
         hold_id: uuid.UUID,
         *,
         kind: CallKind,
@@ -301,7 +301,7 @@ class Budgets:
         )
         return None if granted is None else Reservation(hold_id, tenant_id, user_id, "answer", floor)
 
-    def _seen(self, tenant_id: str, user_id: str, input_tokens: int) -> None:
+    def _seen(self, tenant_id: TenantId, user_id: UserId, input_tokens: int) -> None:
         """Remember a caller's counted answer window: their next run's early hold is sized on it."""
         key = (tenant_id, user_id)
         windows = self._windows.pop(key, None) or deque(maxlen=RECENT_WINDOWS)

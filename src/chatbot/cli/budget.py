@@ -78,7 +78,7 @@ def set_command(
     assert period is not None
     unit = _unit(tokens, usd)
     try:
-        target = BudgetTarget.of(TenantId(tenant), _user(user), each_user)
+        target = BudgetTarget.of(TenantId(tenant), _user_id(user), each_user)
         value = checked_amount(amount, unit)
     except BudgetInputError as exc:
         common.fail(str(exc), 2)
@@ -125,7 +125,8 @@ def show_command(
         common.fail("--format must be table or json", 2)
     from chatbot.budgets.admin import of_tenant
 
-    rows = [of_tenant(tenant, row) for row in common.run(_report(tenant, user))]
+    tenant_id = TenantId(tenant)
+    rows = [of_tenant(tenant_id, row) for row in common.run(_report(tenant_id, _user_id(user)))]
     if output == "json":
         typer.echo(json.dumps({"tenant": tenant, "budgets": rows}, ensure_ascii=False))
     elif not rows:
@@ -148,7 +149,7 @@ def clear_command(
 
     period = _period(daily, monthly, required=False)
     try:
-        target = BudgetTarget.of(TenantId(tenant), _user(user), each_user)
+        target = BudgetTarget.of(TenantId(tenant), _user_id(user), each_user)
     except BudgetInputError as exc:
         common.fail(str(exc), 2)
         return
@@ -162,13 +163,13 @@ def clear_command(
     typer.echo(f"cleared: {cleared} budget(s)" if cleared else "nothing to clear: no such budget")
 
 
-async def _report(tenant: str, user: str | None) -> list[BudgetReport]:
+async def _report(tenant_id: TenantId, user_id: UserId | None) -> list[BudgetReport]:
     from chatbot.budgets.admin import report
     from chatbot.db.pool import open_pool
 
     settings = common.load_settings(environment="dev")
     async with open_pool(settings, max_size=1) as pool:
-        return await report(pool, TenantId(tenant), datetime.now(UTC), user_id=_user(user))
+        return await report(pool, tenant_id, datetime.now(UTC), user_id=user_id)
 
 
 def print_budgets(rows: Sequence[TenantBudgetReport], *, title: str) -> None:
@@ -194,5 +195,6 @@ def _amount(value: float, unit: str) -> str:
     return f"{int(value):,}" if unit == "tokens" else f"{value:.6f}"
 
 
-def _user(user: str | None) -> UserId | None:
-    return None if user is None else UserId(user)
+def _user_id(option: str | None) -> UserId | None:
+    """Return `--user` as the id it names (the command line is where it enters), None without it."""
+    return None if option is None else UserId(option)

@@ -26,6 +26,7 @@ from chatbot.client import (
 )
 from chatbot.client.errors import error_from_event
 from chatbot.client.events import Event
+from chatbot.ids import RunId, ThreadId
 from chatbot.responses import TranscriptMessage
 
 HELP = "commands: /history, /memory, /forget ID, /new, /quit (or end of input); anything else is a message"
@@ -44,12 +45,12 @@ def _secret(data_dir: Path) -> str:
     raise AssertionError("unreachable")
 
 
-def new_thread_id() -> str:
+def new_thread_id() -> ThreadId:
     """Return a fresh thread id."""
-    return f"chat-{secrets.token_hex(6)}"
+    return ThreadId(f"chat-{secrets.token_hex(6)}")
 
 
-def _transcript(client: ChatbotClient, thread: str) -> list[TranscriptMessage]:
+def _transcript(client: ChatbotClient, thread: ThreadId) -> list[TranscriptMessage]:
     messages: list[TranscriptMessage] = []
     before = None
     while True:
@@ -65,13 +66,13 @@ def _transcript(client: ChatbotClient, thread: str) -> list[TranscriptMessage]:
         before = page.next_before
 
 
-def _ask(client: ChatbotClient, view: View, thread: str, text: str) -> None:
+def _ask(client: ChatbotClient, view: View, thread: ThreadId, text: str) -> None:
     event: Event
-    run_id: str | None = None
+    run_id: RunId | None = None
     try:
         for event in client.stream(thread, text):
             if event.event == "metadata":
-                run_id = str(event.data.get("run_id") or "") or None
+                run_id = RunId(str(event.data.get("run_id") or "")) or None
             _show(view, event)
     except KeyboardInterrupt:
         if run_id is None:
@@ -102,7 +103,7 @@ def no_echo_of_ctrl_c(fd: int) -> Iterator[None]:
         termios.tcsetattr(fd, termios.TCSANOW, saved)
 
 
-def _stop(client: ChatbotClient, view: View, thread: str, run_id: str) -> None:
+def _stop(client: ChatbotClient, view: View, thread: ThreadId, run_id: RunId) -> None:
     """Ctrl-C during an answer: stop the run in the service too (no more tokens are spent on it)."""
     try:
         client.cancel(thread, run_id)
@@ -123,7 +124,7 @@ def _show(view: View, event: Event) -> None:
         view.error(error_from_event(event.data))
 
 
-def converse(client: ChatbotClient, view: View, thread: str) -> None:
+def converse(client: ChatbotClient, view: View, thread: ThreadId) -> None:
     """Read lines until `/quit` or the end of input; each is a message or a command."""
     view.info(f"thread: {thread} ({HELP})")
     while (line := view.read()) is not None:
@@ -187,4 +188,4 @@ def chat(
         retries=retries,
     ) as client:
         with no_echo_of_ctrl_c(0) if interactive else nullcontext():
-            converse(client, view, thread or new_thread_id())
+            converse(client, view, ThreadId(thread) if thread else new_thread_id())

@@ -20,6 +20,7 @@ from chatbot.caller import CALLER_ID_RULE, is_caller_id
 from chatbot.config import Settings
 from chatbot.db.locks import Locks
 from chatbot.db.pool import Pool, connection_kwargs, open_pool, resolve_database_url
+from chatbot.ids import TenantId, UserId
 
 T = TypeVar("T")
 DEV_SECRET_FILE = "dev-secret"
@@ -81,7 +82,7 @@ def dev_secret(data_dir: Path) -> str:
     return secret
 
 
-def mint_token(settings: Settings, *, tenant: str, user: str, locale: str, ttl: int) -> str:
+def mint_token(settings: Settings, *, tenant: TenantId, user: UserId, locale: str, ttl: int) -> str:
     """Sign a service token with the configured HS256 secret."""
     if settings.service_secret is None:
         typer.echo(

@@ -16,9 +16,10 @@ from pydantic import SecretStr
 
 from chatbot.cli import common
 from chatbot.config import Settings
+from chatbot.ids import TenantId, UserId
 
-DEMO_TENANT = "acme"
-DEMO_USER = "demo-user"
+DEMO_TENANT = TenantId("acme")
+DEMO_USER = UserId("demo-user")
 DEMO_KNOWLEDGE = Path("knowledge/demo")
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 

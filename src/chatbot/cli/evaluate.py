@@ -179,12 +179,13 @@ def evaluate_command(
         except DatasetError as exc:
             common.fail(str(exc), 2)
     check_out(out)
+    tenant_id = TenantId(tenant)
 
     async def _go() -> Report:
         from chatbot.retrieval.ingest import document_count
 
         async with common.open_pool_and_locks(settings) as (pool, locks):
-            if not await document_count(pool, tenant):
+            if not await document_count(pool, tenant_id):
                 # A mistyped tenant would otherwise run every case against nothing and exit 0.
                 common.fail(
                     f"tenant {tenant} has no knowledge base: check --tenant, "
@@ -195,11 +196,11 @@ def evaluate_command(
             if from_feedback:
                 assert first is not None
                 rated: Score | None = "up" if score == "up" else "down" if score == "down" else None
-                found = await rated_cases(pool, locks, tenant_id=TenantId(tenant), since=first, until=last, score=rated)
+                found = await rated_cases(pool, locks, tenant_id=tenant_id, since=first, until=last, score=rated)
                 if not found:
                     common.fail(f"no rated runs of tenant {tenant} in that period", 2)
             if not charge_tenant:
-                return await _run(found, candidates, tenant, settings, pool, concurrency, prices)
+                return await _run(found, candidates, tenant_id, settings, pool, concurrency, prices)
             from chatbot.agent.modelcall import answer_input_bound
             from chatbot.budgets.service import Budgets
 
@@ -213,7 +214,7 @@ def evaluate_command(
             )
             try:
                 with common.stopped_by_sigterm():
-                    return await _run(found, candidates, tenant, settings, pool, concurrency, prices, budgets)
+                    return await _run(found, candidates, tenant_id, settings, pool, concurrency, prices, budgets)
             finally:
                 # Interrupted (Ctrl-C, SIGTERM): each case settled its hold on the way out;
                 # whatever could not be is released here, before the pool closes.
@@ -240,7 +241,7 @@ def evaluate_command(
 async def _run(
     cases: Sequence[Case],
     candidates: Sequence[Candidate],
-    tenant: str,
+    tenant_id: TenantId,
     settings: Settings,
     pool: Any,
     concurrency: int,
@@ -253,7 +254,7 @@ async def _run(
         results = await evaluate(
             cases,
             candidates,
-            tenant_id=TenantId(tenant),
+            tenant_id=tenant_id,
             settings=settings,
             search=_search(pool, settings),
             concurrency=concurrency,

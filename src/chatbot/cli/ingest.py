@@ -9,6 +9,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from chatbot.cli import common
+from chatbot.ids import TenantId
 
 SKIPPED_EXIT = 1
 
@@ -70,7 +71,7 @@ def ingest(
             async with open_pool(settings) as pool:
                 return await ingest_paths(
                     pool,
-                    tenant,
+                    TenantId(tenant),
                     paths,
                     embeddings=load_embeddings(settings.embeddings),
                     progress=progress,

@@ -121,7 +121,7 @@ def token(
     settings = common.load_settings(environment="dev")
     if settings.service_secret is None:
         settings = common.load_settings(environment="dev", service_secret=common.dev_secret(settings.data_dir))
-    typer.echo(common.mint_token(settings, tenant=tenant, user=user, locale=locale, ttl=ttl))
+    typer.echo(common.mint_token(settings, tenant=TenantId(tenant), user=UserId(user), locale=locale, ttl=ttl))
 
 
 @app.command("erase-user")

@@ -85,9 +85,9 @@ def render(sections: list[Section], console: Console) -> None:
             console.print()
 
 
-def _not_found(thread_id: ThreadId, run_id: RunId, tenant: str) -> str:
+def _not_found(thread_id: ThreadId, run_id: RunId, tenant_id: TenantId) -> str:
     return (
-        f"no run {run_id} on thread {thread_id} of tenant {tenant}: "
+        f"no run {run_id} on thread {thread_id} of tenant {tenant_id}: "
         "check the three ids (the run id is in the run's metadata event)."
     )
 
@@ -103,17 +103,18 @@ def replay(
     from chatbot.threads.schemas import NOT_A_RUN, canonical_run_id
 
     settings = common.load_settings(environment="dev")  # needs no token key
+    tenant_id = TenantId(tenant)
     run = canonical_run_id(run_id)  # the API's one rule: any other text names no run
     if run == NOT_A_RUN:
-        common.fail(_not_found(thread_id, run_id, tenant))
+        common.fail(_not_found(thread_id, run_id, tenant_id))
         return
 
     async def _go() -> ResolvedRun | None:
         async with common.open_pool_and_locks(settings) as (pool, locks):
-            return await read_run_record(pool, locks, ThreadId(thread_id), run, TenantId(tenant))
+            return await read_run_record(pool, locks, thread_id, run, tenant_id)
 
     resolved = common.run(_go())
     if resolved is None:
-        common.fail(_not_found(thread_id, run_id, tenant))
+        common.fail(_not_found(thread_id, run_id, tenant_id))
         return
     render(record_sections(resolved, system_message=system_message), Console())

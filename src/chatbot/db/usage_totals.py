@@ -13,6 +13,8 @@ from typing import Any, Literal, Protocol
 
 from psycopg import AsyncConnection
 
+from chatbot.ids import TenantId
+
 CALL_TOKENS_MAX = 10_000_000
 """The most tokens one model call may count in any direction: past every model's context.
 
@@ -63,7 +65,9 @@ Grouping = Literal["tenant", "day", "model"]
 _KEYS = {"tenant": "tenant_id", "day": "day::text", "model": "model"}
 
 
-async def add(conn: AsyncConnection[Any], tenant_id: str, calls: Sequence[Call], *, day: date | None = None) -> None:
+async def add(
+    conn: AsyncConnection[Any], tenant_id: TenantId, calls: Sequence[Call], *, day: date | None = None
+) -> None:
     """Add `calls` to the tenant's totals of `day` (today, UTC), one row per model and kind."""
     day = day or datetime.now(UTC).date()
     summed: dict[tuple[str, str], list[int]] = {}

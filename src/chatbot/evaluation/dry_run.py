@@ -184,7 +184,7 @@ async def _run_case(
             first_token.append(time.perf_counter())
 
     context = Context(
-        tenant_id=TenantId(tenant_id),
+        tenant_id=tenant_id,
         user_id=EVAL_USER,
         locale=case.locale,
         run_id=RunId(str(uuid.uuid4())),

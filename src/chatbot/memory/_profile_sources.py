@@ -22,6 +22,7 @@ from typing import Literal
 from pydantic import JsonValue, TypeAdapter
 from typing_extensions import TypedDict
 
+from chatbot.ids import ThreadId
 from chatbot.memory.extraction import FactCandidate, Profile, extract_offline
 
 Scalar = Literal["language", "formality"]
@@ -162,7 +163,7 @@ def _drop_entries(profile: Profile, name: Collection, gone: set[str]) -> None:
         del profile[name]
 
 
-def without_thread(sources: ProfileSources, thread_id: str) -> ProfileSources:
+def without_thread(sources: ProfileSources, thread_id: ThreadId) -> ProfileSources:
     """Return the sources with every turn of `thread_id` kept unnamed (the thread was deleted).
 
     The entry a turn gave stays (memory is the user's), so its source stays too, without the
@@ -178,7 +179,7 @@ def without_thread(sources: ProfileSources, thread_id: str) -> ProfileSources:
     return kept
 
 
-def _unnamed(sources: list[Source], thread_id: str) -> list[Source]:
+def _unnamed(sources: list[Source], thread_id: ThreadId) -> list[Source]:
     return [
         {k: v for k, v in s.items() if k not in ("thread_id", "run_id")} if s.get("thread_id") == thread_id else s
         for s in sources

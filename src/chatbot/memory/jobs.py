@@ -119,9 +119,7 @@ async def run_outcome(pool: Pool, job: MemoryJob) -> RunOutcome:
     the run is final, its terminal status).
     """
     async with pool.connection() as conn:
-        rows = await langgraph_tables.run_record_checkpoints(
-            conn, ThreadId(job.thread_id), RunId(job.run_id), TenantId(job.tenant_id)
-        )
+        rows = await langgraph_tables.run_record_checkpoints(conn, job.thread_id, job.run_id, job.tenant_id)
     record = RecordedRun.parse(rows[0]["record"]) if rows else None
     if record is None or record.run_id != job.run_id or record.status is None:
         return "unfinished"

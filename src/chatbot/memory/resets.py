@@ -47,7 +47,7 @@ MAX_HISTORY_READ = 200
 
 
 async def _hold_exclusive(conn: AsyncConnection[Any], tenant_id: TenantId, user_id: UserId) -> None:
-    await hold_memory_reset(conn, TenantId(tenant_id), UserId(user_id), shared=False)
+    await hold_memory_reset(conn, tenant_id, user_id, shared=False)
 
 
 async def reset_memory(
@@ -114,7 +114,7 @@ async def _forget_derived(
 
 async def hold_for_write(conn: AsyncConnection[Any], tenant_id: TenantId, user_id: UserId) -> None:
     """Take the user's reset lock shared for this transaction (a job's row insert, a memory write)."""
-    await hold_memory_reset(conn, TenantId(tenant_id), UserId(user_id), shared=True)
+    await hold_memory_reset(conn, tenant_id, user_id, shared=True)
 
 
 async def erase_memory(conn: AsyncConnection[Any], tenant_id: TenantId, user_id: UserId) -> int:

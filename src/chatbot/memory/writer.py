@@ -257,7 +257,7 @@ class MemoryWriter:
             metrics.MEMORY_WRITES.labels("nothing").inc()
             return
         facts, updates = worth
-        lease = await self.locks.wait_user(TenantId(job.tenant_id), UserId(job.user_id), self.lock_wait)
+        lease = await self.locks.wait_user(job.tenant_id, job.user_id, self.lock_wait)
         if lease is None:
             metrics.MEMORY_WRITES.labels("lock_timeout").inc()  # the row stays for a later claim
             return

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from chatbot.budgets.admin import forget_user as forget_user_budgets
 from chatbot.db.locks import Lease, Locks
 from chatbot.db.pool import Pool
-from chatbot.ids import TenantId, ThreadId, UserId
+from chatbot.ids import TenantId, UserId
 from chatbot.memory.resets import erase_memory
 from chatbot.responses import ErasureReport
 from chatbot.retrieval.versions import prune_superseded_chunks
@@ -71,7 +71,7 @@ async def _erase_locked(pool: Pool, locks: Locks, tenant_id: TenantId, user_id: 
     try:
         thread_ids = await user_threads(pool, tenant_id, user_id)
         for thread_id in thread_ids:
-            lease = await locks.wait_thread(ThreadId(thread_id), wait)
+            lease = await locks.wait_thread(thread_id, wait)
             if lease is None:
                 raise ErasureBusy("a run stayed in flight on one of the user's threads")
             leases.append(lease)

@@ -74,14 +74,15 @@ async def purge_stale_threads(
     floor = uuid6_floor(cutoff)
     group = max(1, min(max_locks or batch_size, batch_size))
 
-    async def stale(conn: AsyncConnection[Any], after: str) -> tuple[list[str], list[str]]:
-        batch = await langgraph_tables.stale_threads(conn, after, floor, batch_size)
+    # LangGraph's tables answer plain text (db/langgraph_tables.py): the ids are typed as they are read.
+    async def stale(conn: AsyncConnection[Any], after: str) -> tuple[list[ThreadId], list[ThreadId]]:
+        batch = [ThreadId(t) for t in await langgraph_tables.stale_threads(conn, after, floor, batch_size)]
         return batch, batch
 
-    async def still_stale(conn: AsyncConnection[Any], thread_ids: list[str]) -> list[str]:
-        return await langgraph_tables.still_stale(conn, thread_ids, floor)
+    async def still_stale(conn: AsyncConnection[Any], thread_ids: list[ThreadId]) -> list[ThreadId]:
+        return [ThreadId(t) for t in await langgraph_tables.still_stale(conn, thread_ids, floor)]
 
-    async def leftovers(conn: AsyncConnection[Any], after: str) -> tuple[list[str], list[str]]:
+    async def leftovers(conn: AsyncConnection[Any], after: str) -> tuple[list[ThreadId], list[ThreadId]]:
         # Threads with recall rows and no checkpoint are gone already (recall/leftovers.py):
         # what a run wrote of them after losing its lock goes too, whatever its age.
         batch = await indexed_threads_after(conn, after, batch_size)
@@ -96,9 +97,9 @@ async def purge_stale_threads(
     return RetentionReport(stale_count, deleted, skipped)
 
 
-Scan = Callable[[AsyncConnection[Any], str], Awaitable[tuple[list[str], list[str]]]]
+Scan = Callable[[AsyncConnection[Any], str], Awaitable[tuple[list[ThreadId], list[ThreadId]]]]
 """One batch of a pass after a thread id: (the ids scanned, in order; the threads to delete among them)."""
-Still = Callable[[AsyncConnection[Any], list[str]], Awaitable[list[str]]]
+Still = Callable[[AsyncConnection[Any], list[ThreadId]], Awaitable[list[ThreadId]]]
 """Which of the threads are still to delete, asked again under their locks."""
 
 
@@ -131,7 +132,7 @@ async def _pass(
             skipped += busy
 
 
-async def _without_checkpoints(conn: AsyncConnection[Any], thread_ids: list[str]) -> list[str]:
+async def _without_checkpoints(conn: AsyncConnection[Any], thread_ids: list[ThreadId]) -> list[ThreadId]:
     written = await langgraph_tables.threads_with_checkpoints(conn, thread_ids)
     return [t for t in thread_ids if t not in written]
 
@@ -139,16 +140,16 @@ async def _without_checkpoints(conn: AsyncConnection[Any], thread_ids: list[str]
 async def _delete_unless_busy(
     pool: Pool,
     locks: Locks,
-    thread_ids: list[str],
+    thread_ids: list[ThreadId],
     still: Still,
 ) -> tuple[int, int]:
     """Delete the threads `still` keeps, asked under their locks; return (deleted, skipped as in flight)."""
     leases: list[Lease] = []
-    locked: list[str] = []
+    locked: list[ThreadId] = []
     skipped = 0
     try:
         for thread_id in thread_ids:
-            lease = await locks.try_thread(ThreadId(thread_id))
+            lease = await locks.try_thread(thread_id)
             if lease is None:
                 skipped += 1
                 continue

@@ -17,6 +17,8 @@ from typing import Any, TypedDict
 from psycopg import AsyncConnection
 from psycopg.rows import DictRow
 
+from chatbot.ids import TenantId, ThreadId, UserId
+
 Conn = AsyncConnection[Any]
 
 # With its owner: rows another caller's thread left under this thread id are not this index.
@@ -322,17 +324,19 @@ async def forget_thread(conn: Conn, thread_id: str) -> None:
     await conn.execute(FORGET_TERMS, (thread_id,))
 
 
-async def index_owner(conn: Conn, thread_id: str) -> tuple[str, str] | None:
+async def index_owner(conn: Conn, thread_id: ThreadId) -> tuple[TenantId, UserId] | None:
     """Return the (tenant, user) the thread's index was written for, None without one."""
     row = await (await conn.execute(INDEX_OWNER, (thread_id,))).fetchone()
-    return None if row is None else (str(row["tenant_id"]), str(row["user_id"]))
+    return None if row is None else (TenantId(str(row["tenant_id"])), UserId(str(row["user_id"])))
 
 
-async def indexed_for(conn: Conn, tenant_id: str, user_id: str) -> list[str]:
+async def indexed_for(conn: Conn, tenant_id: TenantId, user_id: UserId) -> list[ThreadId]:
     """Return the threads holding turns indexed for this tenant and user."""
-    return [str(r["thread_id"]) for r in await (await conn.execute(INDEXED_FOR, (tenant_id, user_id))).fetchall()]
+    return [
+        ThreadId(str(r["thread_id"])) for r in await (await conn.execute(INDEXED_FOR, (tenant_id, user_id))).fetchall()
+    ]
 
 
-async def indexed_after(conn: Conn, after: str, limit: int) -> list[str]:
+async def indexed_after(conn: Conn, after: str, limit: int) -> list[ThreadId]:
     """Return up to `limit` indexed threads after `after`, by id."""
-    return [str(r["thread_id"]) for r in await (await conn.execute(INDEXED_AFTER, (after, limit))).fetchall()]
+    return [ThreadId(str(r["thread_id"])) for r in await (await conn.execute(INDEXED_AFTER, (after, limit))).fetchall()]

@@ -28,6 +28,7 @@ from chatbot.caller import check_caller_id
 from chatbot.config import Settings
 from chatbot.documents.model import Document, ReadLimits, Reason, Unreadable
 from chatbot.documents.reader import DocumentReader, Found
+from chatbot.ids import TenantId
 from chatbot.retrieval import queries
 from chatbot.retrieval.chunking import Chunk, document_title, split_document, split_structured, structured_text
 from chatbot.retrieval.normalize import ZWNJ, detect_language, index_form, search_form, ts_config
@@ -212,7 +213,7 @@ def _stored_pages(chunk: Chunk, paged: bool) -> list[int] | None:
 
 
 def _chunk_rows(
-    tenant_id: str,
+    tenant_id: TenantId,
     doc: _SourceFile,
     prepared: _Prepared,
     chunks: list[Chunk],
@@ -287,7 +288,7 @@ def section_titles(paths: Sequence[Path]) -> dict[str, str]:
 
 async def _write_document(
     conn: AsyncConnection[Any],
-    tenant_id: str,
+    tenant_id: TenantId,
     doc: _SourceFile,
     prepared: _Prepared,
     sha: str,
@@ -320,7 +321,9 @@ async def _write_document(
     return len(added)
 
 
-async def _remove_documents(conn: AsyncConnection[Any], tenant_id: str, folders: set[str], present: list[str]) -> int:
+async def _remove_documents(
+    conn: AsyncConnection[Any], tenant_id: TenantId, folders: set[str], present: list[str]
+) -> int:
     """Mark the folders' documents whose file is gone as removed and supersede their chunks."""
     async with conn.transaction():
         removed = await queries.remove_documents(conn, tenant_id, sorted(folders), present)
@@ -331,7 +334,7 @@ async def _remove_documents(conn: AsyncConnection[Any], tenant_id: str, folders:
 
 async def ingest_paths(
     pool: AsyncConnectionPool[Any],
-    tenant_id: str,
+    tenant_id: TenantId,
     paths: Sequence[Path],
     *,
     embeddings: Embeddings | None = None,
@@ -392,7 +395,7 @@ async def ingest_paths(
 
 async def _ingest_file(
     conn: AsyncConnection[Any],
-    tenant_id: str,
+    tenant_id: TenantId,
     doc: _SourceFile,
     reader: DocumentReader,
     known: dict[str, str],
@@ -422,7 +425,7 @@ async def _ingest_file(
         report.added += 1
 
 
-async def document_count(pool: AsyncConnectionPool[Any], tenant_id: str) -> int:
+async def document_count(pool: AsyncConnectionPool[Any], tenant_id: TenantId) -> int:
     """Return how many documents the tenant's knowledge base holds (0: none was ingested)."""
     async with pool.connection() as conn:
         return len(await queries.known_documents(conn, tenant_id))

@@ -100,7 +100,7 @@ INSERT_TERMS = "INSERT INTO kb_terms (tenant_id, term, ndoc) SELECT %s, word, nd
 TERM_SOURCE = "SELECT tsv FROM kb_chunks WHERE tenant_id = {} AND superseded_at IS NULL"
 
 
-async def known_documents(conn: Conn, tenant_id: str) -> dict[str, str]:
+async def known_documents(conn: Conn, tenant_id: TenantId) -> dict[str, str]:
     """Return the tenant's present documents: document id -> content sha256."""
     cur = await conn.execute(KNOWN_DOCUMENTS, (tenant_id,))
     return {row["document_id"]: row["content_sha"] for row in await cur.fetchall()}
@@ -111,24 +111,24 @@ async def upsert_document(conn: Conn, params: tuple[Any, ...]) -> None:
     await conn.execute(UPSERT_DOCUMENT, params)
 
 
-async def current_chunks(conn: Conn, tenant_id: str, document_id: str) -> dict[str, CurrentChunk]:
+async def current_chunks(conn: Conn, tenant_id: TenantId, document_id: str) -> dict[str, CurrentChunk]:
     """Return the document's current chunks by chunk id."""
     cur = await conn.execute(CURRENT_CHUNKS, (tenant_id, document_id))
     return {row["chunk_id"]: CurrentChunk(row["title"], row["ordinal"], row["pages"]) for row in await cur.fetchall()}
 
 
-async def supersede_chunks(conn: Conn, tenant_id: str, document_id: str, chunk_ids: list[str]) -> None:
+async def supersede_chunks(conn: Conn, tenant_id: TenantId, document_id: str, chunk_ids: list[str]) -> None:
     """Mark the document's current chunks among `chunk_ids` superseded."""
     await conn.execute(SUPERSEDE_CHUNKS, (tenant_id, document_id, chunk_ids))
 
 
-async def move_chunks(conn: Conn, moved: list[tuple[int, str, str]]) -> None:
+async def move_chunks(conn: Conn, moved: list[tuple[int, TenantId, str]]) -> None:
     """Set current chunks' ordinals: (ordinal, tenant id, chunk id) each."""
     async with conn.cursor() as cur:
         await cur.executemany(MOVE_CHUNK, moved)
 
 
-async def next_version(conn: Conn, tenant_id: str, document_id: str) -> int:
+async def next_version(conn: Conn, tenant_id: TenantId, document_id: str) -> int:
     """Return the version the document's next chunks get (one above its highest, 1 for a new one)."""
     row = await (await conn.execute(NEXT_VERSION, (tenant_id, document_id))).fetchone()
     return int(row["v"]) if row else 1
@@ -140,22 +140,22 @@ async def insert_chunks(conn: Conn, rows: list[ChunkInsert]) -> None:
         await cur.executemany(INSERT_CHUNK, rows)
 
 
-async def remove_documents(conn: Conn, tenant_id: str, folders: Sequence[str], present: list[str]) -> list[str]:
+async def remove_documents(conn: Conn, tenant_id: TenantId, folders: Sequence[str], present: list[str]) -> list[str]:
     """Mark the folders' documents not in `present` removed; return their ids."""
     cur = await conn.execute(REMOVE_DOCUMENTS, (tenant_id, list(folders), present))
     return [row["document_id"] for row in await cur.fetchall()]
 
 
-async def supersede_documents(conn: Conn, tenant_id: str, document_ids: list[str]) -> None:
+async def supersede_documents(conn: Conn, tenant_id: TenantId, document_ids: list[str]) -> None:
     """Mark every current chunk of the documents superseded."""
     await conn.execute(SUPERSEDE_DOCUMENTS, (tenant_id, document_ids))
 
 
-async def refresh_vocabulary(conn: Conn, tenant_id: str) -> None:
+async def refresh_vocabulary(conn: Conn, tenant_id: TenantId) -> None:
     """Rebuild the tenant's lexeme table (term, chunk frequency) from its chunks."""
     stat_query = sql.SQL(TERM_SOURCE).format(sql.Literal(tenant_id))
     async with conn.transaction():
-        await hold_vocabulary(conn, TenantId(tenant_id))
+        await hold_vocabulary(conn, tenant_id)
         await conn.execute(DELETE_TERMS, (tenant_id,))
         await conn.execute(INSERT_TERMS, (tenant_id, stat_query.as_string(conn)))
 
@@ -333,7 +333,7 @@ where d.removed_at is not null
 """
 
 
-async def chunk_versions(conn: Conn, tenant_id: str, refs: Sequence[tuple[str, int]]) -> list[QuotedChunk]:
+async def chunk_versions(conn: Conn, tenant_id: TenantId, refs: Sequence[tuple[str, int]]) -> list[QuotedChunk]:
     """Return the tenant's chunk versions for (chunk id, version) pairs, current or superseded.
 
     A version's row has no language: it reads as unknown (empty).

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from datetime import timedelta
 
 from chatbot.db.pool import Pool
+from chatbot.ids import TenantId
 from chatbot.responses import QuotedChunk
 from chatbot.retrieval import queries
 
@@ -21,7 +22,7 @@ PRUNE_GRACE = timedelta(hours=1)
 
 
 async def read_chunk_versions(
-    pool: Pool, tenant_id: str, refs: Sequence[tuple[str, int]]
+    pool: Pool, tenant_id: TenantId, refs: Sequence[tuple[str, int]]
 ) -> dict[tuple[str, int], QuotedChunk]:
     """Return the tenant's chunk versions for (chunk id, version) pairs, current or superseded."""
     if not refs:

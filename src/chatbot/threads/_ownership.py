@@ -14,15 +14,15 @@ from chatbot.caller import CallerContext
 from chatbot.db import langgraph_tables
 from chatbot.db.pool import Pool
 from chatbot.errors import Problem
-from chatbot.ids import ThreadId
+from chatbot.ids import TenantId, ThreadId, UserId
 
 
 @dataclass(frozen=True, slots=True)
 class Owner:
     """The caller that created a thread."""
 
-    tenant_id: str
-    user_id: str
+    tenant_id: TenantId
+    user_id: UserId
 
     def is_caller(self, caller: CallerContext) -> bool:
         """Return True when `caller` is this owner."""
@@ -34,10 +34,10 @@ def belongs_to_another(owner: Owner | None, caller: CallerContext) -> bool:
     return owner is not None and not owner.is_caller(caller)
 
 
-async def thread_owner(pool: Pool, thread_id: str) -> Owner | None:
+async def thread_owner(pool: Pool, thread_id: ThreadId) -> Owner | None:
     """Return who created the thread, or None when the thread does not exist."""
     async with pool.connection() as conn:
-        found = await langgraph_tables.first_checkpoint_owner(conn, ThreadId(thread_id))
+        found = await langgraph_tables.first_checkpoint_owner(conn, thread_id)
     return None if found is None else Owner(*found)
 
 
@@ -46,7 +46,7 @@ def thread_not_found() -> Problem:
     return Problem(404, "thread not found")
 
 
-async def check_thread_access(pool: Pool, thread_id: str, caller: CallerContext, *, must_exist: bool) -> bool:
+async def check_thread_access(pool: Pool, thread_id: ThreadId, caller: CallerContext, *, must_exist: bool) -> bool:
     """Return whether the thread exists; raise 404 when it belongs to another caller.
 
     A thread of another tenant, or of another user of the same tenant, answers exactly

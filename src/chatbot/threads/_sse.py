@@ -6,6 +6,7 @@ import asyncio
 import json
 from collections.abc import AsyncIterator, Callable, Sequence
 
+from chatbot.ids import RunId
 from chatbot.threads._stream import TERMINAL, Listener, StreamEvent
 
 SSE_MEDIA_TYPE = "text/event-stream"
@@ -42,7 +43,7 @@ def coalesce(events: Sequence[StreamEvent]) -> list[StreamEvent]:
     return merged
 
 
-def encode_events(run_id: str, events: Sequence[StreamEvent]) -> bytes:
+def encode_events(run_id: RunId, events: Sequence[StreamEvent]) -> bytes:
     """Frame events as SSE: `id: <run_id>:<offset>`, `event:` and one-line JSON `data:`."""
     return "".join(
         f"id: {run_id}:{e.offset}\nevent: {e.event}\ndata: {_dumps(e.data)}\n\n" for e in coalesce(events)

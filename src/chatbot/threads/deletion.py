@@ -41,30 +41,29 @@ from chatbot.threads._ownership import Owner, belongs_to_another
 log = logging.getLogger(__name__)
 
 
-async def delete_thread_rows(conn: AsyncConnection[Any], thread_ids: Sequence[str]) -> None:
+async def delete_thread_rows(conn: AsyncConnection[Any], thread_ids: Sequence[ThreadId]) -> None:
     """Delete every row of the threads, on `conn` (in the caller's transaction)."""
     if not thread_ids:
         return
     # First: a rating being written on one of the threads is waited for, then deleted too.
     await hold_threads_rows(conn, list(thread_ids))
-    owners = {
-        thread_id: await langgraph_tables.first_checkpoint_owner(conn, ThreadId(thread_id)) for thread_id in thread_ids
-    }
+    owners = {thread_id: await langgraph_tables.first_checkpoint_owner(conn, thread_id) for thread_id in thread_ids}
     await langgraph_tables.delete_thread_checkpoints(conn, thread_ids)
     await catalogue.delete_keyed(conn, "thread_id", thread_ids, skip=langgraph_tables.CHECKPOINT_TABLES)
     # Last: the thread's memory jobs are gone above, so no job of it writes a source again
     # (a job already writing took its row first, and this waited for it).
     for thread_id, owner in owners.items():
         if owner is not None:
-            await drop_thread_sources(conn, *owner, ThreadId(thread_id))
+            await drop_thread_sources(conn, *owner, thread_id)
 
 
-async def user_threads(pool: Pool, tenant_id: TenantId, user_id: UserId) -> list[str]:
+async def user_threads(pool: Pool, tenant_id: TenantId, user_id: UserId) -> list[ThreadId]:
     """Return every thread naming the user: by its checkpoints, or by recall rows indexed for them."""
     async with pool.connection() as conn:
         found = await langgraph_tables.threads_of_user(conn, tenant_id, user_id)
         indexed = await threads_indexed_for(conn, tenant_id, user_id)
-    return sorted(set(found) | set(indexed))
+    # Checkpoints name their threads as plain text (db/langgraph_tables.py): typed here, where they are read.
+    return sorted({ThreadId(thread_id) for thread_id in found} | set(indexed))
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,7 +75,7 @@ class UserThreadsDeleted:
 
 
 async def delete_user_threads(
-    conn: AsyncConnection[Any], tenant_id: TenantId, user_id: UserId, thread_ids: Sequence[str]
+    conn: AsyncConnection[Any], tenant_id: TenantId, user_id: UserId, thread_ids: Sequence[ThreadId]
 ) -> UserThreadsDeleted:
     """Delete the user's threads, their feedback and the user's run counters, on `conn` (an erasure's transaction).
 
@@ -89,7 +88,7 @@ async def delete_user_threads(
     await hold_threads_rows(conn, list(thread_ids))
     others = []
     for thread_id in thread_ids:
-        owner = await langgraph_tables.first_checkpoint_owner(conn, ThreadId(thread_id))
+        owner = await langgraph_tables.first_checkpoint_owner(conn, thread_id)
         if owner is not None and owner != (tenant_id, user_id):
             others.append(thread_id)
     theirs = [t for t in thread_ids if t not in others]
@@ -101,7 +100,7 @@ async def delete_user_threads(
     return UserThreadsDeleted(threads=len(theirs), feedback=feedback)
 
 
-async def delete_threads(pool: Pool, thread_ids: Sequence[str]) -> int:
+async def delete_threads(pool: Pool, thread_ids: Sequence[ThreadId]) -> int:
     """Delete every checkpoint, blob and write of the threads, their feedback, everything, at once."""
     if not thread_ids:
         return 0

@@ -22,7 +22,7 @@ from typing import TypedDict
 from langchain_core.messages import BaseMessage
 
 from chatbot.db.pool import Pool
-from chatbot.ids import RunId, TenantId, UserId
+from chatbot.ids import RunId, TenantId, ThreadId, UserId
 from chatbot.threads import queries
 from chatbot.threads.transcript import read_messages
 from chatbot.timestamps import rfc3339
@@ -60,9 +60,9 @@ class RatedTurn(TypedDict):
 class FeedbackRecord(RatedTurn):
     """One line of the feedback export (docs/api.md)."""
 
-    thread_id: str
-    run_id: str
-    tenant_id: str
+    thread_id: ThreadId
+    run_id: RunId
+    tenant_id: TenantId
     locale: str | None
     user_key: str | None
     score: str
@@ -106,7 +106,7 @@ async def export_feedback(pool: Pool, since: datetime, *, key: bytes | None = No
     """
     async with pool.connection() as conn:
         rows = await queries.rated_since(conn, since)
-    thread_id: str | None = None
+    thread_id: ThreadId | None = None
     messages: list[BaseMessage] = []
     for row in rows:
         if row["thread_id"] != thread_id:

@@ -66,7 +66,7 @@ async def upsert_feedback(conn: AsyncConnection[Any], params: tuple[Any, ...]) -
 
 
 async def delete_feedback_of_user(
-    conn: AsyncConnection[Any], tenant_id: TenantId, user_id: UserId, thread_ids: Sequence[str]
+    conn: AsyncConnection[Any], tenant_id: TenantId, user_id: UserId, thread_ids: Sequence[ThreadId]
 ) -> int:
     """Delete the user's feedback in one tenant, and any feedback on `thread_ids`; return how many went."""
     cur = await conn.execute(DELETE_FEEDBACK_OF_USER, (tenant_id, user_id, list(thread_ids)))
