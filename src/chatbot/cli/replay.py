@@ -93,8 +93,9 @@ def _not_found(thread_id: ThreadId, run_id: RunId, tenant_id: TenantId) -> str:
 
 
 def replay(
-    thread_id: ThreadId = typer.Argument(..., help="The thread (the backend's chat session id)."),
-    run_id: RunId = typer.Argument(..., help="The run's id (a UUID)."),
+    # Plain `str` on the command line (a NewType shows as `<chatbot.ids.ThreadId>` in --help).
+    thread: str = typer.Argument(..., metavar="THREAD_ID", help="The thread (the backend's chat session id)."),
+    run: str = typer.Argument(..., metavar="RUN_ID", help="The run's id (a UUID)."),
     tenant: str = typer.Option(..., "--tenant", help="Tenant the thread belongs to.", callback=common.caller_id),
     system_message: bool = typer.Option(False, "--system-message", help="Also print the whole system message."),
 ) -> None:
@@ -103,15 +104,15 @@ def replay(
     from chatbot.threads.schemas import NOT_A_RUN, canonical_run_id
 
     settings = common.load_settings(environment="dev")  # needs no token key
-    tenant_id = TenantId(tenant)
-    run = canonical_run_id(run_id)  # the API's one rule: any other text names no run
-    if run == NOT_A_RUN:
+    tenant_id, thread_id, run_id = TenantId(tenant), ThreadId(thread), RunId(run)
+    canonical = canonical_run_id(run_id)  # the API's one rule: any other text names no run
+    if canonical == NOT_A_RUN:
         common.fail(_not_found(thread_id, run_id, tenant_id))
         return
 
     async def _go() -> ResolvedRun | None:
         async with common.open_pool_and_locks(settings) as (pool, locks):
-            return await read_run_record(pool, locks, thread_id, run, tenant_id)
+            return await read_run_record(pool, locks, thread_id, canonical, tenant_id)
 
     resolved = common.run(_go())
     if resolved is None:
