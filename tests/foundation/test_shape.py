@@ -13,7 +13,9 @@ Read from the source with `ast`, like tests/foundation/test_layers.py:
 - a stored fact's JSON is parsed in one module (memory/facts.py), and memory's store layout
   and its walk over stored values are spelled in memory/ alone.
 - a chunk's text with its citation is one class (`responses.QuotedChunk`): search, the graph,
-  the run record and the evaluation build from it, none declares a chunk's fields again.
+  the run record and the evaluation build from it, none declares a chunk's fields again;
+- a connection's (and a cursor's) type alias is declared once, in db/connection_options.py,
+  and imported everywhere else.
 
 `test_the_checks_catch_what_they_are_for` feeds each check a small breaking source.
 """
@@ -37,7 +39,7 @@ RE_EXPORTING = frozenset({"client"})  # AGENTS.md: the typed client's package is
 MAX_LINES = 500
 # Modules still over MAX_LINES, to be split: the set may only shrink (a listed module that
 # fits fails until it leaves the list, a new long one fails at once).
-KNOWN_LONG = frozenset({"db/langgraph_tables.py", "db/locks.py", "threads/runs.py"})
+KNOWN_LONG = frozenset({"threads/runs.py"})
 
 
 def _modules(root: Path) -> Iterator[tuple[Path, ast.Module]]:
@@ -155,6 +157,46 @@ def test_no_module_of_src_runs_over_the_line_limit() -> None:
     assert KNOWN_LONG - long == set(), f"these fit now: take them off KNOWN_LONG: {sorted(KNOWN_LONG - long)}"
 
 
+# --- one connection alias -----------------------------------------------------------------
+
+ALIAS_MODULE = "db/connection_options.py"
+ALIASES = frozenset({f"{ALIAS_MODULE}:Conn", f"{ALIAS_MODULE}:Cursor"})
+# psycopg's connection and cursor classes: a module-level name bound to one of them (or to
+# one with its row type) is an alias of the connection every statement function takes.
+PSYCOPG_TYPES = frozenset({"AsyncConnection", "AsyncCursor", "Connection", "Cursor"})
+
+
+def _type_name(node: ast.expr) -> str | None:
+    """Return the class a type names: `AsyncConnection` for `AsyncConnection[Any]` and `psycopg.AsyncConnection`."""
+    if isinstance(node, ast.Subscript):
+        node = node.value
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    return None
+
+
+def connection_aliases(where: str, tree: ast.Module) -> list[str]:
+    """Return `module:Name` for each module-level alias of a psycopg connection or cursor type in `tree`."""
+    found = []
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target, value = node.targets[0], node.value
+        elif isinstance(node, ast.AnnAssign) and node.value is not None:
+            target, value = node.target, node.value
+        else:
+            continue
+        if isinstance(target, ast.Name) and _type_name(value) in PSYCOPG_TYPES:
+            found.append(f"{where}:{target.id}")
+    return found
+
+
+def test_the_connection_alias_is_declared_once() -> None:
+    found = {a for path, tree in _modules(SRC) for a in connection_aliases(path.relative_to(SRC).as_posix(), tree)}
+    assert found == ALIASES, f"import Conn and Cursor from {ALIAS_MODULE} instead of declaring them again"
+
+
 # --- one home for a stored fact, and for memory's store layout ----------------------------
 
 FACT_MODULE = "memory/facts.py"
@@ -229,7 +271,7 @@ def test_a_stored_fact_is_parsed_in_one_module() -> None:
 
 
 def test_memorys_store_layout_and_the_walk_over_its_values_live_in_memory() -> None:
-    # db/langgraph_tables.py runs the store's statements on the prefixes memory gives it; the
+    # db/langgraph_store.py runs the store's statements on the prefixes memory gives it; the
     # "drop this thread from every fact" walk is memory's (a deleted thread's facts stay, with
     # no source naming it: tests/threads/test_delete_fact_sources.py).
     problems = [
@@ -273,6 +315,15 @@ def test_the_checks_catch_what_they_are_for(tmp_path: Path) -> None:
     assert import_problems(ops, ast.parse("from chatbot.threads._ownership import check_owner\n"))
     assert not import_problems(ops, ast.parse("from chatbot.ops import queries\n"))
     assert not import_problems(ops, ast.parse("from chatbot.threads.deletion import delete_thread_rows\n"))
+
+    # What this tree held before: the alias declared again in seven modules.
+    assert connection_aliases("recall/queries.py", ast.parse("Conn = AsyncConnection[Any]\n"))
+    assert connection_aliases("db/pool.py", ast.parse("Connection: TypeAlias = psycopg.AsyncConnection[DictRow]\n"))
+    assert connection_aliases("db/langgraph_tables.py", ast.parse("Cursor = AsyncCursor[Any]\n"))
+    assert not connection_aliases("db/pool.py", ast.parse("Pool = AsyncConnectionPool[AsyncConnection[DictRow]]\n"))
+    assert not connection_aliases(
+        "memory/items.py", ast.parse("async def f(conn: AsyncConnection[Any]) -> None: ...\n")
+    )
 
 
 # --- one shape for a chunk's text with its citation ----------------------------------------

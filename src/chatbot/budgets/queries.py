@@ -10,15 +10,12 @@ from __future__ import annotations
 
 from datetime import date, datetime
 from decimal import Decimal
-from typing import Any, Literal, TypedDict, cast
+from typing import Literal, TypedDict, cast
 from uuid import UUID
 
-from psycopg import AsyncConnection
-
 from chatbot.budgets.periods import Period
+from chatbot.db.connection_options import Conn
 from chatbot.ids import TenantId
-
-Conn = AsyncConnection[Any]
 
 
 class Held(TypedDict):

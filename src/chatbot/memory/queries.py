@@ -1,23 +1,21 @@
 """The memory feature's own SQL: `memory_jobs` (memory/jobs.py) and `memory_resets` (memory/resets.py).
 
 Statements as module constants beside the small functions that run them on a connection
-the caller passes in. The store's tables are db/langgraph_tables.py's (AGENTS.md, "Where
+the caller passes in. The store's tables are db/langgraph_store.py's (AGENTS.md, "Where
 SQL lives").
 """
 
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, TypedDict, cast
+from typing import TYPE_CHECKING, TypedDict, cast
 
-from psycopg import AsyncConnection, AsyncCursor
-
+from chatbot.db.connection_options import Conn, Cursor
 from chatbot.ids import RunId, TenantId, ThreadId, UserId
 
 if TYPE_CHECKING:
     from chatbot.memory.jobs import MemoryJob
 
-Conn = AsyncConnection[Any]
 
 INSERT_JOB = """
 insert into memory_jobs
@@ -86,7 +84,7 @@ async def claim_job(
     return cast("ClaimedJob | None", await (await conn.execute(CLAIM_JOB, params)).fetchone())
 
 
-async def send_take_job(conn: Conn, thread_id: ThreadId, run_id: RunId) -> AsyncCursor[Any]:
+async def send_take_job(conn: Conn, thread_id: ThreadId, run_id: RunId) -> Cursor:
     """Send `take_job`'s delete without waiting (in a pipeline); its cursor's rowcount says, once read."""
     return await conn.execute(TAKE_JOB, (thread_id, run_id))
 

@@ -12,12 +12,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, TypedDict
+from typing import TypedDict
 
-from psycopg import AsyncConnection
 from psycopg.rows import DictRow
 
-Conn = AsyncConnection[Any]
+from chatbot.db.connection_options import Conn
 
 # With its owner: rows another caller's thread left under this thread id are not this index.
 NEWEST_TURN = """
