@@ -20,12 +20,13 @@ even a run that fails after retrieval leaves chunk text in a checkpoint.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Annotated, Any, Literal, TypedDict, cast
+from typing import Annotated, Any, Literal, TypedDict
 
+import typing_extensions
 from langchain_core.messages import AnyMessage, BaseMessage, HumanMessage
 from langgraph.channels.delta import DeltaChannel
 from langgraph.graph.message import add_messages
-from pydantic import JsonValue
+from pydantic import JsonValue, TypeAdapter
 
 from chatbot.responses import RunStatus
 
@@ -108,7 +109,8 @@ class ConversationState(TypedDict, total=False):
     """Consecutive turns that could not be answered; escalates when it keeps growing."""
 
 
-class MessageMeta(TypedDict, total=False):
+# typing_extensions' TypedDict: the one pydantic validates on Python 3.11 (message_meta does).
+class MessageMeta(typing_extensions.TypedDict, total=False):
     """Our metadata on a persisted message, under `additional_kwargs[META_KEY]`."""
 
     created_at: str
@@ -121,8 +123,12 @@ class MessageMeta(TypedDict, total=False):
     """An answer's status (responses.py `RunStatus`)."""
 
 
+_MESSAGE_META: TypeAdapter[MessageMeta] = TypeAdapter(MessageMeta)
+
+
 def message_meta(message: BaseMessage) -> MessageMeta:
     """Return our metadata stored on a persisted message (empty when absent)."""
     meta = message.additional_kwargs.get(META_KEY)
-    # Written only as a MessageMeta (agent/nodes.py, threads/runs.py); LangChain keeps it as given.
-    return cast(MessageMeta, meta) if isinstance(meta, dict) else MessageMeta()
+    # Written only as a MessageMeta (agent/nodes.py, threads/runs.py); LangChain keeps it as given,
+    # and it comes back from the checkpoints: validated here, a key of another shape raises.
+    return _MESSAGE_META.validate_python(meta) if isinstance(meta, dict) else MessageMeta()

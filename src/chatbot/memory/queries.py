@@ -8,7 +8,10 @@ SQL lives").
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, TypedDict, cast
+from typing import TYPE_CHECKING
+
+from pydantic import TypeAdapter
+from typing_extensions import TypedDict
 
 from chatbot.db.connection_options import Conn, Cursor
 from chatbot.ids import RunId, TenantId, ThreadId, UserId
@@ -36,6 +39,9 @@ class ClaimedJob(TypedDict):
     user_text: str
     attempts: int
 
+
+# Validated where it is read (a column of another shape raises), built once.
+_CLAIMED_JOB: TypeAdapter[ClaimedJob] = TypeAdapter(ClaimedJob)
 
 CLAIM_JOB = """
 update memory_jobs set claimed_until = %(until)s, claimed_by = %(holder)s, attempts = attempts + 1
@@ -81,7 +87,8 @@ async def claim_job(
 ) -> ClaimedJob | None:
     """Claim a free row for `lease`; return its columns and claim count, None when another won."""
     params = {"thread": thread_id, "run": run_id, "now": now, "until": now + lease, "holder": holder}
-    return cast("ClaimedJob | None", await (await conn.execute(CLAIM_JOB, params)).fetchone())
+    row = await (await conn.execute(CLAIM_JOB, params)).fetchone()
+    return None if row is None else _CLAIMED_JOB.validate_python(row)
 
 
 async def send_take_job(conn: Conn, thread_id: ThreadId, run_id: RunId) -> Cursor:
