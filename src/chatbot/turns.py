@@ -13,9 +13,11 @@ live here, below every feature that uses them; a second spelling would drift.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Literal, TypedDict, cast
+from typing import Literal
 
+import typing_extensions
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+from pydantic import TypeAdapter
 
 from chatbot.db.checkpoints import Checkpoints
 from chatbot.db.pool import Pool
@@ -27,7 +29,8 @@ META_KEY = "chatbot"
 Role = Literal["user", "assistant"]
 
 
-class MessageMeta(TypedDict, total=False):
+# typing_extensions' TypedDict: the one pydantic validates on Python 3.11 (message_meta does).
+class MessageMeta(typing_extensions.TypedDict, total=False):
     """Our metadata on a persisted message, under `additional_kwargs[META_KEY]`."""
 
     created_at: str
@@ -40,11 +43,15 @@ class MessageMeta(TypedDict, total=False):
     """An answer's status (responses.py `RunStatus`)."""
 
 
+_MESSAGE_META: TypeAdapter[MessageMeta] = TypeAdapter(MessageMeta)
+
+
 def message_meta(message: BaseMessage) -> MessageMeta:
     """Return our metadata stored on a persisted message (empty when absent)."""
     meta = message.additional_kwargs.get(META_KEY)
-    # Written only as a MessageMeta (agent/nodes.py, threads/runs.py); LangChain keeps it as given.
-    return cast(MessageMeta, meta) if isinstance(meta, dict) else MessageMeta()
+    # Written only as a MessageMeta (agent/nodes.py, threads/runs.py); LangChain keeps it as given,
+    # and it comes back from the checkpoints: validated here, a key of another shape raises.
+    return _MESSAGE_META.validate_python(meta) if isinstance(meta, dict) else MessageMeta()
 
 
 def conversation_role(message: BaseMessage) -> Role | None:

@@ -1,4 +1,4 @@
-"""db/langgraph_tables.py: the one module that names LangGraph's tables, and what it relies on.
+"""db/langgraph_*.py: the only modules that name LangGraph's tables, and what they rely on.
 
 Re-run on every library upgrade: the columns its statements read, `adelete_thread` emptying
 the tables the thread deletion then skips, the deletes joining the caller's transaction,
@@ -16,8 +16,9 @@ from langchain_core.runnables import RunnableConfig
 from langgraph.checkpoint.base import empty_checkpoint
 from psycopg.rows import dict_row
 
-from chatbot.db import langgraph_tables
+from chatbot.db import langgraph_tables, langgraph_threads
 from chatbot.db.saver import PooledPostgresSaver
+from chatbot.ids import ThreadId
 from tests.fixtures.catalogue import rows_of_threads
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "chatbot"
@@ -27,7 +28,7 @@ LIBRARY_TABLES = (
 # A statement naming a table: `from`, `into`, `update`, `join`, `delete from`, `table` before it.
 STATEMENT = re.compile(rf"\b(from|into|update|join|table)\s+({LIBRARY_TABLES})\b(?!\.|/)", re.IGNORECASE)
 
-# The columns the module's statements use, per table, at the verified versions.
+# The columns the modules' statements use, per table, at the verified versions.
 USED_COLUMNS = {
     "checkpoints": {"thread_id", "checkpoint_ns", "checkpoint_id", "metadata", "checkpoint"},
     "checkpoint_blobs": {"thread_id", "checkpoint_ns", "channel", "version", "type", "blob"},
@@ -38,11 +39,16 @@ USED_COLUMNS = {
 }
 
 
+def _is_a_home(path: Path) -> bool:
+    """Whether a source module may name LangGraph's tables: `db/langgraph_*.py`."""
+    return path.parent == SRC / "db" and path.name.startswith("langgraph_")
+
+
 def test_no_other_module_names_langgraphs_tables() -> None:
     offenders = [
         f"{path.relative_to(SRC)}: {match.group(0)}"
         for path in SRC.rglob("*.py")
-        if path.name != "langgraph_tables.py"
+        if not _is_a_home(path)
         for match in STATEMENT.finditer(path.read_text("utf-8"))
     ]
     assert offenders == []
@@ -85,19 +91,19 @@ async def test_delete_thread_checkpoints_empties_every_checkpoint_table_in_the_c
     await _thread_with_rows(url, "doomed")
     await _thread_with_rows(url, "kept")
     written = rows_of_threads(url, ["doomed"])
-    assert all(written[t] > 0 for t in langgraph_tables.CHECKPOINT_TABLES), written
+    assert all(written[t] > 0 for t in langgraph_threads.CHECKPOINT_TABLES), written
 
     async with await psycopg.AsyncConnection.connect(url, autocommit=True, row_factory=dict_row) as conn:
         with pytest.raises(RuntimeError, match="roll back"):
             async with conn.transaction():
-                await langgraph_tables.delete_thread_checkpoints(conn, ["doomed"])
+                await langgraph_threads.delete_thread_checkpoints(conn, [ThreadId("doomed")])
                 raise RuntimeError("roll back")
         assert rows_of_threads(url, ["doomed"]) == written  # the deletes were the caller's to undo
         async with conn.transaction():
-            await langgraph_tables.delete_thread_checkpoints(conn, ["doomed"])
+            await langgraph_threads.delete_thread_checkpoints(conn, [ThreadId("doomed")])
 
     left = rows_of_threads(url, ["doomed"])
-    assert {t: left[t] for t in langgraph_tables.CHECKPOINT_TABLES} == dict.fromkeys(
-        langgraph_tables.CHECKPOINT_TABLES, 0
+    assert {t: left[t] for t in langgraph_threads.CHECKPOINT_TABLES} == dict.fromkeys(
+        langgraph_threads.CHECKPOINT_TABLES, 0
     )
-    assert all(rows_of_threads(url, ["kept"])[t] > 0 for t in langgraph_tables.CHECKPOINT_TABLES)
+    assert all(rows_of_threads(url, ["kept"])[t] > 0 for t in langgraph_threads.CHECKPOINT_TABLES)

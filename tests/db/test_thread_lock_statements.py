@@ -18,7 +18,7 @@ from langgraph.checkpoint.base import empty_checkpoint
 from psycopg.rows import dict_row
 
 from chatbot.caller import CallerContext
-from chatbot.db.langgraph_tables import first_checkpoint_owner
+from chatbot.db.langgraph_threads import first_checkpoint_owner
 from chatbot.db.locks import Locks, OwnedByAnother
 from chatbot.db.pool import Pool, connection_kwargs
 from chatbot.db.saver import PooledPostgresSaver

@@ -20,6 +20,10 @@ Read from the source with `ast`, like tests/foundation/test_layers.py:
   section (recalled turns included) onto its text, so a run and its replay show one text.
 - an id is typed (`ids.py`): no parameter named for a tenant, user, thread or run is a bare
   `str` outside the typed client, whose public signatures take what callers hold.
+- a connection's (and a cursor's) type alias is declared once, in db/connection_options.py,
+  and imported everywhere else.
+- no `cast` lays a TypedDict over a value: a row or stored JSON read as one is validated
+  where it is read (a pydantic `TypeAdapter` built once) or built by its type.
 
 `test_the_checks_catch_what_they_are_for` feeds each check a small breaking source.
 """
@@ -44,7 +48,7 @@ RE_EXPORTING = frozenset({"client"})  # AGENTS.md: the typed client's package is
 MAX_LINES = 500
 # Modules still over MAX_LINES, to be split: the set may only shrink (a listed module that
 # fits fails until it leaves the list, a new long one fails at once).
-KNOWN_LONG = frozenset({"db/langgraph_tables.py", "db/locks.py"})
+KNOWN_LONG: frozenset[str] = frozenset()
 
 
 def _modules(root: Path) -> Iterator[tuple[Path, ast.Module]]:
@@ -162,6 +166,100 @@ def test_no_module_of_src_runs_over_the_line_limit() -> None:
     assert KNOWN_LONG - long == set(), f"these fit now: take them off KNOWN_LONG: {sorted(KNOWN_LONG - long)}"
 
 
+# --- one connection alias, and no TypedDict laid over a value unchecked -------------------
+
+ALIAS_MODULE = "db/connection_options.py"
+ALIASES = frozenset({f"{ALIAS_MODULE}:Conn", f"{ALIAS_MODULE}:Cursor"})
+# psycopg's connection and cursor classes: a module-level name bound to one of them (or to
+# one with its row type) is an alias of the connection every statement function takes.
+PSYCOPG_TYPES = frozenset({"AsyncConnection", "AsyncCursor", "Connection", "Cursor"})
+
+
+def _type_name(node: ast.expr) -> str | None:
+    """Return the class a type names: `AsyncConnection` for `AsyncConnection[Any]` and `psycopg.AsyncConnection`."""
+    if isinstance(node, ast.Subscript):
+        node = node.value
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    return None
+
+
+def connection_aliases(where: str, tree: ast.Module) -> list[str]:
+    """Return `module:Name` for each module-level alias of a psycopg connection or cursor type in `tree`."""
+    found = []
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1:
+            target, value = node.targets[0], node.value
+        elif isinstance(node, ast.AnnAssign) and node.value is not None:
+            target, value = node.target, node.value
+        else:
+            continue
+        if isinstance(target, ast.Name) and _type_name(value) in PSYCOPG_TYPES:
+            found.append(f"{where}:{target.id}")
+    return found
+
+
+# Casts to a TypedDict over values never read from storage, each with why (`module:TypedDict`).
+CASTS_IN_PROCESS = {
+    "agent/run.py:ConversationState": "the graph's stream of state updates: what the nodes returned, in process",
+}
+
+
+def typed_dict_names(trees: list[ast.Module]) -> set[str]:
+    """Return the names of every TypedDict class the trees declare, subclasses of one included."""
+    classes = [
+        (node.name, {_type_name(base) for base in node.bases})
+        for tree in trees
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ClassDef)
+    ]
+    names = {"TypedDict"}
+    while grown := {name for name, bases in classes if bases & names} - names:
+        names |= grown
+    return names - {"TypedDict"}
+
+
+def _cast_targets(tree: ast.AST) -> Iterator[tuple[int, set[str]]]:
+    """Yield (line, the names its type spells) for every `cast(...)` of `tree`, quoted types parsed."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and node.args and _type_name(node.func) == "cast":
+            target = node.args[0]
+            if isinstance(target, ast.Constant) and isinstance(target.value, str):
+                target = ast.parse(target.value, mode="eval").body
+            yield node.lineno, {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}
+
+
+def typed_dict_casts(where: str, tree: ast.AST, typed_dicts: set[str]) -> list[str]:
+    """Return where `tree` casts to a type naming one of `typed_dicts`, those of CASTS_IN_PROCESS aside."""
+    problems = []
+    for line, names in _cast_targets(tree):
+        named = {name for name in names & typed_dicts if f"{where}:{name}" not in CASTS_IN_PROCESS}
+        if named:
+            problems.append(
+                f"{where}:{line}: casts to {sorted(named)}: validate the value where it is read "
+                "(a TypeAdapter built once) instead of laying the TypedDict over it unchecked"
+            )
+    return problems
+
+
+def test_the_connection_alias_is_declared_once() -> None:
+    found = {a for path, tree in _modules(SRC) for a in connection_aliases(path.relative_to(SRC).as_posix(), tree)}
+    assert found == ALIASES, f"import Conn and Cursor from {ALIAS_MODULE} instead of declaring them again"
+
+
+def test_no_typed_dict_is_laid_over_a_value_with_cast() -> None:
+    modules = [(path.relative_to(SRC).as_posix(), tree) for path, tree in _modules(SRC)]
+    typed_dicts = typed_dict_names([tree for _, tree in modules])
+    assert {"Held", "ClaimedJob", "MessageMeta", "VersionRow"} <= typed_dicts  # the check sees them
+    problems = [p for where, tree in modules for p in typed_dict_casts(where, tree, typed_dicts)]
+    assert not problems, "\n".join(problems)
+    # An allowed cast that is gone leaves the list too.
+    allowed = {f"{where}:{name}" for where, tree in modules for _, names in _cast_targets(tree) for name in names}
+    assert CASTS_IN_PROCESS.keys() <= allowed, "take a cast that is gone off CASTS_IN_PROCESS"
+
+
 # --- one home for a stored fact, and for memory's store layout ----------------------------
 
 FACT_MODULE = "memory/facts.py"
@@ -236,7 +334,7 @@ def test_a_stored_fact_is_parsed_in_one_module() -> None:
 
 
 def test_memorys_store_layout_and_the_walk_over_its_values_live_in_memory() -> None:
-    # db/langgraph_tables.py runs the store's statements on the prefixes memory gives it; the
+    # db/langgraph_store.py runs the store's statements on the prefixes memory gives it; the
     # "drop this thread from every fact" walk is memory's (a deleted thread's facts stay, with
     # no source naming it: tests/threads/test_delete_fact_sources.py).
     problems = [
@@ -328,6 +426,20 @@ def test_the_checks_catch_what_they_are_for(tmp_path: Path) -> None:
         "def e(tenant: str = typer.Option(..., '--tenant'), thread: str = Argument(...)) -> None: ...\n"
     )
     assert not untyped_ids("threads/deletion.py", ast.parse(typed))
+    # What this tree held before: the alias declared again in seven modules, rows cast to TypedDicts.
+    assert connection_aliases("recall/queries.py", ast.parse("Conn = AsyncConnection[Any]\n"))
+    assert connection_aliases("db/pool.py", ast.parse("Connection: TypeAlias = psycopg.AsyncConnection[DictRow]\n"))
+    assert connection_aliases("db/langgraph_tables.py", ast.parse("Cursor = AsyncCursor[Any]\n"))
+    assert not connection_aliases("db/pool.py", ast.parse("Pool = AsyncConnectionPool[AsyncConnection[DictRow]]\n"))
+    assert not connection_aliases(
+        "memory/items.py", ast.parse("async def f(conn: AsyncConnection[Any]) -> None: ...\n")
+    )
+    rows = typed_dict_names([ast.parse("class Held(TypedDict):\n    n: int\nclass Row(Held):\n    m: int\n")])
+    assert rows == {"Held", "Row"}
+    assert typed_dict_casts("budgets/queries.py", ast.parse("return cast(Held, dict(row))\n"), rows)
+    assert typed_dict_casts("memory/queries.py", ast.parse('return cast("Row | None", row)\n'), rows)
+    assert typed_dict_casts("memory/queries.py", ast.parse("return typing.cast(list[Row], rows)\n"), rows)
+    assert not typed_dict_casts("memory/ttl.py", ast.parse("start(cast(int, minutes))\n"), rows)
 
 
 # --- one shape for a chunk's text with its citation ----------------------------------------
@@ -504,7 +616,6 @@ BOUNDARY_DEFAULTS = frozenset({"Option", "Argument"})
 IDS_NOT_YET_TYPED = frozenset(
     {
         "db/langgraph_tables.py",
-        "db/locks.py",
         "db/saver.py",
         "recall/queries.py",
         "recall/service.py",

@@ -74,6 +74,8 @@ def test_usage_is_kept_per_tenant_and_day_after_the_thread_is_deleted(
     table = chatbot("usage", "--since", today, **env)
     assert table.returncode == 0 and "acme" in table.stdout and "globex" in table.stdout
     assert chatbot("usage", "--since", "yesterday", **env).returncode == 2
+    unknown = chatbot("usage", "--since", today, "--by", "week", **env)
+    assert unknown.returncode == 2 and "--by must be tenant, day or model" in unknown.stderr
 
 
 def test_check_model_says_what_is_wrong_with_each_entry_in_one_line(double: ProviderDouble) -> None:

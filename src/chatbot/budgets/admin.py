@@ -10,6 +10,7 @@ from typing import Literal, TypedDict
 
 from chatbot.budgets import queries
 from chatbot.budgets.periods import Period, period_starts
+from chatbot.db.connection_options import Conn
 from chatbot.db.pool import Pool
 from chatbot.ids import TenantId, UserId
 
@@ -193,6 +194,6 @@ async def sweep_expired(pool: Pool, now: datetime) -> int:
         return sum([await queries.forget_expired(conn, tenant, now) for tenant in tenants])
 
 
-async def forget_user(conn: queries.Conn, tenant_id: TenantId, user_id: UserId) -> int:
+async def forget_user(conn: Conn, tenant_id: TenantId, user_id: UserId) -> int:
     """Delete a user's budgets, counters and reservations (erasure, in its transaction); return the budgets deleted."""
     return await queries.forget_user(conn, tenant_id, user_id)

@@ -45,6 +45,7 @@ from chatbot import metrics
 from chatbot.budgets import queries
 from chatbot.budgets._keeper import HoldKeeper
 from chatbot.budgets.periods import Period, period_starts, seconds_until_reset
+from chatbot.db.connection_options import Conn
 from chatbot.db.pool import Pool
 from chatbot.db.usage_totals import Call
 from chatbot.ids import TenantId, UserId
@@ -368,7 +369,7 @@ class Budgets:
                 extra={"tenant_id": reservation.tenant_id, "error": type(exc).__name__},
             )
 
-    async def settle_on(self, conn: queries.Conn, reservation: Reservation, calls: Sequence[Call]) -> None:
+    async def settle_on(self, conn: Conn, reservation: Reservation, calls: Sequence[Call]) -> None:
         """Settle on a connection the caller holds (pipelined with its own statements); errors are the caller's."""
         tokens, usd = self.cost(calls)
         await queries.settle(conn, tenant=reservation.tenant_id, reservation=reservation.id, tokens=tokens, usd=usd)

@@ -23,7 +23,7 @@ from chatbot.ids import TenantId, UserId
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from chatbot.budgets.admin import BudgetReport, TenantBudgetReport
+    from chatbot.budgets.admin import BudgetReport, TenantBudgetReport, Unit
 
 budget_app = typer.Typer(
     help="Caps on model spending per tenant and per user, per UTC day and month.", no_args_is_help=True
@@ -44,7 +44,7 @@ def _period(daily: bool, monthly: bool, *, required: bool) -> Period | None:
     return "day" if daily else "month"
 
 
-def _unit(tokens: bool, usd: bool) -> str:
+def _unit(tokens: bool, usd: bool) -> Unit:
     if tokens == usd:
         common.fail("give the unit: --tokens or --usd (one of them)", 2)
     return "tokens" if tokens else "usd"
@@ -97,7 +97,7 @@ def set_command(
         from chatbot.db import usage_totals
 
         async with open_pool(settings, max_size=1) as pool:
-            known = await set_budget(pool, target, period, unit, value)  # type: ignore[arg-type]
+            known = await set_budget(pool, target, period, unit, value)
             if known:
                 return True
             async with pool.connection() as conn:

@@ -14,6 +14,7 @@ from chatbot.cli.budget import print_budgets
 if TYPE_CHECKING:
     from chatbot.budgets.admin import TenantBudgetReport
     from chatbot.db.pool import Pool
+    from chatbot.db.usage_totals import Grouping
     from chatbot.models.prices import Price
 
 _COUNTS = ("input_tokens", "output_tokens", "cached_input_tokens")
@@ -50,8 +51,7 @@ def usage(
     from chatbot.db.pool import open_pool
     from chatbot.models.prices import PricesError, parse_prices
 
-    if by not in ("tenant", "day", "model"):
-        common.fail("--by must be tenant, day or model", 2)
+    grouping = _grouping(by)
     if output not in ("table", "json"):
         common.fail("--format must be table or json", 2)
     first, last = _day(since, "--since"), _day(until, "--until") if until else None
@@ -64,7 +64,7 @@ def usage(
     async def _go() -> tuple[list[dict[str, Any]], list[TenantBudgetReport]]:
         async with open_pool(settings, max_size=1) as pool:
             async with pool.connection() as conn:
-                found = await usage_totals.totals(conn, since=first, until=last, by=by)  # type: ignore[arg-type]
+                found = await usage_totals.totals(conn, since=first, until=last, by=grouping)
             return found, await _budgets(pool)
 
     found, budgets = common.run(_go())
@@ -93,6 +93,14 @@ async def _budgets(pool: Pool) -> list[TenantBudgetReport]:
     for tenant in await tenants_with_budgets(pool):
         rows.extend(of_tenant(tenant, row) for row in await report(pool, tenant, now))
     return rows
+
+
+def _grouping(by: str) -> Grouping:
+    """Return `--by` as the grouping it names; exit 2 naming the choices when it names none."""
+    match by:
+        case "tenant" | "day" | "model":
+            return by
+    common.fail("--by must be tenant, day or model", 2)
 
 
 def _day(value: str, option: str) -> date:

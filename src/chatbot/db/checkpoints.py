@@ -21,7 +21,7 @@ from langgraph.checkpoint.serde.base import SerializerProtocol, maybe_add_typed_
 from pydantic import JsonValue
 
 from chatbot.db import langgraph_tables
-from chatbot.db.langgraph_tables import Conn
+from chatbot.db.connection_options import Conn
 from chatbot.db.pool import Pool
 from chatbot.ids import RunId, TenantId, ThreadId
 

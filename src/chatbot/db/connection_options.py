@@ -1,10 +1,10 @@
-"""The options every connection of ours is opened with, and the row type they give."""
+"""The options every connection of ours is opened with, and the one alias of a connection and a cursor."""
 
 from __future__ import annotations
 
-from typing import TypedDict
+from typing import Any, TypedDict
 
-from psycopg import AsyncConnection
+from psycopg import AsyncConnection, AsyncCursor
 from psycopg.rows import AsyncRowFactory, DictRow
 
 
@@ -27,5 +27,11 @@ def without_rows(options: ConnectionOptions) -> ConnectionOptions:
     return plain
 
 
-Connection = AsyncConnection[DictRow]
-"""A connection whose rows are dicts (`row_factory=dict_row`), as every pooled one is."""
+Conn = AsyncConnection[Any]
+"""A connection as the statements' functions take it, declared here only (the shape test holds that).
+
+Pooled connections give dict rows (`row_factory=dict_row`); the rows stay `Any` because a
+statement whose rows have a type builds them itself (db/rows.py's typed rows, a validated read).
+"""
+Cursor = AsyncCursor[Any]
+"""A cursor of a `Conn`: what a statement sent without fetching (in a pipeline) hands back."""

@@ -1,11 +1,15 @@
-"""Every statement on the tables LangGraph's libraries own, in one place, checked against one version.
+"""Statements on the tables LangGraph's libraries own, checked against one version: the checkpoints' reads here.
 
 langgraph-checkpoint-postgres creates and owns `checkpoints`, `checkpoint_blobs`,
 `checkpoint_writes` and `checkpoint_migrations` (the saver) and `store`, `store_vectors`,
 `store_migrations` and `vector_migrations` (the store; the vector tables exist only with an
 index configuration, which this service does not use). Their shape can change with any
-minor release, so nothing else in the service names them: features call the functions
-below, and upgrading the library means re-checking this file (and `db/saver.py`) only.
+minor release, so nothing outside `db/langgraph_*.py` names them: features call the
+functions of these modules, and upgrading the library means re-checking them (and
+`db/saver.py`) only. This one holds the version check and the reads of checkpoints, their
+channels and their runs (the saver's and db/checkpoints.py's); `langgraph_threads.py` who a
+thread belongs to, which threads are idle, and deleting a thread's checkpoints;
+`langgraph_store.py` the store's rows; `langgraph_schema.py` whether the tables are migrated.
 
 The rule: the library's public API first (`adelete_thread`, the store's batch operations,
 `setup()`); raw SQL only where the API has no equivalent, each statement saying why. Most
@@ -22,36 +26,21 @@ statements use on whatever is installed.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
-from datetime import datetime
+from collections.abc import Sequence
 from importlib.metadata import version
 from typing import Any, TypedDict
 
-from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
-from langgraph.store.postgres.aio import AsyncPostgresStore
-from psycopg import AsyncConnection, AsyncCursor, sql
-from psycopg.types.json import Jsonb
-
-from chatbot.db.catalogue import tables_with_column
+from chatbot.db.connection_options import Conn, Cursor
 from chatbot.db.rows import fetch_all, fetch_one
-from chatbot.ids import RunId, TenantId, ThreadId, UserId
-
-Conn = AsyncConnection[Any]
-Cursor = AsyncCursor[Any]
-
+from chatbot.ids import RunId, TenantId, ThreadId
 
 PACKAGE = "langgraph-checkpoint-postgres"
 VERIFIED_VERSIONS = ((3, 2, 0), (3, 3, 0))
-"""The langgraph-checkpoint-postgres versions (low inclusive, high exclusive) this module and
-`db/saver.py` were checked against: the statements' columns here, the saver's patches there.
+"""The langgraph-checkpoint-postgres versions (low inclusive, high exclusive) the `db/langgraph_*.py`
+modules and `db/saver.py` were checked against: the statements' columns there, the saver's patches.
 Patch releases of the line are accepted because tests/db/test_saver.py and
 tests/db/test_langgraph_tables.py re-check the source, the columns and the concurrency on
 whatever is installed; a new minor must be re-verified."""
-
-CHECKPOINT_TABLES = ("checkpoints", "checkpoint_blobs", "checkpoint_writes")
-"""The saver's tables keyed by thread; `adelete_thread` of the verified versions empties all three."""
-
-STORE_TABLE = "store"
 
 
 def installed_version() -> tuple[int, int, int]:
@@ -68,7 +57,7 @@ Bounds = tuple[tuple[int, int, int], tuple[int, int, int]]
 def refuse_unless_verified(verified: Bounds, *, who: str, advice: str) -> None:
     """Raise unless the installed langgraph-checkpoint-postgres is within `verified` (low inclusive, high exclusive).
 
-    `who` names what was verified ("chatbot.db.langgraph_tables was checked"), `advice` what
+    `who` names what was verified ("chatbot.db.saver was checked"), `advice` what
     to re-run before widening the bounds.
     """
     low, high = verified
@@ -81,138 +70,14 @@ def refuse_unless_verified(verified: Bounds, *, who: str, advice: str) -> None:
 
 
 def check_version() -> None:
-    """Raise unless the installed langgraph-checkpoint-postgres is one this module and the saver were checked on."""
+    """Raise unless the installed langgraph-checkpoint-postgres is within `VERIFIED_VERSIONS`."""
     refuse_unless_verified(
         VERIFIED_VERSIONS,
-        who="chatbot.db.langgraph_tables and chatbot.db.saver were checked",
+        who="the chatbot.db.langgraph_* modules and chatbot.db.saver were checked",
         advice="re-run tests/db/test_langgraph_tables.py, tests/db/test_saver.py, the erasure, transcript "
         "and record tests and bench/runs.py, then widen VERIFIED_VERSIONS (or use AsyncPostgresSaver if "
         "the library no longer locks pooled savers)",
     )
-
-
-# --- Schema versions (readiness) -----------------------------------------------------
-# Raw: the library has no "is the schema current" call; `setup()` would migrate (DDL),
-# which the server must never do. The migrations tables hold one row per applied step.
-
-
-async def schema_version(conn: Conn, table: str) -> int:
-    """Return the newest step recorded in a library migrations table, -1 when it does not exist."""
-    exists = await (await conn.execute("select to_regclass(%s) as t", (table,))).fetchone()
-    if not exists or exists["t"] is None:
-        return -1
-    row = await (await conn.execute(sql.SQL("select max(v) as v from {}").format(sql.Identifier(table)))).fetchone()
-    return -1 if row is None or row["v"] is None else int(row["v"])
-
-
-async def schema_problem(conn: Conn) -> str | None:
-    """Return why the library's tables are not migrated to the installed version, or None."""
-    if await schema_version(conn, "checkpoint_migrations") < len(AsyncPostgresSaver.MIGRATIONS) - 1:
-        return "checkpoint tables missing or outdated"
-    if await schema_version(conn, "store_migrations") < len(AsyncPostgresStore.MIGRATIONS) - 1:
-        return "store tables missing or outdated"
-    return None
-
-
-async def setup(conn: Conn) -> list[str]:
-    """Create or upgrade the saver's and the store's tables (public API); return which changed."""
-    applied = []
-    before = await schema_version(conn, "checkpoint_migrations")
-    await AsyncPostgresSaver(conn).setup()
-    if await schema_version(conn, "checkpoint_migrations") != before:
-        applied.append("checkpointer")
-    before = await schema_version(conn, "store_migrations")
-    await AsyncPostgresStore(conn).setup()
-    if await schema_version(conn, "store_migrations") != before:
-        applied.append("store")
-    return applied
-
-
-# --- Who a thread belongs to, and which runs it holds ----------------------------------
-# Raw: the owner and run ids are checkpoint *metadata* fields (threads/runs.py writes them);
-# `alist(filter=...)` would load and deserialise every matching checkpoint to answer a
-# yes/no or one-field question, on every run (the ownership check) and every feedback.
-# Root namespace only (`checkpoint_ns = ''`): subgraph checkpoints carry no identity.
-
-OWNER_OF_THREAD = (
-    "select metadata ->> 'tenant_id' as tenant_id, metadata ->> 'user_id' as user_id from checkpoints "
-    "where thread_id = %(thread)s and checkpoint_ns = '' order by checkpoint_id limit 1"
-)
-"""The thread's first writer (its owner). Migration 0010's `chatbot_set_fence` reads the same row
-beside setting the thread's fence, under the thread's lock (db/locks.py)."""
-_RUN_OF_TENANT = (
-    "select 1 from checkpoints where thread_id = %s and checkpoint_ns = '' "
-    "and metadata ->> 'run_id' = %s and metadata ->> 'tenant_id' = %s limit 1"
-)
-_THREAD_OF_USER = (
-    "select 1 from checkpoints where thread_id = %s and checkpoint_ns = '' "
-    "and metadata ->> 'tenant_id' = %s and metadata ->> 'user_id' = %s limit 1"
-)
-_THREADS_OF_USER = (
-    "select distinct thread_id from checkpoints where checkpoint_ns = '' "
-    "and metadata ->> 'tenant_id' = %s and metadata ->> 'user_id' = %s"
-)
-
-
-async def first_checkpoint_owner(conn: Conn, thread_id: ThreadId) -> tuple[TenantId, UserId] | None:
-    """Return (tenant_id, user_id) of the thread's first checkpoint (ids are time-ordered), None when none."""
-    row = await (await conn.execute(OWNER_OF_THREAD, {"thread": thread_id})).fetchone()
-    return None if row is None else (TenantId(row["tenant_id"]), UserId(row["user_id"]))
-
-
-async def run_recorded(conn: Conn, thread_id: ThreadId, run_id: RunId, tenant_id: TenantId) -> bool:
-    """Return True when a checkpoint of the thread names `run_id` and the tenant."""
-    return await (await conn.execute(_RUN_OF_TENANT, (thread_id, run_id, tenant_id))).fetchone() is not None
-
-
-async def thread_recorded_for(conn: Conn, thread_id: ThreadId, tenant_id: TenantId, user_id: UserId) -> bool:
-    """Return True when a checkpoint of the thread names this tenant and user."""
-    row = await (await conn.execute(_THREAD_OF_USER, (thread_id, tenant_id, user_id))).fetchone()
-    return row is not None
-
-
-async def threads_of_user(conn: Conn, tenant_id: TenantId, user_id: UserId) -> list[str]:
-    """Return every thread with a checkpoint naming this tenant and user."""
-    rows = await (await conn.execute(_THREADS_OF_USER, (tenant_id, user_id))).fetchall()
-    return [r["thread_id"] for r in rows]
-
-
-# --- Idle threads (retention) ----------------------------------------------------------
-# Raw: no API lists threads, nor tells a thread's age. `checkpoint_id` is a time-ordered
-# UUIDv6, so "newest checkpoint older than X" is a group-by on it (27 ms for 120k rows).
-
-_STALE = """
-select thread_id from checkpoints
-where checkpoint_ns = '' and thread_id > %s
-group by thread_id having max(checkpoint_id) < %s
-order by thread_id limit %s
-"""
-_STILL_STALE = """
-select thread_id from checkpoints
-where checkpoint_ns = '' and thread_id = any(%s)
-group by thread_id having max(checkpoint_id) < %s
-"""
-
-
-_WITH_CHECKPOINTS = "select distinct thread_id from checkpoints where thread_id = any(%s)"
-
-
-async def threads_with_checkpoints(conn: Conn, thread_ids: Sequence[str]) -> set[str]:
-    """Return those of `thread_ids` that have a checkpoint (the others exist only in rows left of them)."""
-    rows = await (await conn.execute(_WITH_CHECKPOINTS, (list(thread_ids),))).fetchall()
-    return {r["thread_id"] for r in rows}
-
-
-async def stale_threads(conn: Conn, after: str, floor: str, limit: int) -> list[str]:
-    """Return up to `limit` threads after `after` (by id) whose newest checkpoint id is below `floor`."""
-    rows = await (await conn.execute(_STALE, (after, floor, limit))).fetchall()
-    return [r["thread_id"] for r in rows]
-
-
-async def still_stale(conn: Conn, thread_ids: Sequence[str], floor: str) -> list[str]:
-    """Return those of `thread_ids` whose newest checkpoint id is still below `floor`."""
-    rows = await (await conn.execute(_STILL_STALE, (list(thread_ids), floor))).fetchall()
-    return [r["thread_id"] for r in rows]
 
 
 # --- The checkpointer's reads, routable on Citus (db/saver.py) ----------------------------
@@ -582,184 +447,3 @@ from (
 ) as records
 cross join lateral jsonb_array_elements(coalesce(raw::jsonb -> 'retrieved', '[]'::jsonb)) as r
 """
-
-
-# --- Deleting --------------------------------------------------------------------------
-
-
-async def delete_thread_checkpoints(conn: Conn, thread_ids: Sequence[str]) -> None:
-    """Delete the threads' checkpoints, blobs and writes with the saver's `adelete_thread`, on `conn`.
-
-    A saver on the caller's connection, so the deletes join the caller's transaction (the
-    pooled saver would take a connection, and a transaction, of its own). One pipelined
-    round trip per thread. `aprune(strategy="delete")` would take every thread at once, but
-    on a connection of its own, and its name is what tests/threads/test_record_keeping.py
-    forbids. Other tables keyed by `thread_id` are the caller's: see threads/deletion.py.
-    """
-    saver = AsyncPostgresSaver(conn)
-    for thread_id in thread_ids:
-        await saver.adelete_thread(thread_id)
-
-
-async def delete_store_namespaces(conn: Conn, namespaces: Sequence[tuple[str, ...]]) -> int:
-    """Delete every store item in exactly these namespaces; return how many went.
-
-    Raw: the store has no delete by namespace, and `asearch` + `adelete` would need a page
-    loop and, with `omit_expired`, would skip items expired but not yet swept, which must go
-    too. One statement, in the caller's transaction (memory/resets.py counts on it).
-    Vectors, if any, go with their items (`store_vectors` cascades).
-    """
-    prefixes = [_prefix(ns) for ns in namespaces]
-    cur = await conn.execute("delete from store where prefix = any(%s)", (prefixes,))
-    return max(cur.rowcount, 0)
-
-
-# Items of one prefix whose value matches an SQL/JSON path, and a value rewritten in place:
-# the memory feature's walk that takes a deleted thread out of what it stored
-# (memory/thread_deletion.py) reads and rewrites with these, knowing the values' shape itself.
-# One prefix by equality per statement, each rewrite by (prefix, key): router statements on
-# a store distributed by prefix.
-_ITEMS_MATCHING = """
-select key, value, created_at, updated_at from store
-where prefix = %s and jsonb_path_exists(value, %s::jsonpath, %s)
-"""
-_SET_VALUE = "update store set value = %s where prefix = %s and key = %s"
-
-
-async def store_items_matching(
-    conn: Conn, prefix: str, json_path: str, variables: Mapping[str, Any]
-) -> list[dict[str, Any]]:
-    """Return the rows of exactly `prefix` (expired ones too) whose value matches `json_path` with `variables`."""
-    cur = await conn.execute(_ITEMS_MATCHING, (prefix, json_path, Jsonb(dict(variables))))
-    return list(await cur.fetchall())
-
-
-async def set_store_value(conn: Conn, prefix: str, key: str, value: Mapping[str, Any]) -> None:
-    """Replace one row's value, leaving its timestamps and expiry as they were."""
-    await conn.execute(_SET_VALUE, (Jsonb(dict(value)), prefix, key))
-
-
-# --- Memory items: the store's rows by statements of our own --------------------------------
-# Raw: the store's own SQL reads a namespace with `prefix = $1 OR prefix LIKE $2` inside a CTE
-# whose TTL refresh feeds a column to `NOW() + ... ::interval`, and upserts with
-# `updated_at = CURRENT_TIMESTAMP` in `DO UPDATE SET`; a store distributed by `prefix` (Citus)
-# refuses all three. Each statement here names one prefix by equality, and every moment is a
-# parameter (memory/items.py passes the replica's clock). The rows keep the store's layout,
-# so the store's TTL sweeper still deletes expired items.
-
-_ITEMS = """
-select key, value, created_at, updated_at from store
-where prefix = %(prefix)s and (expires_at is null or expires_at > %(visible_after)s)
-order by updated_at desc limit %(limit)s
-"""
-_ITEM = """
-select key, value, created_at, updated_at from store
-where prefix = %(prefix)s and key = %(key)s and (expires_at is null or expires_at > %(visible_after)s)
-"""
-# Items written while no TTL was set carry none until they are next written (the store's rule).
-_REFRESH_ITEMS = """
-update store set expires_at = %(expires_at)s
-where prefix = %(prefix)s and ttl_minutes is not null and (expires_at is null or expires_at > %(now)s)
-"""
-_UPSERT_ITEM = """
-insert into store (prefix, key, value, created_at, updated_at, expires_at, ttl_minutes)
-values (%(prefix)s, %(key)s, %(value)s, %(now)s, %(now)s, %(expires_at)s, %(ttl_minutes)s)
-on conflict (prefix, key) do update
-set value = excluded.value, updated_at = excluded.updated_at,
-    expires_at = excluded.expires_at, ttl_minutes = excluded.ttl_minutes
-"""
-
-
-async def store_items(conn: Conn, prefix: str, visible_after: datetime, limit: int) -> list[dict[str, Any]]:
-    """Return up to `limit` rows of exactly `prefix` expiring after `visible_after`, newest first."""
-    params = {"prefix": prefix, "visible_after": visible_after, "limit": limit}
-    return list(await (await conn.execute(_ITEMS, params)).fetchall())
-
-
-async def send_store_read(
-    conn: Conn, prefix: str, visible_after: datetime, *, key: str | None = None, limit: int = 1
-) -> Cursor:
-    """Send one read of `prefix` (the row of `key`, or up to `limit` rows newest first); return its cursor.
-
-    In a pipeline the read goes out without waiting: several reads sent this way come back
-    in the round trip of the first fetch.
-    """
-    if key is None:
-        return await conn.execute(_ITEMS, {"prefix": prefix, "visible_after": visible_after, "limit": limit})
-    return await conn.execute(_ITEM, {"prefix": prefix, "key": key, "visible_after": visible_after})
-
-
-async def store_item(conn: Conn, prefix: str, key: str, visible_after: datetime) -> dict[str, Any] | None:
-    """Return one row (key, value, created_at, updated_at), None when absent or expired by `visible_after`."""
-    params = {"prefix": prefix, "key": key, "visible_after": visible_after}
-    return await (await conn.execute(_ITEM, params)).fetchone()
-
-
-async def refresh_store_items(conn: Conn, prefix: str, expires_at: datetime, now: datetime) -> None:
-    """Set the expiry of the prefix's unexpired rows that carry a TTL."""
-    await conn.execute(_REFRESH_ITEMS, {"prefix": prefix, "expires_at": expires_at, "now": now})
-
-
-async def upsert_store_items(
-    conn: Conn,
-    prefix: str,
-    values: Sequence[tuple[str, dict[str, Any]]],
-    *,
-    now: datetime,
-    expires_at: datetime | None,
-    ttl_minutes: float | None,
-) -> None:
-    """Insert or replace rows (key, value) of `prefix`, all stamped `now`."""
-    rows = [
-        {
-            "prefix": prefix,
-            "key": key,
-            "value": Jsonb(value),
-            "now": now,
-            "expires_at": expires_at,
-            "ttl_minutes": ttl_minutes,
-        }
-        for key, value in values
-    ]
-    async with conn.cursor() as cur:
-        await cur.executemany(_UPSERT_ITEM, rows)
-
-
-async def delete_store_keys(conn: Conn, prefix: str, keys: Sequence[str]) -> int:
-    """Delete these keys of exactly `prefix`; return how many rows went."""
-    cur = await conn.execute("delete from store where prefix = %s and key = any(%s)", (prefix, list(keys)))
-    return max(cur.rowcount, 0)
-
-
-async def delete_store_prefix(conn: Conn, prefix: str) -> int:
-    """Delete every row of exactly `prefix`, expired ones too; return how many went."""
-    cur = await conn.execute("delete from store where prefix = %s", (prefix,))
-    return max(cur.rowcount, 0)
-
-
-async def delete_store_tree(conn: Conn, namespace: tuple[str, ...]) -> int:
-    """Delete every row under `namespace` (itself and all namespaces below it) from every table keyed by `prefix`.
-
-    Tables come from the catalogue (db/catalogue.py), not a list, so a table a later store
-    version adds keyed the same way is emptied too (erasure must leave nothing). Returns how
-    many `store` items went. Raw for the reasons of `delete_store_namespaces`.
-    """
-    root = _prefix(namespace)
-    items = 0
-    # Store first: `store_vectors` rows cascade from it; any other table is swept after.
-    for table in sorted(await tables_with_column(conn, "prefix"), key=lambda t: t != STORE_TABLE):
-        cur = await conn.execute(
-            # `starts_with`, not LIKE: labels may contain `_`, a LIKE wildcard. It uses the store's
-            # prefix index (text_pattern_ops) as LIKE would (Postgres 18, checked with EXPLAIN).
-            sql.SQL("delete from {} where prefix = %s or starts_with(prefix, %s)").format(sql.Identifier(table)),
-            (root, root + "."),
-        )
-        if table == STORE_TABLE:
-            items = max(cur.rowcount, 0)
-    return items
-
-
-def _prefix(namespace: tuple[str, ...]) -> str:
-    # The store keeps a namespace as its labels joined by "."; labels cannot contain one
-    # (the store refuses them, and the service's ids exclude it).
-    return ".".join(namespace)

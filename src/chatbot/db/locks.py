@@ -5,7 +5,9 @@ connection per held lock capped a replica at its lock pool and two replicas exha
 default Postgres (docs/scaling.md). A session advisory lock belongs to a session, not to a
 query, so one session can hold thousands: a replica keeps a few dedicated lock sessions
 (`CHATBOT_LOCK_CONNECTIONS`, on `CHATBOT_LOCK_DATABASE_URL`, a direct or session-pooled
-URI since PgBouncer's transaction mode cannot carry session locks) and spreads keys over them.
+URI since PgBouncer's transaction mode cannot carry session locks, db/lock_sessions.py) and
+spreads keys over them. The fences are here too; locks held for one transaction on a pool
+connection are db/transaction_locks.py's.
 
 What this keeps:
 - 409 across replicas: `pg_try_advisory_lock` never waits.
@@ -24,34 +26,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
-import os
 import uuid
 from collections import Counter
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any, TypedDict
+from typing import Any
 
 import psycopg
 from psycopg import AsyncConnection
-from psycopg.rows import DictRow
 
 from chatbot.db.connection_options import ConnectionOptions
+from chatbot.db.lock_sessions import LockParams, LockSession
 from chatbot.db.transactions import AfterCommit, one_flush_transaction
 from chatbot.ids import TenantId, ThreadId, UserId
 from chatbot.tasks import stop_task
-
-log = logging.getLogger(__name__)
-
-
-class LockParams(TypedDict, total=False):
-    """The parameters of a lock's statements: the key's parts and the fence token."""
-
-    thread: str
-    token: str
-    tenant: str
-    user: str
-
 
 # hashtextextended(namespace || id) -> bigint: thread locks cannot collide with the
 # migration lock (two-int form) or with user locks (another namespace).
@@ -71,7 +59,7 @@ _TRY_THREAD = f"select pg_try_advisory_lock({_THREAD_KEY}) as ok, true as user_o
 # threads/_ownership.py), under the lock just granted: a run re-checks its owner there
 # without a round trip of its own. Both are one function (migration 0010): Citus hands the
 # call to the worker holding the thread in one step (a writing CTE beside the read took two),
-# and the owner it reads is `langgraph_tables.OWNER_OF_THREAD`'s (the same row, no row before
+# and the owner it reads is `langgraph_threads.OWNER_OF_THREAD`'s (the same row, no row before
 # the thread's first checkpoint).
 _SET_FENCE = "select tenant_id, user_id from chatbot_set_fence(%(thread)s, %(token)s)"
 _UNLOCK_THREAD = f"select pg_advisory_unlock({_THREAD_KEY})"
@@ -147,52 +135,6 @@ async def forget_fence(conn: AsyncConnection[Any], thread_id: ThreadId, token: s
     await conn.execute(_FORGET_FENCE, (thread_id, token))
 
 
-# Transaction-scoped advisory locks, on the caller's pool connection: they end with their
-# transaction, so nothing can leak them and they work through PgBouncer in transaction
-# mode. Their keys are namespaces of their own, apart from the session locks above.
-_MEMORY_RESET_KEY = "hashtextextended('chatbot/memory-reset/' || %s || '/' || %s, 0)"
-_HOLD_MEMORY_RESET = f"select pg_advisory_xact_lock({_MEMORY_RESET_KEY})"
-_SHARE_MEMORY_RESET = f"select pg_advisory_xact_lock_shared({_MEMORY_RESET_KEY})"
-_HOLD_VOCABULARY = "SELECT pg_advisory_xact_lock(hashtext('kb_terms'), hashtext(%s))"
-# A thread's rows: a deletion (thread DELETE, erasure, retention) holds each thread's key
-# exclusively for its transaction, a late write keyed by the thread (a run's feedback) holds
-# it shared while it checks the thread and writes. Whichever comes first, the other sees its
-# result: a rating never outlives its thread or its user. The deletion takes its keys in one
-# order, so two deletions of overlapping threads cannot deadlock.
-_THREAD_ROWS_KEY = "hashtextextended('chatbot/thread-rows/' || %s, 0)"
-_SHARE_THREAD_ROWS = f"select pg_advisory_xact_lock_shared({_THREAD_ROWS_KEY})"
-_HOLD_THREADS_ROWS = """
-select pg_advisory_xact_lock(hashtextextended('chatbot/thread-rows/' || id, 0))
-from (select distinct id from unnest(%s::text[]) as ids(id) order by id) as ordered
-"""
-
-
-async def hold_memory_reset(conn: AsyncConnection[Any], tenant_id: TenantId, user_id: UserId, *, shared: bool) -> None:
-    """Take the user's memory-reset lock for this transaction (memory/resets.py says who takes it how).
-
-    Shared for a memory write or a job's row insert, exclusive for a reset or a fact's delete.
-    """
-    await conn.execute(_SHARE_MEMORY_RESET if shared else _HOLD_MEMORY_RESET, (tenant_id, user_id))
-
-
-async def hold_vocabulary(conn: AsyncConnection[Any], tenant_id: TenantId) -> None:
-    """Take the tenant's vocabulary lock for this transaction (retrieval/queries.py's rebuild of `kb_terms`).
-
-    Two ingests of one tenant rebuilding it at once would otherwise interleave delete and insert.
-    """
-    await conn.execute(_HOLD_VOCABULARY, (tenant_id,))
-
-
-async def share_thread_rows(conn: AsyncConnection[Any], thread_id: ThreadId) -> None:
-    """Hold the thread's rows key shared for this transaction: no deletion of the thread meanwhile."""
-    await conn.execute(_SHARE_THREAD_ROWS, (thread_id,))
-
-
-async def hold_threads_rows(conn: AsyncConnection[Any], thread_ids: list[str]) -> None:
-    """Hold the threads' rows keys exclusively for this transaction (a deletion waits for writes under way)."""
-    await conn.execute(_HOLD_THREADS_ROWS, (thread_ids,))
-
-
 PING_SECONDS = 1.0
 
 
@@ -241,80 +183,6 @@ class Fence:
 
     thread_id: str
     token: str
-
-
-class LockSession:
-    """One dedicated Postgres session holding many advisory locks."""
-
-    def __init__(self, conninfo: str, kwargs: ConnectionOptions, name: str) -> None:
-        self._conninfo = conninfo
-        self._kwargs = kwargs
-        self.name = name
-        self.conn: AsyncConnection[Any] | None = None
-        self._connecting = asyncio.Lock()
-
-    async def connection(self) -> AsyncConnection[Any]:
-        """Return the live session, connecting when there is none."""
-        conn = self.conn
-        if conn is not None and not conn.closed:
-            return conn
-        async with self._connecting:
-            if self.conn is None or self.conn.closed:
-                # Named by process, so operators (and tests) can tell whose locks a session holds.
-                self.conn = await AsyncConnection.connect(
-                    self._conninfo, **self._kwargs, application_name=f"chatbot-{self.name}-{os.getpid()}"
-                )
-            return self.conn
-
-    async def fetch(self, sql: str, params: LockParams) -> tuple[AsyncConnection[Any], DictRow]:
-        """Run one statement on the session; return the connection it ran on and its row.
-
-        A session cut since its last statement (Postgres restarted, the watcher's ping not
-        yet due) is replaced and the statement sent once more on the new one: the old
-        session's locks went with it, so nothing is taken twice, and a Postgres that answers
-        again serves the request instead of a `503` (docs/measurements/reliability.md).
-        """
-        for attempt in (1, 2):
-            conn = await self.connection()
-            try:
-                row = await (await conn.execute(sql, params)).fetchone()
-            except psycopg.OperationalError:
-                # Only a lost connection is retried, never a statement's own failure.
-                lost = conn.broken
-                await self.drop(conn)
-                if attempt == 2 or not lost:
-                    raise
-                continue
-            assert row is not None
-            return conn, row
-        raise AssertionError("unreachable")
-
-    async def drop(self, conn: AsyncConnection[Any]) -> None:
-        """Forget a broken session: every lock taken on it is gone with it."""
-        if self.conn is conn:
-            self.conn = None
-            log.warning("lock session lost", extra={"session": self.name})
-        with contextlib.suppress(Exception):
-            await conn.close()
-
-    async def ping(self) -> None:
-        """Notice a dropped session (its leases then report `lost`) and reconnect."""
-        conn = self.conn
-        if conn is None:
-            with contextlib.suppress(psycopg.Error, OSError):
-                await self.connection()
-            return
-        try:
-            await conn.execute("select 1")
-        except psycopg.Error:
-            await self.drop(conn)
-
-    async def close(self) -> None:
-        """Close the session (its locks are released by Postgres)."""
-        if self.conn is not None:
-            conn, self.conn = self.conn, None
-            with contextlib.suppress(Exception):
-                await conn.close()
 
 
 @dataclass(eq=False, slots=True)

@@ -18,7 +18,7 @@ from typing import Any
 from psycopg import AsyncConnection
 from psycopg.rows import dict_row
 
-from chatbot.db import langgraph_tables
+from chatbot.db import langgraph_schema
 
 # A fixed key in a namespace of our own (first half of the two-int form: "chbt" in ASCII).
 _MIGRATE_LOCK = (0x63686274, 1)
@@ -81,7 +81,7 @@ async def _acquire_polled(conn: AsyncConnection[Any], timeout: float) -> float:
 
 
 async def _apply_all(conn: AsyncConnection[Any]) -> list[str]:
-    applied = await langgraph_tables.setup(conn)  # the saver's and the store's own `setup()`
+    applied = await langgraph_schema.setup(conn)  # the saver's and the store's own `setup()`
     await conn.execute(
         f"create table if not exists {_OWN_TABLE} ("
         " version integer primary key, name text not null,"
@@ -102,7 +102,7 @@ async def _apply_all(conn: AsyncConnection[Any]) -> list[str]:
 
 async def schema_problem(conn: AsyncConnection[Any]) -> str | None:
     """Return why the schema is not ready for this version of the service, or None."""
-    problem = await langgraph_tables.schema_problem(conn)
+    problem = await langgraph_schema.schema_problem(conn)
     if problem is not None:
         return problem
     exists = await (await conn.execute("select to_regclass(%s) as t", (_OWN_TABLE,))).fetchone()

@@ -3,7 +3,7 @@
 The store's own statements are refused by a store distributed by `prefix` (Citus): its
 namespace search spans prefixes, its TTL refresh feeds a column to a STABLE function, its
 upsert calls CURRENT_TIMESTAMP in `DO UPDATE SET`. The statements here
-(db/langgraph_tables.py, "Memory items") name one prefix by equality each; a TTL refresh is
+(db/langgraph_store.py, "Memory items") name one prefix by equality each; a TTL refresh is
 a statement of its own, sent only when a TTL is configured; every moment is the replica's
 clock, passed as a parameter. Rows keep the store's layout, so items the store wrote
 before read here unchanged, and its TTL sweeper still deletes expired ones.
@@ -15,14 +15,12 @@ import contextlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
-from psycopg import AsyncConnection, pq
+from psycopg import pq
 from pydantic import JsonValue
 
-from chatbot.db import langgraph_tables
-
-Conn = AsyncConnection[Any]
+from chatbot.db import langgraph_store
+from chatbot.db.connection_options import Conn
 
 # With no TTL, expired items are not hidden (the store's `omit_expired` is part of its TTL
 # configuration): a moment before every `expires_at` shows them all.
@@ -68,7 +66,7 @@ async def read(conn: Conn, namespace: tuple[str, ...], limit: int, lifetime: Lif
     """Return up to `limit` items of exactly `namespace`, newest first, and refresh their TTL when one is set."""
     now = utcnow()
     prefix = prefix_of(namespace)
-    rows = await langgraph_tables.store_items(conn, prefix, lifetime.visible_after(now), limit)
+    rows = await langgraph_store.store_items(conn, prefix, lifetime.visible_after(now), limit)
     await refresh(conn, prefix, lifetime, now)
     return [_item(row) for row in rows]
 
@@ -77,7 +75,7 @@ async def read_one(conn: Conn, namespace: tuple[str, ...], key: str, lifetime: L
     """Return one item of `namespace` (None when absent or expired), refreshing its namespace's TTL."""
     now = utcnow()
     prefix = prefix_of(namespace)
-    row = await langgraph_tables.store_item(conn, prefix, key, lifetime.visible_after(now))
+    row = await langgraph_store.store_item(conn, prefix, key, lifetime.visible_after(now))
     await refresh(conn, prefix, lifetime, now)
     return None if row is None else _item(row)
 
@@ -102,7 +100,7 @@ async def read_together(conn: Conn, wanted: Sequence[Wanted], lifetime: Lifetime
     in_pipeline = conn.pgconn.pipeline_status != pq.PipelineStatus.OFF
     async with contextlib.nullcontext() if in_pipeline else conn.pipeline():
         cursors = [
-            await langgraph_tables.send_store_read(
+            await langgraph_store.send_store_read(
                 conn, prefix_of(w.namespace), lifetime.visible_after(now), key=w.key, limit=w.limit
             )
             for w in wanted
@@ -116,7 +114,7 @@ async def refresh(conn: Conn, prefix: str, lifetime: Lifetime, now: datetime) ->
     """Move the namespace's expiry forward (a read counts as use); no statement without a TTL."""
     expires_at = lifetime.expires_at(now)
     if expires_at is not None:
-        await langgraph_tables.refresh_store_items(conn, prefix, expires_at, now)
+        await langgraph_store.refresh_store_items(conn, prefix, expires_at, now)
 
 
 async def put(
@@ -126,7 +124,7 @@ async def put(
     if not values:
         return
     now = utcnow()
-    await langgraph_tables.upsert_store_items(
+    await langgraph_store.upsert_store_items(
         conn,
         prefix_of(namespace),
         [(key, dict(value)) for key, value in values],
@@ -140,25 +138,25 @@ async def delete_keys(conn: Conn, namespace: tuple[str, ...], keys: Sequence[str
     """Delete these keys of `namespace`; return how many items went."""
     if not keys:
         return 0
-    return await langgraph_tables.delete_store_keys(conn, prefix_of(namespace), keys)
+    return await langgraph_store.delete_store_keys(conn, prefix_of(namespace), keys)
 
 
 async def delete_namespace(conn: Conn, namespace: tuple[str, ...]) -> int:
     """Delete every item of exactly `namespace`, expired ones too; return how many went."""
-    return await langgraph_tables.delete_store_prefix(conn, prefix_of(namespace))
+    return await langgraph_store.delete_store_prefix(conn, prefix_of(namespace))
 
 
 async def matching(
     conn: Conn, namespace: tuple[str, ...], json_path: str, variables: Mapping[str, JsonValue]
 ) -> list[StoredItem]:
     """Return the items of `namespace` (expired ones too) whose value matches the SQL/JSON path `json_path`."""
-    rows = await langgraph_tables.store_items_matching(conn, prefix_of(namespace), json_path, variables)
+    rows = await langgraph_store.store_items_matching(conn, prefix_of(namespace), json_path, variables)
     return [_item(row) for row in rows]
 
 
 async def replace_value(conn: Conn, namespace: tuple[str, ...], key: str, value: Mapping[str, object]) -> None:
     """Rewrite one item's value in place: a correction, not a use, so its times and expiry stay."""
-    await langgraph_tables.set_store_value(conn, prefix_of(namespace), key, value)
+    await langgraph_store.set_store_value(conn, prefix_of(namespace), key, value)
 
 
 def _item(row: Mapping[str, object]) -> StoredItem:

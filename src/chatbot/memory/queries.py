@@ -1,23 +1,24 @@
 """The memory feature's own SQL: `memory_jobs` (memory/jobs.py) and `memory_resets` (memory/resets.py).
 
 Statements as module constants beside the small functions that run them on a connection
-the caller passes in. The store's tables are db/langgraph_tables.py's (AGENTS.md, "Where
+the caller passes in. The store's tables are db/langgraph_store.py's (AGENTS.md, "Where
 SQL lives").
 """
 
 from __future__ import annotations
 
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, TypedDict, cast
+from typing import TYPE_CHECKING
 
-from psycopg import AsyncConnection, AsyncCursor
+from pydantic import TypeAdapter
+from typing_extensions import TypedDict
 
+from chatbot.db.connection_options import Conn, Cursor
 from chatbot.ids import RunId, TenantId, ThreadId, UserId
 
 if TYPE_CHECKING:
     from chatbot.memory.jobs import MemoryJob
 
-Conn = AsyncConnection[Any]
 
 INSERT_JOB = """
 insert into memory_jobs
@@ -38,6 +39,9 @@ class ClaimedJob(TypedDict):
     user_text: str
     attempts: int
 
+
+# Validated where it is read (a column of another shape raises), built once.
+_CLAIMED_JOB: TypeAdapter[ClaimedJob] = TypeAdapter(ClaimedJob)
 
 CLAIM_JOB = """
 update memory_jobs set claimed_until = %(until)s, claimed_by = %(holder)s, attempts = attempts + 1
@@ -83,10 +87,11 @@ async def claim_job(
 ) -> ClaimedJob | None:
     """Claim a free row for `lease`; return its columns and claim count, None when another won."""
     params = {"thread": thread_id, "run": run_id, "now": now, "until": now + lease, "holder": holder}
-    return cast("ClaimedJob | None", await (await conn.execute(CLAIM_JOB, params)).fetchone())
+    row = await (await conn.execute(CLAIM_JOB, params)).fetchone()
+    return None if row is None else _CLAIMED_JOB.validate_python(row)
 
 
-async def send_take_job(conn: Conn, thread_id: ThreadId, run_id: RunId) -> AsyncCursor[Any]:
+async def send_take_job(conn: Conn, thread_id: ThreadId, run_id: RunId) -> Cursor:
     """Send `take_job`'s delete without waiting (in a pipeline); its cursor's rowcount says, once read."""
     return await conn.execute(TAKE_JOB, (thread_id, run_id))
 

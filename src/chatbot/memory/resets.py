@@ -25,9 +25,9 @@ from typing import Any
 
 from psycopg import AsyncConnection
 
-from chatbot.db import langgraph_tables
-from chatbot.db.locks import hold_memory_reset
+from chatbot.db import langgraph_store
 from chatbot.db.pool import Pool
+from chatbot.db.transaction_locks import hold_memory_reset
 from chatbot.ids import TenantId, UserId
 from chatbot.memory import _profile_sources as profile_sources
 from chatbot.memory import items, queries
@@ -127,6 +127,6 @@ async def erase_memory(conn: AsyncConnection[Any], tenant_id: TenantId, user_id:
     gone and drops itself.
     """
     await queries.delete_jobs_of_user(conn, tenant_id, user_id)
-    items_deleted = await langgraph_tables.delete_store_tree(conn, user_prefix(tenant_id, user_id))
+    items_deleted = await langgraph_store.delete_store_tree(conn, user_prefix(tenant_id, user_id))
     await queries.forget_resets(conn, tenant_id, user_id)
     return items_deleted

@@ -8,11 +8,8 @@ the caller passes in (AGENTS.md, "Where SQL lives"). Each takes the lease's para
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
-from psycopg import AsyncConnection
-
-Conn = AsyncConnection[Any]
+from chatbot.db.connection_options import Conn
 
 ACQUIRE_LEASE = """
 insert into maintenance_leases as l (name, holder, lease_until)

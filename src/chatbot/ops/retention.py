@@ -28,7 +28,7 @@ from typing import Any
 
 from psycopg import AsyncConnection
 
-from chatbot.db import langgraph_tables
+from chatbot.db import langgraph_threads
 from chatbot.db.locks import Lease, Locks
 from chatbot.db.pool import Pool
 from chatbot.ids import ThreadId
@@ -74,13 +74,12 @@ async def purge_stale_threads(
     floor = uuid6_floor(cutoff)
     group = max(1, min(max_locks or batch_size, batch_size))
 
-    # LangGraph's tables answer plain text (db/langgraph_tables.py): the ids are typed as they are read.
     async def stale(conn: AsyncConnection[Any], after: str) -> tuple[list[ThreadId], list[ThreadId]]:
-        batch = [ThreadId(t) for t in await langgraph_tables.stale_threads(conn, after, floor, batch_size)]
+        batch = await langgraph_threads.stale_threads(conn, after, floor, batch_size)
         return batch, batch
 
     async def still_stale(conn: AsyncConnection[Any], thread_ids: list[ThreadId]) -> list[ThreadId]:
-        return [ThreadId(t) for t in await langgraph_tables.still_stale(conn, thread_ids, floor)]
+        return await langgraph_threads.still_stale(conn, thread_ids, floor)
 
     async def leftovers(conn: AsyncConnection[Any], after: str) -> tuple[list[ThreadId], list[ThreadId]]:
         # Threads with recall rows and no checkpoint are gone already (recall/leftovers.py):
@@ -133,7 +132,7 @@ async def _pass(
 
 
 async def _without_checkpoints(conn: AsyncConnection[Any], thread_ids: list[ThreadId]) -> list[ThreadId]:
-    written = await langgraph_tables.threads_with_checkpoints(conn, thread_ids)
+    written = await langgraph_threads.threads_with_checkpoints(conn, thread_ids)
     return [t for t in thread_ids if t not in written]
 
 

@@ -12,26 +12,27 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from chatbot.db.connection_options import Conn
 from chatbot.ids import TenantId, ThreadId, UserId
 from chatbot.recall import queries
 
 
-async def index_owner(conn: queries.Conn, thread_id: ThreadId) -> tuple[TenantId, UserId] | None:
+async def index_owner(conn: Conn, thread_id: ThreadId) -> tuple[TenantId, UserId] | None:
     """Return the (tenant, user) the thread's recall rows were indexed for, None without rows."""
     return await queries.index_owner(conn, thread_id)
 
 
-async def threads_indexed_for(conn: queries.Conn, tenant_id: TenantId, user_id: UserId) -> list[ThreadId]:
+async def threads_indexed_for(conn: Conn, tenant_id: TenantId, user_id: UserId) -> list[ThreadId]:
     """Return the threads holding recall rows indexed for this tenant and user."""
     return await queries.indexed_for(conn, tenant_id, user_id)
 
 
-async def indexed_threads_after(conn: queries.Conn, after: str, limit: int) -> list[ThreadId]:
+async def indexed_threads_after(conn: Conn, after: str, limit: int) -> list[ThreadId]:
     """Return up to `limit` threads with recall rows after `after`, by id (a retention pass's scan)."""
     return await queries.indexed_after(conn, after, limit)
 
 
-async def forget_index(conn: queries.Conn, thread_ids: Sequence[ThreadId]) -> None:
+async def forget_index(conn: Conn, thread_ids: Sequence[ThreadId]) -> None:
     """Delete the threads' recall rows (their next run indexes them again from their own transcript)."""
     for thread_id in thread_ids:
         await queries.forget_thread(conn, thread_id)

@@ -12,14 +12,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, TypedDict
+from typing import TypedDict
 
-from psycopg import AsyncConnection
 from psycopg.rows import DictRow
 
+from chatbot.db.connection_options import Conn
 from chatbot.ids import TenantId, ThreadId, UserId
-
-Conn = AsyncConnection[Any]
 
 # With its owner: rows another caller's thread left under this thread id are not this index.
 NEWEST_TURN = """

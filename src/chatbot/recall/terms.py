@@ -5,9 +5,11 @@ and Arabic-Indic digits, diacritics and half-spaces fold to one form, compounds 
 with a half-space also index their parts, and plurals their stem; a Persian word with a
 possessive or indefinite ending also indexes the word without it. On top of it: stop words
 of both languages go (the `simple` text-search form has none, and "the" or "که" would
-match every turn), and English words lose a plural "s" (a light stemmer: "plates" meets
-"plate"). The terms are built here and handed to Postgres as a tsvector literal, so the
-database never re-tokenises them: a plate like "12ب345" stays the tokens it was here.
+match every turn), and English words longer than three letters are stemmed by Porter's
+steps 1a and 1b (plurals, -eed, -ed, -ing) and 5a (a final "e"): "plates" meets "plate",
+"agreed" meets "agree", "quoted" meets "quote". The terms are built here and handed to
+Postgres as a tsvector literal, so the database never re-tokenises them: a plate like
+"12ب345" stays the tokens it was here.
 
 Every term is at most `MAX_TERM_BYTES` long in UTF-8, cut at a letter's boundary: Postgres
 refuses a longer word in a tsvector or a tsquery ("word is too long"), and one such word
@@ -89,9 +91,11 @@ def _final_e(word: str) -> str:
 
 
 def _stem(word: str) -> str:
-    """Return an English word's stem by Porter's first step: plurals, -ed and -ing ("agreed" meets "agree").
+    """Return an English word's stem by Porter's steps 1a, 1b and 5a: plurals, -ed and -ing, a final e.
 
-    Persian words come stemmed from index_form (plurals); other scripts are left as written.
+    "agreed" and "agree" both give "agre". Unlike Porter, a final "s" after "us" or "is" stays
+    ("bus", "analysis"). Words of three letters or fewer, or not all ASCII letters, are left as
+    written: Persian words come stemmed from index_form (plurals).
     """
     if not word.isascii() or len(word) <= 3 or not word.isalpha():
         return word

@@ -13,16 +13,15 @@ from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any, NamedTuple, TypedDict
 
-from psycopg import AsyncConnection, sql
+from psycopg import sql
 from psycopg.abc import Params
 from psycopg.types.json import Jsonb
 
+from chatbot.db.connection_options import Conn
 from chatbot.db.langgraph_tables import CITED_CHUNK_VERSIONS
-from chatbot.db.locks import hold_vocabulary
+from chatbot.db.transaction_locks import hold_vocabulary
 from chatbot.ids import TenantId
 from chatbot.responses import QuotedChunk
-
-Conn = AsyncConnection[Any]
 
 
 class ChunkInsert(TypedDict):

@@ -5,9 +5,9 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from chatbot.caller import CallerContext
-from chatbot.db import langgraph_tables
-from chatbot.db.locks import share_thread_rows
+from chatbot.db import langgraph_threads
 from chatbot.db.pool import Pool
+from chatbot.db.transaction_locks import share_thread_rows
 from chatbot.ids import RunId, ThreadId
 from chatbot.threads import queries
 
@@ -23,7 +23,7 @@ async def save_feedback(
     """
     async with pool.connection() as conn, conn.transaction():
         await share_thread_rows(conn, thread_id)
-        if not await langgraph_tables.run_recorded(conn, thread_id, run_id, caller.tenant_id):
+        if not await langgraph_threads.run_recorded(conn, thread_id, run_id, caller.tenant_id):
             return False
         now = datetime.now(UTC)
         params = (thread_id, run_id, caller.tenant_id, caller.user_id, score, comment, caller.locale, now, now)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from chatbot.caller import CallerContext
-from chatbot.db import langgraph_tables
+from chatbot.db import langgraph_threads
 from chatbot.db.pool import Pool
 from chatbot.errors import Problem
 from chatbot.ids import TenantId, ThreadId, UserId
@@ -37,7 +37,7 @@ def belongs_to_another(owner: Owner | None, caller: CallerContext) -> bool:
 async def thread_owner(pool: Pool, thread_id: ThreadId) -> Owner | None:
     """Return who created the thread, or None when the thread does not exist."""
     async with pool.connection() as conn:
-        found = await langgraph_tables.first_checkpoint_owner(conn, thread_id)
+        found = await langgraph_threads.first_checkpoint_owner(conn, thread_id)
     return None if found is None else Owner(*found)
 
 

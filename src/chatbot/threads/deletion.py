@@ -1,7 +1,7 @@
 """Deleting threads: everything kept of a thread, in every table keyed by its id.
 
 A thread's checkpoints, blobs and writes go through the saver's own `adelete_thread`
-(db/langgraph_tables.py); then every other table the catalogue shows with a `thread_id`
+(db/langgraph_threads.py); then every other table the catalogue shows with a `thread_id`
 column (feedback, the thread's lock fence, and whatever a later library version or
 migration adds) loses the thread's rows, in the same transaction. The owner's facts stay
 (memory is the user's), but those whose `source` names the thread lose that source. Callers hold the threads'
@@ -28,9 +28,10 @@ from typing import Any
 from psycopg import AsyncConnection
 
 from chatbot.caller import CallerContext
-from chatbot.db import catalogue, langgraph_tables
-from chatbot.db.locks import Fence, Locks, forget_fence, hold_threads_rows
+from chatbot.db import catalogue, langgraph_threads
+from chatbot.db.locks import Fence, Locks, forget_fence
 from chatbot.db.pool import Pool
+from chatbot.db.transaction_locks import hold_threads_rows
 from chatbot.errors import DATABASE_ERRORS, Problem
 from chatbot.ids import TenantId, ThreadId, UserId
 from chatbot.memory.thread_deletion import drop_thread_sources
@@ -47,9 +48,9 @@ async def delete_thread_rows(conn: AsyncConnection[Any], thread_ids: Sequence[Th
         return
     # First: a rating being written on one of the threads is waited for, then deleted too.
     await hold_threads_rows(conn, list(thread_ids))
-    owners = {thread_id: await langgraph_tables.first_checkpoint_owner(conn, thread_id) for thread_id in thread_ids}
-    await langgraph_tables.delete_thread_checkpoints(conn, thread_ids)
-    await catalogue.delete_keyed(conn, "thread_id", thread_ids, skip=langgraph_tables.CHECKPOINT_TABLES)
+    owners = {thread_id: await langgraph_threads.first_checkpoint_owner(conn, thread_id) for thread_id in thread_ids}
+    await langgraph_threads.delete_thread_checkpoints(conn, thread_ids)
+    await catalogue.delete_keyed(conn, "thread_id", thread_ids, skip=langgraph_threads.CHECKPOINT_TABLES)
     # Last: the thread's memory jobs are gone above, so no job of it writes a source again
     # (a job already writing took its row first, and this waited for it).
     for thread_id, owner in owners.items():
@@ -60,7 +61,7 @@ async def delete_thread_rows(conn: AsyncConnection[Any], thread_ids: Sequence[Th
 async def user_threads(pool: Pool, tenant_id: TenantId, user_id: UserId) -> list[ThreadId]:
     """Return every thread naming the user: by its checkpoints, or by recall rows indexed for them."""
     async with pool.connection() as conn:
-        found = await langgraph_tables.threads_of_user(conn, tenant_id, user_id)
+        found = await langgraph_threads.threads_of_user(conn, tenant_id, user_id)
         indexed = await threads_indexed_for(conn, tenant_id, user_id)
     # Checkpoints name their threads as plain text (db/langgraph_tables.py): typed here, where they are read.
     return sorted({ThreadId(thread_id) for thread_id in found} | set(indexed))
@@ -88,7 +89,7 @@ async def delete_user_threads(
     await hold_threads_rows(conn, list(thread_ids))
     others = []
     for thread_id in thread_ids:
-        owner = await langgraph_tables.first_checkpoint_owner(conn, thread_id)
+        owner = await langgraph_threads.first_checkpoint_owner(conn, thread_id)
         if owner is not None and owner != (tenant_id, user_id):
             others.append(thread_id)
     theirs = [t for t in thread_ids if t not in others]
@@ -117,7 +118,7 @@ async def rows_owner(pool: Pool, thread_id: ThreadId) -> Owner | None:
     not exist cost the same.
     """
     async with pool.connection() as conn:
-        written = await langgraph_tables.first_checkpoint_owner(conn, thread_id)
+        written = await langgraph_threads.first_checkpoint_owner(conn, thread_id)
         indexed = await index_owner(conn, thread_id)
     found = written or indexed
     return None if found is None else Owner(*found)

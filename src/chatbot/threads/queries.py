@@ -1,7 +1,7 @@
 """The threads feature's own SQL: system prompts, run feedback and run rate windows.
 
 Statements as module constants beside the small functions that run them on a connection
-the caller passes in. LangGraph's tables are db/langgraph_tables.py's, the fences
+the caller passes in. LangGraph's tables are db/langgraph_*.py's, the fences
 db/locks.py's (AGENTS.md, "Where SQL lives").
 """
 
