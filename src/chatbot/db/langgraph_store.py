@@ -20,19 +20,6 @@ from chatbot.db.connection_options import Conn, Cursor
 STORE_TABLE = "store"
 
 
-async def delete_store_namespaces(conn: Conn, namespaces: Sequence[tuple[str, ...]]) -> int:
-    """Delete every store item in exactly these namespaces; return how many went.
-
-    Raw: the store has no delete by namespace, and `asearch` + `adelete` would need a page
-    loop and, with `omit_expired`, would skip items expired but not yet swept, which must go
-    too. One statement, in the caller's transaction (memory/resets.py counts on it).
-    Vectors, if any, go with their items (`store_vectors` cascades).
-    """
-    prefixes = [_prefix(ns) for ns in namespaces]
-    cur = await conn.execute("delete from store where prefix = any(%s)", (prefixes,))
-    return max(cur.rowcount, 0)
-
-
 # Items of one prefix whose value matches an SQL/JSON path, and a value rewritten in place:
 # the memory feature's walk that takes a deleted thread out of what it stored
 # (memory/thread_deletion.py) reads and rewrites with these, knowing the values' shape itself.
@@ -161,7 +148,9 @@ async def delete_store_tree(conn: Conn, namespace: tuple[str, ...]) -> int:
 
     Tables come from the catalogue (db/catalogue.py), not a list, so a table a later store
     version adds keyed the same way is emptied too (erasure must leave nothing). Returns how
-    many `store` items went. Raw for the reasons of `delete_store_namespaces`.
+    many `store` items went. Raw: the store has no delete by namespace, and `asearch` +
+    `adelete` would need a page loop and, with `omit_expired`, would skip items expired but
+    not yet swept, which must go too.
     """
     root = _prefix(namespace)
     items = 0

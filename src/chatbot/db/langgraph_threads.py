@@ -33,10 +33,6 @@ _RUN_OF_TENANT = (
     "select 1 from checkpoints where thread_id = %s and checkpoint_ns = '' "
     "and metadata ->> 'run_id' = %s and metadata ->> 'tenant_id' = %s limit 1"
 )
-_THREAD_OF_USER = (
-    "select 1 from checkpoints where thread_id = %s and checkpoint_ns = '' "
-    "and metadata ->> 'tenant_id' = %s and metadata ->> 'user_id' = %s limit 1"
-)
 _THREADS_OF_USER = (
     "select distinct thread_id from checkpoints where checkpoint_ns = '' "
     "and metadata ->> 'tenant_id' = %s and metadata ->> 'user_id' = %s"
@@ -52,12 +48,6 @@ async def first_checkpoint_owner(conn: Conn, thread_id: ThreadId) -> tuple[Tenan
 async def run_recorded(conn: Conn, thread_id: ThreadId, run_id: RunId, tenant_id: TenantId) -> bool:
     """Return True when a checkpoint of the thread names `run_id` and the tenant."""
     return await (await conn.execute(_RUN_OF_TENANT, (thread_id, run_id, tenant_id))).fetchone() is not None
-
-
-async def thread_recorded_for(conn: Conn, thread_id: ThreadId, tenant_id: TenantId, user_id: UserId) -> bool:
-    """Return True when a checkpoint of the thread names this tenant and user."""
-    row = await (await conn.execute(_THREAD_OF_USER, (thread_id, tenant_id, user_id))).fetchone()
-    return row is not None
 
 
 async def threads_of_user(conn: Conn, tenant_id: TenantId, user_id: UserId) -> list[str]:
