@@ -34,7 +34,7 @@ def turns(n: int, *, offset: int = 0) -> list[BaseMessage]:
         if k % 3 == 0:
             messages.append(AIMessage("", tool_calls=[{"name": "search_kb", "args": {}, "id": f"c{k}"}]))
             messages.append(ToolMessage("نتیجه جست‌وجو", tool_call_id=f"c{k}"))
-        citations = [{"chunk_id": f"kb-{k}", "title": f"موضوع {k}"}] if k % 2 else []
+        citations = [f"kb-{k}"] if k % 2 else []  # as stored: the cited chunk ids
         messages.append(
             AIMessage(
                 PERSIAN_PARAGRAPHS[(2 * k + 1) % len(PERSIAN_PARAGRAPHS)],
@@ -68,7 +68,7 @@ def test_offline_summary_lists_questions_and_topics_deterministically() -> None:
     lines = summary.splitlines()
     assert len(lines) == 3
     assert all(line.startswith("- کاربر پرسید: پرسش ") for line in lines)
-    assert "پاسخ: موضوع 1" in lines[1]  # a cited answer is named by its chunk titles
+    assert "پاسخ: kb-1" in lines[1]  # a cited answer is named by the chunks it cited
     assert "[chunk:" not in lines[0]  # an uncited one by its first sentence, without citations
     assert "User asked" in offline_summary("", dropped, "en")
 

@@ -17,7 +17,6 @@ import asyncio
 import logging
 import re
 from collections.abc import Callable, Sequence
-from typing import Any
 
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage
@@ -94,25 +93,16 @@ def _shorten(text: str, limit: int) -> str:
     return cut_at_word(_WHITESPACE.sub(" ", text).strip(), limit, min_keep=limit // 2 + 1, marker="…")
 
 
-def _citation_titles(message: BaseMessage) -> list[str]:
-    """Return the titles (or ids) of the chunks an answer cited, from our metadata."""
-    citations: Any = message_meta(message).get("citations")
-    titles: list[str] = []
-    for citation in citations if isinstance(citations, list) else []:
-        if isinstance(citation, dict):
-            label = citation.get("title") or citation.get("chunk_id")
-        else:
-            label = citation
-        if label and str(label) not in titles:
-            titles.append(str(label))
-    return titles
+def _cited(message: BaseMessage) -> list[str]:
+    """Return the ids of the chunks an answer cited (our metadata keeps ids, validated), each once."""
+    return list(dict.fromkeys(c for c in message_meta(message).get("citations", []) if c))
 
 
 def _topic(message: AIMessage) -> str:
-    """Name what an answer was about: its cited chunk titles, else its first sentence."""
-    titles = _citation_titles(message)
-    if titles:
-        return _shorten(", ".join(titles), _TOPIC_CHARS)
+    """Name what an answer was about: the chunks it cited, else its first sentence."""
+    cited = _cited(message)
+    if cited:
+        return _shorten(", ".join(cited), _TOPIC_CHARS)
     text = _CITATION.sub("", str(message.text))
     first = _SENTENCE_END.split(_WHITESPACE.sub(" ", text).strip(), maxsplit=1)[0]
     return _shorten(first, _TOPIC_CHARS)

@@ -30,6 +30,9 @@ from collections.abc import Sequence
 from importlib.metadata import version
 from typing import Any, TypedDict
 
+import typing_extensions
+from pydantic import TypeAdapter
+
 from chatbot.db.connection_options import Conn, Cursor
 from chatbot.db.rows import fetch_all, fetch_one
 from chatbot.ids import RunId, TenantId, ThreadId
@@ -375,7 +378,9 @@ async def error_write(conn: Conn, thread_id: ThreadId, checkpoint_id: str) -> Bl
 # loading any blob.
 
 
-class RecordCheckpointRow(TypedDict):
+# typing_extensions' TypedDict: the one pydantic validates on Python 3.11. The channel versions
+# are JSON the library wrote: validated as they are read, like every stored JSON we read.
+class RecordCheckpointRow(typing_extensions.TypedDict):
     """A run's checkpoint as its record is read: the record and summary strings, the versions."""
 
     checkpoint_id: str
@@ -385,7 +390,7 @@ class RecordCheckpointRow(TypedDict):
     ts: str
 
 
-class RunCheckpointRow(TypedDict):
+class RunCheckpointRow(typing_extensions.TypedDict):
     """A run's checkpoint: who wrote it (`source` of the metadata) and its channel versions."""
 
     checkpoint_id: str
@@ -409,6 +414,8 @@ from checkpoints
 where thread_id = %s and checkpoint_ns = '' and metadata ->> 'run_id' = %s
 order by checkpoint_id
 """
+_RECORD_CHECKPOINT_ROWS: TypeAdapter[list[RecordCheckpointRow]] = TypeAdapter(list[RecordCheckpointRow])
+_RUN_CHECKPOINT_ROWS: TypeAdapter[list[RunCheckpointRow]] = TypeAdapter(list[RunCheckpointRow])
 _NEWEST_RUN = (
     "select metadata ->> 'run_id' as run_id from checkpoints "
     "where thread_id = %s and checkpoint_ns = '' order by checkpoint_id desc limit 1"
@@ -419,12 +426,15 @@ async def run_record_checkpoints(
     conn: Conn, thread_id: ThreadId, run_id: RunId, tenant_id: TenantId
 ) -> list[RecordCheckpointRow]:
     """Return the run's checkpoints newest first: checkpoint_id, record, summary, versions, ts."""
-    return await fetch_all(conn, RecordCheckpointRow, _RUN_RECORD_CHECKPOINTS, (thread_id, run_id, tenant_id))
+    rows = await fetch_all(conn, RecordCheckpointRow, _RUN_RECORD_CHECKPOINTS, (thread_id, run_id, tenant_id))
+    return _RECORD_CHECKPOINT_ROWS.validate_python(rows)
 
 
 async def run_checkpoints(conn: Conn, thread_id: ThreadId, run_id: RunId) -> list[RunCheckpointRow]:
     """Return the run's checkpoints oldest first: checkpoint_id, source, versions."""
-    return await fetch_all(conn, RunCheckpointRow, _RUN_CHECKPOINTS, (thread_id, run_id))
+    return _RUN_CHECKPOINT_ROWS.validate_python(
+        await fetch_all(conn, RunCheckpointRow, _RUN_CHECKPOINTS, (thread_id, run_id))
+    )
 
 
 async def newest_run(conn: Conn, thread_id: ThreadId) -> str | None:

@@ -16,6 +16,7 @@ from typing import Any, NamedTuple, TypedDict
 from psycopg import sql
 from psycopg.abc import Params
 from psycopg.types.json import Jsonb
+from pydantic import TypeAdapter
 
 from chatbot.db.connection_options import Conn
 from chatbot.db.langgraph_tables import CITED_CHUNK_VERSIONS
@@ -110,10 +111,18 @@ async def upsert_document(conn: Conn, params: tuple[Any, ...]) -> None:
     await conn.execute(UPSERT_DOCUMENT, params)
 
 
+# A chunk's pages are JSON in its metadata: validated as they are read.
+_PAGES: TypeAdapter[list[int] | None] = TypeAdapter(list[int] | None)
+
+
 async def current_chunks(conn: Conn, tenant_id: TenantId, document_id: str) -> dict[str, CurrentChunk]:
     """Return the document's current chunks by chunk id."""
     cur = await conn.execute(CURRENT_CHUNKS, (tenant_id, document_id))
-    return {row["chunk_id"]: CurrentChunk(row["title"], row["ordinal"], row["pages"]) for row in await cur.fetchall()}
+    rows = await cur.fetchall()
+    return {
+        row["chunk_id"]: CurrentChunk(row["title"], row["ordinal"], _PAGES.validate_python(row["pages"]))
+        for row in rows
+    }
 
 
 async def supersede_chunks(conn: Conn, tenant_id: TenantId, document_id: str, chunk_ids: list[str]) -> None:
