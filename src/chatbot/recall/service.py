@@ -194,7 +194,7 @@ class ThreadRecall:
             indexed, write = await self._index(query, messages, searched)
             covered = _searched_the_window(query, searched, indexed)
             if covered and query.writer.defer is not None:
-                if write.writes:
+                if write.messages or write.replace:
                     query.writer.defer(write)  # after the answer: the search did not need it
                 return _hits(searched, query.hits)
             await write.write(conn)
@@ -374,11 +374,6 @@ class PendingIndexWrite:
     replace: bool
     """Whether the thread's index is replaced (what the thread id held was not its own)."""
 
-    @property
-    def writes(self) -> bool:
-        """Whether there is anything to write."""
-        return bool(self.messages) or self.replace
-
     async def write(self, conn: Any = None) -> None:
         """Write the turns on `conn` (else a pool connection) through the run's fence: once lost, `LeaseLost`."""
         if conn is None:
@@ -425,7 +420,11 @@ def _searched_the_window(query: RecallQuery, searched: queries.Searched, indexed
     if query.window_first is None:
         return indexed.start == indexed.end  # every indexed turn may be recalled, the new ones too
     # The new turns are the window's (at or after its oldest message), which the search leaves out anyway.
-    return searched.first is not None and indexed.start >= searched.first
+    # An oldest message not indexed yet bounds the search at every indexed turn, all older than it: the
+    # window's past, when that message is the first of the new turns (the index one question and answer behind).
+    if searched.first is None:
+        return indexed.first == indexed.start
+    return indexed.start >= searched.first
 
 
 def _hits(searched: queries.Searched, hits: int) -> list[RecallHit]:
