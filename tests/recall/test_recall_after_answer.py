@@ -56,8 +56,9 @@ async def test_the_index_is_written_after_the_answer_with_the_previous_turns_onl
     assert QUESTION not in [c for _, c in after]
 
 
+@pytest.mark.parametrize("oldest_kept", ["indexed", "the first not indexed"])
 async def test_an_index_write_handed_over_past_a_lost_lease_raises_and_writes_nothing(
-    isolated_database_url: str,
+    isolated_database_url: str, oldest_kept: str
 ) -> None:
     url = isolated_database_url
     thread = f"after-fenced-{uuid.uuid4().hex[:6]}"
@@ -65,22 +66,25 @@ async def test_an_index_write_handed_over_past_a_lost_lease_raises_and_writes_no
         await long_thread(client, thread, "en", 20, {3: PLATE})
         indexed = thread_turn_rows(url, thread)
         recent = (await services_of(client).runs.graph.aget_state(_config(thread))).values["messages"]
+        said = [str(m.id) for m in recent if is_conversation_message(m)]
+        assert said[: len(indexed)] == [i for i, _ in indexed] and len(said) == len(indexed) + 2
         handed: list[PendingIndexWrite] = []
         stale = IndexWriter("acme", "u1", Fence(thread, str(uuid.uuid4())), defer=handed.append)  # not its token
-        # The window keeps indexed turns: the search covers every turn before it without the write.
+        # The window keeps an indexed turn, or the previous question (the index is one question
+        # and answer behind): either way the search covers every turn before it without the write.
         query = RecallQuery(
             thread,
             stale,
             recent,
             whole=False,
-            window_first=indexed[-2][0],
+            window_first=indexed[-2][0] if oldest_kept == "indexed" else said[-2],
             terms=question_terms(QUESTION, []),
             question=QUESTION,
             hits=3,
         )
         hits = await ThreadRecall(services_of(client).pool).find(query)
         assert PLATE in [h.turn.content for h in hits]
-        assert len(handed) == 1 and len(handed[0].messages) == 2
+        assert len(handed) == 1 and [str(m.id) for m in handed[0].messages] == said[-2:]
         assert thread_turn_rows(url, thread) == indexed  # handed over, not written
         with pytest.raises(LeaseLost):
             await handed[0].write()
