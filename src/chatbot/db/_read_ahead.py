@@ -38,6 +38,10 @@ from chatbot.ids import ThreadId
 # Reads kept for a walk not asked yet (a read whose history is never asked for leaves one):
 # the oldest go first. What is kept is a checkpoint's, which never changes.
 KEPT = 64
+# Threads whose next second stage is kept (a few KB each: the chain's checkpoint ids). A
+# thread's next run finds it while fewer other threads walked since; a miss only reads the
+# second stage in a round trip of its own, as before.
+FORESEEN_THREADS = 1024
 Chains = tuple[tuple[str, tuple[str, ...]], ...]
 Seeds = tuple[tuple[str, str], ...]
 PageKey = tuple[str, str, str, tuple[str, ...]]
@@ -46,10 +50,11 @@ K = TypeVar("K")
 V = TypeVar("V")
 
 
-def keep(kept: OrderedDict[K, V], key: K, value: V) -> None:
-    """Keep `value` under `key`, the oldest entries going first past `KEPT`."""
+def keep(kept: OrderedDict[K, V], key: K, value: V, *, most: int = KEPT) -> None:
+    """Keep `value` under `key`, the oldest entries going first past `most`."""
     kept[key] = value
-    while len(kept) > KEPT:
+    kept.move_to_end(key)
+    while len(kept) > most:
         kept.popitem(last=False)
 
 

@@ -52,7 +52,17 @@ from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
 from chatbot.db import langgraph_tables
-from chatbot.db._read_ahead import Chains, CheckpointRead, ReadAhead, ReadBack, Seeds, foreseen, keep, send_second_stage
+from chatbot.db._read_ahead import (
+    FORESEEN_THREADS,
+    Chains,
+    CheckpointRead,
+    ReadAhead,
+    ReadBack,
+    Seeds,
+    foreseen,
+    keep,
+    send_second_stage,
+)
 from chatbot.db.checkpoints import SERDE
 from chatbot.db.joined_writes import Kept, Recorder, joining, recording
 from chatbot.db.locks import Fence, fenced_transaction
@@ -315,7 +325,7 @@ class PooledPostgresSaver(AsyncPostgresSaver):
                 stored = hb_by_i_by_cid[i].get(checkpoint_id, False) or inline is not None
                 snapshots.append((ver_by_i_by_cid[i].get(checkpoint_id), stored))
             child = foreseen(checkpoint_id, channels, snapshots, chain_by_ch, seed_ver_by_ch)
-            keep(self._ahead.foreseen, (thread_id, checkpoint_ns, tuple(channels)), child)
+            keep(self._ahead.foreseen, (thread_id, checkpoint_ns, tuple(channels)), child, most=FORESEEN_THREADS)
         return self._build_delta_channels_writes_history(
             channels=channels,
             chain_by_ch=chain_by_ch,
