@@ -149,7 +149,7 @@ class CheckpointRead:
                 cur = conn.cursor(binary=True, row_factory=dict_row)
                 if await send_second_stage(cur, thread, ns, stage.chains, stage.seeds):
                     self._second_stage = (stage, cur)
-        self._row = row or conn.cursor(binary=True, row_factory=dict_row)
+        self._row = row if row is not None else conn.cursor(binary=True, row_factory=dict_row)
         await langgraph_tables.send_checkpoint_row(self._row, thread, ns, self.checkpoint_id)
 
     @property

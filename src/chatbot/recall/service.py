@@ -178,9 +178,10 @@ class ThreadRecall:
 
         One round trip reads the index's state and searches it (queries.search); a second
         indexes what the thread said since the last indexed turn (usually the previous
-        run's question and answer, which the window holds anyway). Only when the window's
-        oldest message was not indexed yet (a thread's first run past the window, a thread
-        older than this feature) is the search run again after indexing.
+        run's question and answer, which the window holds anyway), handed over to be
+        written after the answer when the writer takes it (`IndexWriter.defer`). Only when
+        the search could not cover every turn before the window (a thread's first run past
+        the window, a thread older than this feature) is it written first and the search run again.
         """
         if query.hits <= 0:
             return []
