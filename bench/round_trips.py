@@ -406,13 +406,13 @@ async def latency_part(
         for kind, _ in THREAD_KINDS:
             ours = cells[(rtt, kind, "chatbot")]
             line = f"| {rtt:g} ms | {kind} | {_p50(ours.latency):.1f} / {_p50(ours.ttft):.1f} |"
+            before = cells.get((rtt, kind, "baseline"))
+            if before is not None:
+                line += f" {_p50(before.latency):.1f} / {_p50(before.ttft):.1f} |"
             floor = cells.get((rtt, kind, "floor"))
             if floor is None:
                 print(line + " - | - |")
                 continue
-            before = cells.get((rtt, kind, "baseline"))
-            if before is not None:
-                line += f" {_p50(before.latency):.1f} / {_p50(before.ttft):.1f} |"
             ratio_l = _p50(ours.latency) / _p50(floor.latency)
             ratio_t = _p50(ours.ttft) / _p50(floor.ttft)
             print(f"{line} {_p50(floor.latency):.1f} / {_p50(floor.ttft):.1f} | {ratio_l:.2f}x / {ratio_t:.2f}x |")
