@@ -3,11 +3,17 @@
 Two parts, both through `tests/fixtures/pg_proxy.py`'s proxy in front of an embedded
 Postgres (127.0.0.1 only):
 
-  count    One app in this process (uvicorn on 127.0.0.1, offline model) on the proxy.
+  count    An app in this process (uvicorn on 127.0.0.1, offline model) on the proxy.
            For a new thread, a 10-turn thread and a thread long enough for recall and a
            summary fold, one run's sequential exchanges are listed by name: those before
            the first token, the whole run (request to `end`), and the memory writer's
-           (after `end`, until the run's memory job is done).
+           (after `end`, until the run's memory job is done). The new and 10-turn threads
+           run on the service's default settings; the recall scenario on an app of its own
+           with a small window (`context_tokens=1500`), so that its 14 earlier turns leave
+           the window, recall searches them and the summary folds. Each app is warmed up
+           first (several runs: every connection opened, every statement prepared on the
+           connections it meets); a statement prepared on its own flush still shows, as
+           `(prepare) ...`, and so does a pipeline's lone `Sync`, as `(sync)`.
   latency  `chatbot serve` processes and the in-process floor (the peers' workload graph
            compiled here with `AsyncPostgresSaver` and `AsyncPostgresStore`), each on
            proxies adding 0, 1 and 5 ms of round trip (one proxy process, one port per
@@ -164,26 +170,35 @@ async def count_scenario(
     )
 
 
-SCENARIOS = (("new thread", 0), ("10-turn thread", 10), ("recall and a summary fold", 14))
+# By app: the settings it runs on (beside the bench's), how they are named in the output,
+# and its scenarios (name, earlier turns).
+APPS: tuple[tuple[dict[str, int], str, tuple[tuple[str, int], ...]], ...] = (
+    ({}, "default settings", (("new thread", 0), ("10-turn thread", 10))),
+    # A small window: 14 earlier turns then leave it, so the run recalls and folds.
+    ({"context_tokens": 1500}, "context_tokens=1500", (("recall and a summary fold", 14),)),
+)
+WARM_UP_THREADS = 6
 
 
 async def count_part(url: str, secret: str) -> list[Counted]:
     """Count the exchanges of one run of each scenario; print them by name."""
-    results = []
+    results: list[tuple[str, Counted]] = []
     async with proxied(url) as proxy:
-        # A small window: 14 earlier turns then leave it, so the run recalls and folds.
-        settings = bench_settings(proxy.url(url), service_secret=_secret(secret), context_tokens=1500)
-        token = mint_token(
-            settings, tenant=TENANT, user=UserId(f"rtt-{uuid.uuid4().hex[:6]}"), locale="en-US", ttl=3600
-        )
-        async with app_server(settings) as base:
-            # One run first: the pool's connections opened and every statement prepared once.
-            await count_scenario("warm-up", base, proxy, url, token, 1)
-            for name, earlier in SCENARIOS:
-                results.append(await count_scenario(name, base, proxy, url, token, earlier))
-    for counted in results:
+        for fields, named, scenarios in APPS:
+            settings = bench_settings(proxy.url(url), service_secret=_secret(secret), **fields)
+            token = mint_token(
+                settings, tenant=TENANT, user=UserId(f"rtt-{uuid.uuid4().hex[:6]}"), locale="en-US", ttl=3600
+            )
+            async with app_server(settings) as base:
+                # Runs on threads of their own first: the pool's connections opened, and both
+                # lock sessions and the connections a run meets with every statement prepared.
+                for _ in range(WARM_UP_THREADS):
+                    await count_scenario("warm-up", base, proxy, url, token, 1)
+                for name, earlier in scenarios:
+                    results.append((named, await count_scenario(name, base, proxy, url, token, earlier)))
+    for named, counted in results:
         print(
-            f"\n{counted.name}: {len(counted.first_token)} before the first token, "
+            f"\n{counted.name} ({named}): {len(counted.first_token)} before the first token, "
             f"{len(counted.run)} in the whole run, {len(counted.memory)} in the memory writer"
         )
         for label, exchanges in (("run", counted.run), ("memory writer", counted.memory)):
@@ -194,7 +209,7 @@ async def count_part(url: str, secret: str) -> list[Counted]:
                 at = (exchange.started - counted.sent) * 1000
                 print(f"   {mark}{i:2d}. +{at:6.1f} ms  {exchange.name[:300]}  [{where}]")
     print("\n(* before the first token)")
-    return results
+    return [counted for _, counted in results]
 
 
 def _secret(secret: str) -> Any:
@@ -394,13 +409,13 @@ async def latency_part(
         for kind, _ in THREAD_KINDS:
             ours = cells[(rtt, kind, "chatbot")]
             line = f"| {rtt:g} ms | {kind} | {_p50(ours.latency):.1f} / {_p50(ours.ttft):.1f} |"
+            before = cells.get((rtt, kind, "baseline"))
+            if before is not None:
+                line += f" {_p50(before.latency):.1f} / {_p50(before.ttft):.1f} |"
             floor = cells.get((rtt, kind, "floor"))
             if floor is None:
                 print(line + " - | - |")
                 continue
-            before = cells.get((rtt, kind, "baseline"))
-            if before is not None:
-                line += f" {_p50(before.latency):.1f} / {_p50(before.ttft):.1f} |"
             ratio_l = _p50(ours.latency) / _p50(floor.latency)
             ratio_t = _p50(ours.ttft) / _p50(floor.ttft)
             print(f"{line} {_p50(floor.latency):.1f} / {_p50(floor.ttft):.1f} | {ratio_l:.2f}x / {ratio_t:.2f}x |")

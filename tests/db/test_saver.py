@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import itertools
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -187,3 +188,89 @@ async def test_the_savers_own_reads_return_what_the_librarys_return(
             for config in [*(t.config for t in everything), _config(thread)]:
                 got = await ours.aget_delta_channel_history(config=config, channels=["messages", "summary"])
                 assert got == await library.aget_delta_channel_history(config=config, channels=["messages", "summary"])
+
+
+CHANNELS = ["messages", "summary"]
+
+
+@pytest.fixture
+async def stored_thread(isolated_database_url: str) -> str:
+    """Return the id of the stored-format fixture's thread, its rows copied into the test's database."""
+    from tests.foundation.test_stored_format import MANIFEST, load_rows
+
+    await load_rows(isolated_database_url)
+    return str(MANIFEST["thread_id"])
+
+
+@pytest.mark.plain_postgres(reason="compares with the library's own reads, which Citus refuses")
+async def test_a_walk_foresees_the_second_stage_its_child_checkpoint_asks(
+    isolated_database_url: str, stored_thread: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What a checkpoint's walk foresees for its child is what the child's walk asks, snapshots crossed."""
+    thread = stored_thread
+    async with await psycopg.AsyncConnection.connect(
+        isolated_database_url, autocommit=True, row_factory=dict_row
+    ) as conn:
+        ours, library = PooledPostgresSaver(conn), AsyncPostgresSaver(conn)
+        oldest_first = [t async for t in library.alist(_config(thread))][::-1]
+        asked: list[tuple[Any, Any]] = []
+        read = ours._second_stage_rows
+
+        async def noting(cur: Any, thread_id: Any, ns: str, chains: Any, seeds: Any) -> list[Any]:
+            asked.append((chains, seeds))
+            return await read(cur, thread_id, ns, chains, seeds)
+
+        monkeypatch.setattr(ours, "_second_stage_rows", noting)
+        await ours.aget_delta_channel_history(config=oldest_first[0].config, channels=CHANNELS)
+        seeded_by_parent = 0
+        for parent, child in itertools.pairwise(oldest_first):
+            assert child.parent_config is not None
+            assert (
+                child.parent_config["configurable"]["checkpoint_id"] == parent.config["configurable"]["checkpoint_id"]
+            )
+            foreseen = ours._ahead.foreseen[(thread, "", tuple(CHANNELS))]  # by the parent's walk, just before
+            got = await ours.aget_delta_channel_history(config=child.config, channels=CHANNELS)
+            assert (foreseen.chains, foreseen.seeds) == asked[-1]
+            assert got == await library.aget_delta_channel_history(config=child.config, channels=CHANNELS)
+            seeded_by_parent += any(len(chain) == 1 for _, chain in foreseen.chains)
+        assert len(oldest_first) > 50 and seeded_by_parent > 0  # a snapshot's child walked too
+
+
+@pytest.mark.plain_postgres(reason="compares with the library's own reads, which Citus refuses")
+async def test_a_runs_walk_takes_the_second_stage_read_beside_its_checkpoint(
+    isolated_database_url: str, stored_thread: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fenced run's checkpoint read brings the walk's foreseen second stage; its walk reads nothing more."""
+    from chatbot.db.locks import Fence
+    from chatbot.db.pool import make_pool
+    from chatbot.db.saver import fenced
+    from tests.fixtures.postgres import settings_for
+
+    thread = stored_thread
+    pool = make_pool(isolated_database_url, settings_for(isolated_database_url), name="test", min_size=1, max_size=2)
+    await pool.open(wait=True)
+    try:
+        ours, library = PooledPostgresSaver(pool), AsyncPostgresSaver(pool)
+        newest_first = [t async for t in library.alist(_config(thread), limit=2)]
+        newest, parent = newest_first
+        await ours.aget_delta_channel_history(config=parent.config, channels=CHANNELS)
+        read_again: list[object] = []
+
+        async def refused(*args: Any) -> list[Any]:
+            read_again.append(args)
+            raise AssertionError("the second stage was read again")
+
+        monkeypatch.setattr(ours, "_second_stage_rows", refused)
+        run = fenced(_config(thread), Fence(thread, "token"))
+        loaded = await ours.aget_tuple(run)
+        assert loaded is not None and loaded.config["configurable"]["checkpoint_id"] == newest.checkpoint["id"]
+        got = await ours.aget_delta_channel_history(config=loaded.config, channels=CHANNELS)
+        assert not read_again
+        assert got == await library.aget_delta_channel_history(config=newest.config, channels=CHANNELS)
+        # A walk nothing was read ahead for reads its own.
+        monkeypatch.setattr(ours, "_second_stage_rows", PooledPostgresSaver._second_stage_rows.__get__(ours))
+        assert await ours.aget_delta_channel_history(config=parent.config, channels=CHANNELS) == (
+            await library.aget_delta_channel_history(config=parent.config, channels=CHANNELS)
+        )
+    finally:
+        await pool.close()

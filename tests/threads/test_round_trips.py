@@ -32,11 +32,19 @@ QUESTION = "How do I file a car body claim and which documents do I need?"
 FACT = "Please remember I live in Shiraz. How do I file a car body claim?"
 
 # The budgets this tree keeps, by scenario: (earlier turns, exchanges before the first token,
-# exchanges of the whole run and of its memory work after it). The memory writer starts as
-# the run ends, so the two are counted together: which side of `end` its first exchange falls
-# on is a race. So is one more of that total: the run's unlock and the writer's user lock
-# overlap when the two keys hash to different lock sessions, and queue on one otherwise.
-BUDGETS = {"new thread": (0, 3, 10), "10-turn thread": (10, 5, 12)}
+# exchanges of the whole run and of its memory work after it, settings). The memory writer
+# starts as the run ends, so the two are counted together: which side of `end` its first
+# exchange falls on is a race. So is one more of that total: the run's unlock and the
+# writer's user lock overlap when the two keys hash to different lock sessions, and queue on
+# one otherwise. The first two scenarios run with the service's default window; the third
+# with a small one, so that its earlier turns leave the window (the tests' answers are short:
+# no knowledge base) and recall searches them, while the window keeps the previous question
+# and answer (recall's index write then waits for the answer: agent/_index_later.py).
+BUDGETS: dict[str, tuple[int, int, int, dict[str, int]]] = {
+    "new thread": (0, 3, 10, {}),
+    "10-turn thread": (10, 3, 10, {}),
+    "recall": (14, 4, 11, {"context_tokens": 800}),
+}
 # The measured run's added round trip: far longer than the CPU work between two statements the
 # service overlaps, even on a loaded machine, so they are seen overlapped. The turns before it
 # go without delay.
@@ -59,7 +67,7 @@ async def memory_jobs_left(database_url: str, thread: str) -> int:
 
 @pytest.mark.parametrize("scenario", list(BUDGETS))
 async def test_a_run_keeps_its_exchange_budget(isolated_database_url: str, scenario: str) -> None:
-    earlier, first_token_budget, run_budget = BUDGETS[scenario]
+    earlier, first_token_budget, run_budget, settings = BUDGETS[scenario]
     handed_window: list[float] = []
 
     def note_window(_: Sequence[BaseMessage]) -> None:
@@ -72,7 +80,7 @@ async def test_a_run_keeps_its_exchange_budget(isolated_database_url: str, scena
         overrides = {"window_observer": note_window}
         # The service's default pool floor (the tests' is 1): two reads overlapped need two connections.
         url = proxy.url(isolated_database_url)
-        async with running_app(url, agent_overrides=overrides, pool_min_size=POOL_MIN_SIZE) as client:
+        async with running_app(url, agent_overrides=overrides, pool_min_size=POOL_MIN_SIZE, **settings) as client:
             # A run first, on another thread: connections opened, statements prepared.
             await send_for_events(client, f"warm-{thread}", QUESTION, **EN)
             for _ in range(earlier):

@@ -15,6 +15,7 @@ from pydantic import JsonValue
 
 from chatbot import metrics
 from chatbot.agent._handoff import handoff_context
+from chatbot.agent._index_later import IndexLater
 from chatbot.agent._prompts import system_prompt
 from chatbot.agent._recall import RecallAsk, Recalled, RecallStep
 from chatbot.agent._summary import fold_summary, messages_to_fold
@@ -33,7 +34,6 @@ from chatbot.agent.state import (
     Outcome,
 )
 from chatbot.budgets.service import BudgetExhausted, Held, with_output_cap
-from chatbot.db.locks import Fence
 from chatbot.db.run_record import RecordedRun
 from chatbot.db.saver import run_fence
 from chatbot.failures import Failure
@@ -151,8 +151,12 @@ class Nodes:
             await self.deps.prompt_registry(prompt_sha, prompt)
         parts, window, update = await self._window_and_summary(state, history, question, chunks, turns, ctx)
         summary = parts.summary
-        # The run's config carries its thread lease's fence (db/saver.py): recall's writes pass it.
-        recalled = await self._recall(parts, window, ctx, run_fence(get_config()))
+        # The run's config carries its thread lease's fence (db/saver.py): recall's writes pass it,
+        # and those the search did not need wait for the answer (agent/_index_later.py).
+        index_later = IndexLater(ctx)
+        recalled = await self._recall(
+            parts, window, ctx, IndexWriter(ctx.tenant_id, ctx.user_id, run_fence(get_config()), index_later.defer)
+        )
         window = recalled.window
         ctx.result.recalled = recalled.turns
         if self.deps.window_observer is not None:
@@ -179,9 +183,11 @@ class Nodes:
             try:
                 answered = await self._ask_model(window, chunks, ctx)
             except ModelFailure as failure:
+                index_later.start()
                 return self._failed(ctx, failure, turns, question, recalled, prompt_sha, chunks, history)
             reply, model = answered.reply, answered.model
             self._usage(ctx).extend(answered.usage)
+        index_later.start()
         answer = AIMessage(
             content=reply.content,
             id=str(uuid.uuid4()),
@@ -403,17 +409,17 @@ class Nodes:
             # Not found: it has left the recent list, so everything in it is newer.
         return messages_to_fold(len(history), start, end)
 
-    async def _recall(self, parts: TurnWindowParts, window: Window, ctx: Context, fence: Fence | None) -> Recalled:
+    async def _recall(self, parts: TurnWindowParts, window: Window, ctx: Context, writer: IndexWriter) -> Recalled:
         """Add the thread's earlier turns the question needs to the window, when it left some out (agent/_recall.py).
 
-        Recall's index writes pass the run's fence, as its checkpoint writes do.
+        Recall's index writes pass the run's fence (`writer`), as its checkpoint writes do.
         """
         if self.deps.recall is None:
             return Recalled(window)
         history = parts.history
         ask = RecallAsk(
             ctx.thread_id,
-            IndexWriter(ctx.tenant_id, ctx.user_id, fence),
+            writer,
             history,
             # The recent list holds the whole thread until it first fills up.
             whole=len(parts.state["messages"]) < RECENT_MESSAGES and len(history) <= WINDOW_HISTORY,

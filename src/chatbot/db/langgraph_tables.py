@@ -276,29 +276,31 @@ _DELTA_SEED = (
 )
 
 
-async def delta_writes_and_seeds(
+async def send_delta_writes_and_seeds(
     cur: Cursor,
     thread_id: ThreadId,
     checkpoint_ns: str,
     *,
     chains: Sequence[tuple[str, list[str]]],
     seeds: Sequence[tuple[str, str | None]],
-) -> list[Any]:
-    """Return the writes of each (channel, checkpoint ids) and the blob of each (channel, version).
+) -> bool:
+    """Send, without fetching, the read of each (channel, checkpoint ids)'s writes and each (channel, version)'s blob.
 
-    The library's stage-2 rows, for `_build_delta_channels_writes_history`.
+    The library's stage-2 rows, for `_build_delta_channels_writes_history`; False (nothing
+    sent) when there is nothing to read. In a pipeline it goes out with the statements
+    around it: one round trip for all.
     """
     branches = [_DELTA_WRITES.format(i=i) for i in range(len(chains))]
     branches += [_DELTA_SEED.format(i=i) for i in range(len(seeds))]
     if not branches:
-        return []
+        return False
     params: dict[str, str | list[str] | None] = {"thread": thread_id, "ns": checkpoint_ns}
     for i, (channel, ids) in enumerate(chains):
         params[f"wch{i}"], params[f"wcids{i}"] = channel, ids
     for i, (channel, seed_version) in enumerate(seeds):
         params[f"bch{i}"], params[f"bver{i}"] = channel, seed_version
     await cur.execute(" union all ".join(branches), params)
-    return list(await cur.fetchall())
+    return True
 
 
 # --- Channel versions (transcript, run records, rejoins) ---------------------------------

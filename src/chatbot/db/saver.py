@@ -29,7 +29,7 @@ upstream fix ships, drop this module and use `AsyncPostgresSaver` again.
 from __future__ import annotations
 
 import asyncio
-from collections import OrderedDict, defaultdict
+from collections import defaultdict
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
@@ -46,12 +46,23 @@ from langgraph.checkpoint.base import (
 )
 from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver, Conn
 from langgraph.checkpoint.serde.base import SerializerProtocol
-from psycopg import AsyncConnection, AsyncCursor, AsyncPipeline
+from psycopg import AsyncCursor, AsyncPipeline
 from psycopg.rows import DictRow, dict_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
 from chatbot.db import langgraph_tables
+from chatbot.db._read_ahead import (
+    FORESEEN_THREADS,
+    Chains,
+    CheckpointRead,
+    ReadAhead,
+    ReadBack,
+    Seeds,
+    foreseen,
+    keep,
+    send_second_stage,
+)
 from chatbot.db.checkpoints import SERDE
 from chatbot.db.joined_writes import Kept, Recorder, joining, recording
 from chatbot.db.locks import Fence, fenced_transaction
@@ -81,10 +92,8 @@ class _PoolLock(asyncio.Lock):
 # 36 ms at 1000). A smaller page reads what the walk needs; a longer walk just takes more
 # pages (the loop pages until it finds the snapshot), so results are unchanged.
 DELTA_WALK_PAGE = 64
-# First walk pages read beside their checkpoint and not yet used (a read whose history is
-# never asked for leaves one): the oldest go first. A page is a checkpoint's, which never changes.
-_KEPT_PAGES = 64
-_PageKey = tuple[str, str, str, tuple[str, ...]]
+# A read-back of a run that found no checkpoint is kept as None: `_NOT_READ` tells "none kept".
+_NOT_READ = object()
 
 
 class _ThreadlessAsyncio:
@@ -139,10 +148,8 @@ class PooledPostgresSaver(AsyncPostgresSaver):
         # The graph's delta channels, as its first history read named them: every later
         # checkpoint read sends the walk's first page beside it (`aget_tuple`).
         self._delta_channels: tuple[str, ...] = ()
-        self._first_pages: OrderedDict[_PageKey, list[Any]] = OrderedDict()
-        # A run's input checkpoint read back after its commit, in the write's own flush, for
-        # the graph's state load that follows (keyed by the run's fence token: only it uses it).
-        self._read_backs: OrderedDict[tuple[str, str, str], tuple[Any, list[Any]]] = OrderedDict()
+        # What the reads of a run sent ahead for its walks (db/_read_ahead.py).
+        self._ahead = ReadAhead()
 
     # The reads below are the library's methods (3.2) with its statements replaced by
     # db/langgraph_tables.py's, which Citus routes to the thread's shard; the decoding and
@@ -154,14 +161,15 @@ class PooledPostgresSaver(AsyncPostgresSaver):
         thread_id = configurable["thread_id"]
         checkpoint_ns = configurable.get("checkpoint_ns", "")
         fence = configurable.get(FENCE_KEY)
-        read_back = self._read_backs.pop((fence.token, thread_id, checkpoint_ns), None) if fence else None
-        if read_back is not None and not get_checkpoint_id(config):
-            # The run's input write read its checkpoint back in the same flush (`_read_back`).
-            row, page = read_back
-            self._keep_first_page(thread_id, checkpoint_ns, row, page)
-            return None if row is None else await self._load_checkpoint_tuple(row)
+        if fence and not get_checkpoint_id(config):
+            # The run's input write read its checkpoint back in the same flush (`ReadBack`).
+            read_back = self._ahead.read_backs.pop((fence.token, thread_id, checkpoint_ns), _NOT_READ)
+            if read_back is not _NOT_READ:
+                return None if read_back is None else await self._load_checkpoint_tuple(read_back)
         async with self._cursor() as cur:
-            value = await self._checkpoint_row(cur, thread_id, checkpoint_ns, get_checkpoint_id(config))
+            value = await self._checkpoint_row(
+                cur, thread_id, checkpoint_ns, get_checkpoint_id(config), foresee=fence is not None
+            )
             if value is None:
                 return None
             if value["checkpoint"]["v"] < 4 and value["parent_checkpoint_id"]:
@@ -173,38 +181,32 @@ class PooledPostgresSaver(AsyncPostgresSaver):
             return await self._load_checkpoint_tuple(value)
 
     async def _checkpoint_row(
-        self, cur: AsyncCursor[DictRow], thread_id: str, checkpoint_ns: str, checkpoint_id: str | None
+        self,
+        cur: AsyncCursor[DictRow],
+        thread_id: str,
+        checkpoint_ns: str,
+        checkpoint_id: str | None,
+        *,
+        foresee: bool = False,
     ) -> Any:
         """Read one checkpoint's row; on a pool, with the delta walk's first page in the same round trip.
 
         A graph with delta channels reads their history right after the checkpoint (three
         round trips: the row, the walk, the writes). The walk's first page goes out beside the
         row, pipelined, and is kept for `aget_delta_channel_history` under the checkpoint's id.
+        `foresee` (a run's read, which holds the thread) sends the walk's second stage too, as
+        the thread's last walk foresaw it (db/_read_ahead.py). Pipelined even alone: outside a
+        pipeline, a connection's first run of a statement waits for its preparation.
         """
-        channels = self._delta_channels
-        if not channels or not isinstance(self.conn, AsyncConnectionPool):
+        if not isinstance(self.conn, AsyncConnectionPool):
             return await langgraph_tables.checkpoint_row(cur, ThreadId(thread_id), checkpoint_ns, checkpoint_id)
-        conn = cur.connection
-        async with conn.pipeline():
-            walk = conn.cursor(binary=True, row_factory=dict_row)
-            await langgraph_tables.send_first_walk_page(
-                walk, ThreadId(thread_id), checkpoint_ns, channels, checkpoint_id=checkpoint_id, page=DELTA_WALK_PAGE
-            )
-            value = await langgraph_tables.checkpoint_row(cur, ThreadId(thread_id), checkpoint_ns, checkpoint_id)
-            page = list(await walk.fetchall())
-        self._keep_first_page(thread_id, checkpoint_ns, value, page)
-        return value
-
-    def _keep_first_page(self, thread_id: str, checkpoint_ns: str, row: Any, page: list[Any]) -> None:
-        """Keep the walk's first page for the history read of `row`'s checkpoint, if it starts there.
-
-        Each statement reads its own snapshot: a page that starts elsewhere is dropped.
-        """
-        if row is None or not page or page[0]["checkpoint_id"] != row["checkpoint_id"]:
-            return
-        self._first_pages[(thread_id, checkpoint_ns, row["checkpoint_id"], self._delta_channels)] = page
-        while len(self._first_pages) > _KEPT_PAGES:
-            self._first_pages.popitem(last=False)
+        thread = ThreadId(thread_id)
+        read = CheckpointRead(
+            self._ahead, thread, checkpoint_ns, checkpoint_id, self._delta_channels, DELTA_WALK_PAGE, foresee
+        )
+        async with cur.connection.pipeline():
+            await read.send(cur.connection, cur)
+        return await read.fetch()
 
     async def alist(
         self,
@@ -278,7 +280,9 @@ class PooledPostgresSaver(AsyncPostgresSaver):
         async with self._cursor() as cur:
             while cursor is not None:
                 sent = (
-                    self._first_pages.pop((thread_id, checkpoint_ns, cursor, tuple(channels)), None) if first else None
+                    self._ahead.first_pages.pop((thread_id, checkpoint_ns, cursor, tuple(channels)), None)
+                    if first
+                    else None
                 )
                 page = sent or await langgraph_tables.delta_walk_page(
                     cur, thread_id, checkpoint_ns, channels, cursor=cursor, include_cursor=first, page=DELTA_WALK_PAGE
@@ -305,15 +309,23 @@ class PooledPostgresSaver(AsyncPostgresSaver):
                     break
                 cursor, first = oldest, False
 
-            with_chain = [ch for ch in channels if chain_by_ch[ch]]
-            with_seed = [ch for ch in channels if seed_ver_by_ch[ch] is not None]
-            rows = await langgraph_tables.delta_writes_and_seeds(
-                cur,
-                thread_id,
-                checkpoint_ns,
-                chains=[(ch, chain_by_ch[ch]) for ch in with_chain],
-                seeds=[(ch, seed_ver_by_ch[ch]) for ch in with_seed],
-            )
+            chains = tuple((ch, tuple(chain_by_ch[ch])) for ch in channels if chain_by_ch[ch])
+            seeds = tuple((ch, seed) for ch in channels if (seed := seed_ver_by_ch[ch]) is not None)
+            read = self._ahead.second_stages.pop((thread_id, checkpoint_ns, checkpoint_id, tuple(channels)), None)
+            if read is not None and read.answers(chains, seeds):
+                # Read beside this checkpoint's own read, for exactly this walk.
+                rows = read.rows or []
+            else:
+                rows = await self._second_stage_rows(cur, ThreadId(thread_id), checkpoint_ns, chains, seeds)
+        if checkpoint_id in parent_of:
+            # The walk read the checkpoint's own row too: enough to foresee its child's second stage.
+            snapshots = []
+            for i in range(len(channels)):
+                inline = inline_by_i_by_cid[i].get(checkpoint_id)
+                stored = hb_by_i_by_cid[i].get(checkpoint_id, False) or inline is not None
+                snapshots.append((ver_by_i_by_cid[i].get(checkpoint_id), stored))
+            child = foreseen(checkpoint_id, channels, snapshots, chain_by_ch, seed_ver_by_ch)
+            keep(self._ahead.foreseen, (thread_id, checkpoint_ns, tuple(channels)), child, most=FORESEEN_THREADS)
         return self._build_delta_channels_writes_history(
             channels=channels,
             chain_by_ch=chain_by_ch,
@@ -321,6 +333,22 @@ class PooledPostgresSaver(AsyncPostgresSaver):
             seed_inline_by_ch=seed_inline_by_ch,
             stage2_rows=rows,
         )
+
+    async def _second_stage_rows(
+        self,
+        cur: AsyncCursor[DictRow],
+        thread: ThreadId,
+        checkpoint_ns: str,
+        chains: Chains,
+        seeds: Seeds,
+    ) -> list[Any]:
+        """Read the walk's second stage; on a pool as a pipeline of one (its first run prepares it for free)."""
+        if not isinstance(self.conn, AsyncConnectionPool):
+            sent = await send_second_stage(cur, thread, checkpoint_ns, chains, seeds)
+        else:
+            async with cur.connection.pipeline():
+                sent = await send_second_stage(cur, thread, checkpoint_ns, chains, seeds)
+        return list(await cur.fetchall()) if sent else []
 
 
 # Where a run's config carries its thread lease's fence (db/locks.py). Keys starting with
@@ -393,7 +421,8 @@ class FencedPostgresSaver(PooledPostgresSaver):
             async with super()._cursor(pipeline=pipeline) as cur:
                 yield cur
             return
-        read_back = _ReadBack(self, fence) if joining.get() is not None else None
+        joins = joining.get() is not None
+        read_back = ReadBack(self._ahead, fence, self._delta_channels, DELTA_WALK_PAGE) if joins else None
         after = read_back.send if read_back is not None else None
         async with self.conn.connection() as conn, fenced_transaction(conn, fence, after_commit=after):
             async with conn.cursor(binary=True, row_factory=dict_row) as cur:
@@ -421,41 +450,6 @@ class FencedPostgresSaver(PooledPostgresSaver):
                     await cur.executemany(query, params)
         finally:
             _writing_under.reset(token)
-
-
-class _ReadBack:
-    """A run's newest checkpoint (and walk page) read after its input's `COMMIT`, in that write's flush.
-
-    The graph's state load that follows then costs no round trip (the run holds the lock).
-    """
-
-    def __init__(self, saver: FencedPostgresSaver, fence: Fence) -> None:
-        self.saver = saver
-        self.fence = fence
-        self.row: AsyncCursor[DictRow] | None = None
-        self.walk: AsyncCursor[DictRow] | None = None
-
-    async def send(self, conn: AsyncConnection[Any]) -> None:
-        """Send the reads after the commit (their results come back with the flush)."""
-        thread = ThreadId(self.fence.thread_id)
-        if self.saver._delta_channels:
-            self.walk = conn.cursor(binary=True, row_factory=dict_row)
-            await langgraph_tables.send_first_walk_page(
-                self.walk, thread, "", self.saver._delta_channels, checkpoint_id=None, page=DELTA_WALK_PAGE
-            )
-        self.row = conn.cursor(binary=True, row_factory=dict_row)
-        await langgraph_tables.send_checkpoint_row(self.row, thread, "", None)
-
-    async def keep(self) -> None:
-        """Keep what came back for the run's next state load."""
-        if self.row is None:
-            return
-        row = await self.row.fetchone()
-        page = list(await self.walk.fetchall()) if self.walk is not None else []
-        backs = self.saver._read_backs
-        backs[(self.fence.token, self.fence.thread_id, "")] = (row, page)
-        while len(backs) > _KEPT_PAGES:
-            backs.popitem(last=False)
 
 
 @asynccontextmanager

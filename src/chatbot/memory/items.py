@@ -107,7 +107,9 @@ async def read_together(conn: Conn, wanted: Sequence[Wanted], lifetime: Lifetime
         ]
         for prefix in dict.fromkeys(prefix_of(w.namespace) for w in wanted):
             await refresh(conn, prefix, lifetime, now)
-        return [[_item(row) for row in await cursor.fetchall()] for cursor in cursors]
+    # Fetched after the pipeline's end: inside it, a fetch flushes first and the closing `Sync`
+    # costs a round trip of its own.
+    return [[_item(row) for row in await cursor.fetchall()] for cursor in cursors]
 
 
 async def refresh(conn: Conn, prefix: str, lifetime: Lifetime, now: datetime) -> None:

@@ -32,13 +32,14 @@ values (%s, %s, %s, %s, %s::timestamptz, %s, %s::tsvector, %s, %s, %s::vector, %
 on conflict do nothing
 """
 # The bound of the search: the position of the oldest message the window kept (`first`), or
-# `before` when the caller names none. A `first` not indexed yet bounds at -1: nothing is
-# searched, and the caller searches again once it has indexed the thread.
+# `before` when the caller names none. A `first` not indexed yet bounds at `before` too: every
+# indexed turn is older than it (the caller checks that none between is missing, else it
+# searches again once it has indexed the thread).
 _BOUND = """
 bound as (
     select case when %(first)s::text is null then %(before)s::int
                 else coalesce((select position from thread_turns
-                               where thread_id = %(thread)s and message_id = %(first)s), -1)
+                               where thread_id = %(thread)s and message_id = %(first)s), %(before)s::int)
            end as before
 )"""
 # The hits (`ranked`: position and score) with the turn before and after each, in one

@@ -4,29 +4,33 @@
 the thread's recent messages (the `messages` channel, already loaded) and the id of the
 oldest message the window kept. One round trip reads the index's state and searches the
 turns before the window (BM25 over normalised terms, and with an embeddings model the
-nearest turns too, fused by rank); a second indexes what the thread said since the last
-indexed turn (the recent messages carry it; a thread older than this feature, or one
-whose index fell behind the recent list, is indexed from its transcript once, and then
-searched again). Only messages the checkpoints already hold are indexed, never the
-running turn's own question: a failed or cancelled run leaves nothing in the index that
-its transcript does not.
+nearest turns too, fused by rank). What the thread said since the last indexed turn (the
+recent messages carry it: usually the previous run's question and answer, which the window
+holds anyway) is indexed after the answer: the search did not need it, so the run hands
+the write over (`IndexWriter.defer`) and its end-of-run steps write it beside the final
+checkpoint (agent/nodes.py), off the path to the first token. Only when the search could
+not cover the turns before the window (a thread's first run past the window; a thread
+older than this feature, or one whose index fell behind the recent list, indexed from its
+transcript once) is the index written first, and then searched again. Only messages the
+checkpoints already hold are indexed, never the running turn's own question: a failed or
+cancelled run leaves nothing in the index that its transcript does not.
 
 The index writes are a write of the run like its checkpoints: they pass the thread's fence
-in their own transaction (db/locks.py `fenced_transaction`), so a run that lost its thread
-lock (and whose thread may have been deleted or given to another caller since) writes
-nothing and fails with `LeaseLost`. Each row names the owner it was indexed for: rows of
-another owner under the thread id (left by a thread deleted before this rule), or an index
-its thread's transcript no longer holds, are not this thread's index, and are replaced by
-one built from the thread's own messages.
+in their own transaction (db/locks.py `fenced_transaction`), before the answer or after it,
+so a run that lost its thread lock (and whose thread may have been deleted or given to
+another caller since) writes nothing and fails with `LeaseLost`. Each row names the owner
+it was indexed for: rows of another owner under the thread id (left by a thread deleted
+before this rule), or an index its thread's transcript no longer holds, are not this
+thread's index, and are replaced by one built from the thread's own messages.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -84,6 +88,9 @@ class IndexWriter:
     user_id: str
     fence: Fence | None
     """The run's thread lease fence, checked by every index write; None writes unchecked (Studio, a bench)."""
+    defer: Callable[[PendingIndexWrite], None] | None = field(default=None, compare=False)
+    """Where a write the search did not need goes, to be written after the answer (the run's
+    end-of-run steps); None writes it before the search returns (Studio, an evaluation, a bench)."""
 
     @property
     def owner(self) -> tuple[str, str]:
@@ -161,9 +168,10 @@ class ThreadRecall:
 
         One round trip reads the index's state and searches it (queries.search); a second
         indexes what the thread said since the last indexed turn (usually the previous
-        run's question and answer, which the window holds anyway). Only when the window's
-        oldest message was not indexed yet (a thread's first run past the window, a thread
-        older than this feature) is the search run again after indexing.
+        run's question and answer, which the window holds anyway), handed over to be
+        written after the answer when the writer takes it (`IndexWriter.defer`). Only when
+        the search could not cover every turn before the window (a thread's first run past
+        the window, a thread older than this feature) is it written first and the search run again.
         """
         if query.hits <= 0:
             return []
@@ -174,8 +182,14 @@ class ThreadRecall:
         async with self.pool.connection() as conn:
             held_terms = sorted({t for m in fresh for t in terms(str(m.text))})
             searched = await queries.search(conn, params, held_terms=held_terms, vector=vector)
-            indexed = await self._index(conn, query, messages, searched)
-            if not _searched_the_window(query, searched, indexed):
+            indexed, write = await self._index(query, messages, searched)
+            covered = _searched_the_window(query, searched, indexed)
+            if covered and query.writer.defer is not None:
+                if write.messages or write.replace:
+                    query.writer.defer(write)  # after the answer: the search did not need it
+                return _hits(searched, query.hits)
+            await write.write(conn)
+            if not covered:
                 before = indexed.end if indexed.first is None else indexed.first
                 params = self._params(query, first=None, before=before)
                 searched = await queries.search(conn, params, held_terms=[], vector=vector)
@@ -213,9 +227,9 @@ class ThreadRecall:
         return {"vector": _vector(vector), "dim": len(vector)}
 
     async def _index(
-        self, conn: Any, query: RecallQuery, messages: Sequence[BaseMessage], searched: queries.Searched
-    ) -> _Indexed:
-        """Index what is not indexed yet; return where the window's oldest message is and where the index ends."""
+        self, query: RecallQuery, messages: Sequence[BaseMessage], searched: queries.Searched
+    ) -> tuple[_Indexed, PendingIndexWrite]:
+        """Return where the window's oldest message is and where the index ends, and the write indexing the rest."""
         ids = [str(m.id) for m in messages]
         # Rows written for another caller are not this thread's index: they are replaced.
         stale = searched.newest is not None and searched.owner != query.writer.owner
@@ -241,15 +255,13 @@ class ThreadRecall:
         # Without an index of its own the thread's index is built from position 0, and
         # whatever the thread id held goes first, in the same transaction.
         replace = stale or (newest is None and bool(new))
-        await self.add_turns(
-            conn, query.thread_id, new, first_position, writer=query.writer, held=held, replace=replace
-        )
-        # The recent messages are the transcript's tail, now indexed through `end - 1`.
+        write = PendingIndexWrite(self, query.thread_id, new, first_position, query.writer, held, replace)
+        # The recent messages are the transcript's tail, indexed through `end - 1` once written.
         end = first_position + len(new)
         first = None if newest is None else searched.first
         if first is None and query.window_first in ids:
             first = end - len(messages) + ids.index(query.window_first)
-        return _Indexed(first=first, start=first_position, end=end, stale=stale)
+        return _Indexed(first=first, start=first_position, end=end, stale=stale), write
 
     async def add_turns(
         self,
@@ -328,6 +340,31 @@ class ThreadRecall:
 
 
 @dataclass(frozen=True, slots=True)
+class PendingIndexWrite:
+    """The turns a run indexes: written before its search returns, or handed over to be written after its answer."""
+
+    recall: ThreadRecall
+    thread_id: str
+    messages: Sequence[BaseMessage]
+    first: int
+    """The position of the first of `messages` in the thread."""
+    writer: IndexWriter
+    held: Mapping[str, int] | None
+    """How many turns held each of the messages' terms before (read with the search); None: read when written."""
+    replace: bool
+    """Whether the thread's index is replaced (what the thread id held was not its own)."""
+
+    async def write(self, conn: Any = None) -> None:
+        """Write the turns on `conn` (else a pool connection) through the run's fence: once lost, `LeaseLost`."""
+        if conn is None:
+            async with self.recall.pool.connection() as pooled:
+                return await self.write(pooled)
+        await self.recall.add_turns(
+            conn, self.thread_id, self.messages, self.first, writer=self.writer, held=self.held, replace=self.replace
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class _Indexed:
     first: int | None
     """The position of the window's oldest message (None: not named, or not in the index)."""
@@ -363,7 +400,11 @@ def _searched_the_window(query: RecallQuery, searched: queries.Searched, indexed
     if query.window_first is None:
         return indexed.start == indexed.end  # every indexed turn may be recalled, the new ones too
     # The new turns are the window's (at or after its oldest message), which the search leaves out anyway.
-    return searched.first is not None and indexed.start >= searched.first
+    # An oldest message not indexed yet bounds the search at every indexed turn, all older than it: the
+    # window's past, when that message is the first of the new turns (the index one question and answer behind).
+    if searched.first is None:
+        return indexed.first == indexed.start
+    return indexed.start >= searched.first
 
 
 def _hits(searched: queries.Searched, hits: int) -> list[RecallHit]:

@@ -306,8 +306,13 @@ ORDER BY f.score DESC, c.chunk_id
 
 
 async def search_rows(conn: Conn, params: Params) -> list[QuotedChunk]:
-    """Return the chunks SEARCH_SQL ranks for `params` (search.py builds them), best first."""
-    cur = await conn.execute(SEARCH_SQL, params)
+    """Return the chunks SEARCH_SQL ranks for `params` (search.py builds them), best first.
+
+    Sent as a pipeline of one: a connection's first run of a statement prepares it, and
+    outside a pipeline psycopg waits for that before it executes (a round trip more).
+    """
+    async with conn.pipeline():
+        cur = await conn.execute(SEARCH_SQL, params)
     return [QuotedChunk.model_validate(row) for row in await cur.fetchall()]
 
 
