@@ -610,17 +610,6 @@ UNTYPED_IDS_ALLOWED = "client/"  # the typed client's public signatures take the
 # A command-line option or argument is where an id enters, as a `str`: typer parses a NewType
 # too, but `--help` would show it as `<chatbot.ids.TenantId>`. The command converts it once.
 BOUNDARY_DEFAULTS = frozenset({"Option", "Argument"})
-# Modules other helpers were rewriting when this check came: the lead types their ids after the
-# merge (recall/queries.py's three thread reads with recall/service.py, their one caller). The
-# set may only shrink: a listed module with none left fails until it leaves the list.
-IDS_NOT_YET_TYPED = frozenset(
-    {
-        "db/langgraph_tables.py",
-        "db/saver.py",
-        "recall/queries.py",
-        "recall/service.py",
-    }
-)
 
 
 def _is_str(node: ast.expr | None) -> bool:
@@ -678,7 +667,5 @@ def test_ids_are_typed_outside_the_typed_client() -> None:
         where = path.relative_to(SRC).as_posix()
         if not where.startswith(UNTYPED_IDS_ALLOWED):
             found.setdefault(where, []).extend(untyped_ids(where, tree))
-    untyped = [line for where, lines in found.items() if where not in IDS_NOT_YET_TYPED for line in lines]
+    untyped = [line for lines in found.values() for line in lines]
     assert not untyped, "type these with chatbot/ids.py (TenantId, UserId, ThreadId, RunId):\n" + "\n".join(untyped)
-    typed = sorted(where for where in IDS_NOT_YET_TYPED if not found.get(where))
-    assert not typed, f"these take typed ids now: take them off IDS_NOT_YET_TYPED: {typed}"

@@ -18,6 +18,7 @@ from langchain_core.runnables import RunnableConfig
 
 from chatbot.agent._recall import question_terms
 from chatbot.db.locks import Fence, LeaseLost
+from chatbot.ids import ThreadId
 from chatbot.recall.service import IndexWriter, PendingIndexWrite, RecallQuery, ThreadRecall, is_conversation_message
 from tests.fixtures.app import running_app, services_of
 from tests.recall.conversation import ask, long_thread
@@ -73,7 +74,7 @@ async def test_an_index_write_handed_over_past_a_lost_lease_raises_and_writes_no
         # The window keeps an indexed turn, or the previous question (the index is one question
         # and answer behind): either way the search covers every turn before it without the write.
         query = RecallQuery(
-            thread,
+            ThreadId(thread),
             stale,
             recent,
             whole=False,

@@ -18,6 +18,7 @@ from psycopg import sql
 
 from chatbot.db.locks import Fence, LeaseLost
 from chatbot.db.pool import Pool
+from chatbot.ids import ThreadId
 from chatbot.recall.service import IndexWriter, ThreadRecall
 from tests.fixtures.app import running_app, services_of
 from tests.fixtures.catalogue import rows_containing
@@ -108,7 +109,7 @@ async def test_an_index_write_after_the_lease_is_lost_raises_and_writes_nothing(
         messages = state.values["messages"]
         async with pool.connection() as conn:
             with pytest.raises(LeaseLost):
-                await recall.add_turns(conn, thread, messages, 0, writer=stale, held={})
+                await recall.add_turns(conn, ThreadId(thread), messages, 0, writer=stale, held={})
         assert thread_turn_rows(url, thread) == []
 
 

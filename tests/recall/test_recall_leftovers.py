@@ -15,6 +15,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
 from chatbot.db.locks import Locks
 from chatbot.db.pool import connection_kwargs
+from chatbot.ids import ThreadId
 from chatbot.ops.retention import purge_stale_threads
 from chatbot.recall.service import IndexWriter, ThreadRecall
 from tests.fixtures.app import running_app, services_of
@@ -36,7 +37,9 @@ async def _left(client: httpx.AsyncClient, thread: str, secret: str) -> None:
     """Leave recall rows of `thread`, indexed for acme's u1, with no checkpoint of the thread (or under another's)."""
     pool = services_of(client).pool
     async with pool.connection() as conn:
-        await ThreadRecall(pool).add_turns(conn, thread, _said(secret), 0, writer=IndexWriter("acme", "u1", None))
+        await ThreadRecall(pool).add_turns(
+            conn, ThreadId(thread), _said(secret), 0, writer=IndexWriter("acme", "u1", None)
+        )
 
 
 async def test_the_owners_delete_finds_recall_rows_without_checkpoints(isolated_database_url: str) -> None:

@@ -23,6 +23,7 @@ from chatbot.agent._tokens import TokenCounter
 from chatbot.agent._window import Window
 from chatbot.agent.system_message import recalled_part
 from chatbot.config import Settings
+from chatbot.ids import ThreadId
 from chatbot.recall.block import recalled_heading, recalled_line
 from chatbot.recall.related import related_terms
 from chatbot.recall.service import IndexWriter, RecalledTurn, Recaller, RecallHit, RecallQuery
@@ -57,7 +58,7 @@ class Recalled:
 class RecallAsk:
     """What one turn asks recall beside its window: the thread, its recent messages, the question."""
 
-    thread_id: str
+    thread_id: ThreadId
     writer: IndexWriter
     """The thread's owner and the run's fence, which recall's index writes pass."""
     history: Sequence[BaseMessage]

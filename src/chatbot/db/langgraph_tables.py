@@ -97,15 +97,15 @@ def check_version() -> None:
 # library's (the equality adds an index condition the join already implied).
 
 
-def _checkpoint_select(thread: str) -> str:
-    # `thread`: the thread the subqueries name: the parameter, or (listing every thread, rare
+def _checkpoint_select(thread_sql: str) -> str:
+    # `thread_sql`: the thread the subqueries name: the parameter, or (listing every thread, rare
     # and multi-shard anyway) the outer row's column.
     return f"""
 select thread_id, checkpoint, checkpoint_ns, checkpoint_id, parent_checkpoint_id, metadata,
     (
         select array_agg(array[bl.channel::bytea, bl.type::bytea, bl.blob])
         from checkpoint_blobs bl
-        where bl.thread_id = {thread}
+        where bl.thread_id = {thread_sql}
             and bl.checkpoint_ns = checkpoints.checkpoint_ns
             and (bl.channel, bl.version) in (
                 select key, value from jsonb_each_text(checkpoints.checkpoint -> 'channel_versions')
@@ -115,7 +115,7 @@ select thread_id, checkpoint, checkpoint_ns, checkpoint_id, parent_checkpoint_id
         select array_agg(array[cw.task_id::text::bytea, cw.channel::bytea, cw.type::bytea, cw.blob,
                                convert_to(cw.task_path, 'UTF8'), cw.idx::text::bytea])
         from checkpoint_writes cw
-        where cw.thread_id = {thread}
+        where cw.thread_id = {thread_sql}
             and cw.checkpoint_ns = checkpoints.checkpoint_ns
             and cw.checkpoint_id = checkpoints.checkpoint_id
     ) as pending_writes

@@ -183,7 +183,7 @@ class PooledPostgresSaver(AsyncPostgresSaver):
     async def _checkpoint_row(
         self,
         cur: AsyncCursor[DictRow],
-        thread_id: str,
+        thread_id: ThreadId,
         checkpoint_ns: str,
         checkpoint_id: str | None,
         *,

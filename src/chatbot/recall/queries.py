@@ -306,18 +306,18 @@ async def write_turns(conn: Conn, rows: Sequence[TurnRow], counts: Mapping[str, 
             await cur.executemany(ADD_TERM, [(thread, term, n) for term, n in counts.items()])
 
 
-async def term_turns(conn: Conn, thread_id: str, terms: Sequence[str]) -> dict[str, int]:
+async def term_turns(conn: Conn, thread_id: ThreadId, terms: Sequence[str]) -> dict[str, int]:
     """Return how many of the thread's turns hold each of `terms` (absent: none)."""
     rows = await (await conn.execute(TERM_TURNS, (thread_id, list(terms)))).fetchall()
     return {str(r["term"]): int(r["turns"]) for r in rows}
 
 
-async def turns_by_id(conn: Conn, thread_id: str, message_ids: Sequence[str]) -> list[IndexedTurn]:
+async def turns_by_id(conn: Conn, thread_id: ThreadId, message_ids: Sequence[str]) -> list[IndexedTurn]:
     """Return the thread's turns with these message ids (in no order)."""
     return [_indexed(r) for r in await (await conn.execute(TURNS_BY_ID, (thread_id, list(message_ids)))).fetchall()]
 
 
-async def forget_thread(conn: Conn, thread_id: str) -> None:
+async def forget_thread(conn: Conn, thread_id: ThreadId) -> None:
     """Delete the thread's whole index: its turns and its terms' counts."""
     await conn.execute(FORGET_TURNS, (thread_id,))
     await conn.execute(FORGET_TERMS, (thread_id,))

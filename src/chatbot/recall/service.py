@@ -102,7 +102,7 @@ class IndexWriter:
 class RecallQuery:
     """What a run asks recall: the thread, its recent messages, and the question with its weighted terms."""
 
-    thread_id: str
+    thread_id: ThreadId
     writer: IndexWriter
     recent: Sequence[BaseMessage]
     """The thread's recent messages before the question, oldest first."""
@@ -210,7 +210,7 @@ class ThreadRecall:
             "limit": query.hits * 2,
         }
 
-    async def read(self, thread_id: str, message_ids: Sequence[str]) -> dict[str, RecalledTurn]:
+    async def read(self, thread_id: ThreadId, message_ids: Sequence[str]) -> dict[str, RecalledTurn]:
         """Return the thread's indexed turns with these ids (a run record's recalled turns), by id."""
         if not message_ids:
             return {}
@@ -266,7 +266,7 @@ class ThreadRecall:
     async def add_turns(
         self,
         conn: Any,
-        thread_id: str,
+        thread_id: ThreadId,
         messages: Sequence[BaseMessage],
         first: int,
         *,
@@ -293,7 +293,7 @@ class ThreadRecall:
                 await queries.forget_thread(conn, thread_id)
             await queries.write_turns(conn, rows, counts)
 
-    async def _transcript(self, thread_id: str, *, stop_at: set[str]) -> list[BaseMessage]:
+    async def _transcript(self, thread_id: ThreadId, *, stop_at: set[str]) -> list[BaseMessage]:
         """Return the thread's conversation messages oldest first, through the newest of `stop_at` (its history)."""
         ordered = [m async for m in conversation_turns(self.pool, ThreadId(thread_id))][::-1]
         ids = [str(m.id) for m in ordered]
@@ -302,7 +302,7 @@ class ThreadRecall:
         return ordered[: last + 1]
 
     async def _rows(
-        self, thread_id: str, messages: Sequence[BaseMessage], first: int, writer: IndexWriter
+        self, thread_id: ThreadId, messages: Sequence[BaseMessage], first: int, writer: IndexWriter
     ) -> tuple[list[queries.TurnRow], list[frozenset[str]]]:
         """Return the turns' rows and, beside each, the set of terms it holds."""
         contents = [str(m.text) for m in messages]
@@ -344,7 +344,7 @@ class PendingIndexWrite:
     """The turns a run indexes: written before its search returns, or handed over to be written after its answer."""
 
     recall: ThreadRecall
-    thread_id: str
+    thread_id: ThreadId
     messages: Sequence[BaseMessage]
     first: int
     """The position of the first of `messages` in the thread."""
