@@ -58,7 +58,7 @@ from chatbot.threads.deletion import delete_threads
 
 TENANT = TenantId("bench-recall")
 STEP_DEPTHS = (100, 1000, 5000)
-BENCH_WRITER = IndexWriter(TENANT, "bench-user", None)  # the step alone: no lease, so no fence
+BENCH_WRITER = IndexWriter(TENANT, UserId("bench-user"), None)  # the step alone: no lease, so no fence
 HITS: int = Settings.model_fields["recall_hits"].default  # as a run searches by default
 
 

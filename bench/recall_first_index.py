@@ -21,7 +21,7 @@ import uuid
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
-from chatbot.ids import ThreadId
+from chatbot.ids import TenantId, ThreadId, UserId
 from chatbot.recall import service
 from chatbot.recall.service import IndexWriter, ThreadRecall
 
@@ -54,7 +54,9 @@ async def _longest_stall(messages: list[BaseMessage]) -> tuple[float, float]:
     ticker = asyncio.create_task(tick())
     await asyncio.sleep(0.01)  # not polling: the ticker's first beats, before the work
     started = time.perf_counter()
-    rows, held_by_row = await recall._rows(ThreadId("bench"), messages, 0, IndexWriter("bench", "bench", None))
+    rows, held_by_row = await recall._rows(
+        ThreadId("bench"), messages, 0, IndexWriter(TenantId("bench"), UserId("bench"), None)
+    )
     service._term_turns(held_by_row)
     await service._with_novelty(rows, held_by_row, {})
     took = time.perf_counter() - started

@@ -13,7 +13,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, GetPydanticSchema, JsonValue, PlainSerializer, field_serializer
 from pydantic_core import core_schema
 
-from chatbot.ids import RunId, ThreadId
+from chatbot.ids import RunId, ThreadId, UserId
 from chatbot.timestamps import rfc3339
 
 JsonObject = Annotated[
@@ -265,7 +265,7 @@ class FactVersion(BaseModel):
 class UserMemory(BaseModel):
     """`GET /v1/users/{user_id}/memory`: what the store holds about the user."""
 
-    user_id: str
+    user_id: UserId
     profile: JsonObject = Field(default_factory=dict)
     facts: list[MemoryFact] = Field(default_factory=list)
     history: list[FactVersion] | None = Field(

@@ -21,7 +21,7 @@ from pydantic import TypeAdapter
 
 from chatbot.db.checkpoints import Checkpoints
 from chatbot.db.pool import Pool
-from chatbot.ids import ThreadId
+from chatbot.ids import RunId, ThreadId
 
 META_KEY = "chatbot"
 """The `additional_kwargs` key of our metadata on a persisted message (a stored format: never renamed)."""
@@ -35,7 +35,7 @@ class MessageMeta(typing_extensions.TypedDict, total=False):
 
     created_at: str
     """RFC 3339 (timestamps.py), when the message was written."""
-    run_id: str
+    run_id: RunId
     """The run the message belongs to."""
     citations: list[str]
     """An answer's cited chunk ids."""

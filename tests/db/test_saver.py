@@ -27,6 +27,7 @@ from psycopg.rows import dict_row
 from chatbot.db.langgraph_tables import check_version, installed_version
 from chatbot.db.pool import Pool
 from chatbot.db.saver import PooledPostgresSaver
+from chatbot.ids import ThreadId
 from tests.fixtures.wait import wait_until
 
 LockConn = psycopg.AsyncConnection[dict[str, object]]
@@ -261,7 +262,7 @@ async def test_a_runs_walk_takes_the_second_stage_read_beside_its_checkpoint(
             raise AssertionError("the second stage was read again")
 
         monkeypatch.setattr(ours, "_second_stage_rows", refused)
-        run = fenced(_config(thread), Fence(thread, "token"))
+        run = fenced(_config(thread), Fence(ThreadId(thread), "token"))
         loaded = await ours.aget_tuple(run)
         assert loaded is not None and loaded.config["configurable"]["checkpoint_id"] == newest.checkpoint["id"]
         got = await ours.aget_delta_channel_history(config=loaded.config, channels=CHANNELS)

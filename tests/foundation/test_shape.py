@@ -426,6 +426,8 @@ def test_the_checks_catch_what_they_are_for(tmp_path: Path) -> None:
         "def e(tenant: str = typer.Option(..., '--tenant'), thread: str = Argument(...)) -> None: ...\n"
     )
     assert not untyped_ids("threads/deletion.py", ast.parse(typed))
+    fields = "class Row(TypedDict):\n    thread_id: str\n    title: str\n    tenant: TenantId\n"
+    assert [line.split(" ", 1)[1] for line in untyped_ids("recall/queries.py", ast.parse(fields))] == ["Row.thread_id"]
     # What this tree held before: the alias declared again in seven modules, rows cast to TypedDicts.
     assert connection_aliases("recall/queries.py", ast.parse("Conn = AsyncConnection[Any]\n"))
     assert connection_aliases("db/pool.py", ast.parse("Connection: TypeAlias = psycopg.AsyncConnection[DictRow]\n"))
@@ -640,6 +642,7 @@ def untyped_ids(where: str, tree: ast.AST) -> list[str]:
     """Return `module:line function(parameter)` for each id parameter of `tree` annotated as a bare `str`.
 
     A collection of ids (`thread_ids: Sequence[str]`) counts too; a command-line option does not.
+    So does a class's field (`Class.field`) named for an id and annotated as a bare `str`.
     """
     found = []
     for node in ast.walk(tree):
@@ -658,6 +661,13 @@ def untyped_ids(where: str, tree: ast.AST) -> list[str]:
             )
             if bare and not _is_boundary(default):
                 found.append(f"{where}:{node.lineno} {node.name}({arg.arg})")
+    for node in ast.walk(tree):
+        # A field of a dataclass, TypedDict or model carries the id on as far as its type says.
+        if isinstance(node, ast.ClassDef):
+            for field in node.body:
+                if isinstance(field, ast.AnnAssign) and isinstance(field.target, ast.Name):
+                    if field.target.id in ID_PARAMETERS and _is_str(field.annotation):
+                        found.append(f"{where}:{field.lineno} {node.name}.{field.target.id}")
     return found
 
 

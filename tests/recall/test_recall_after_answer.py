@@ -18,7 +18,7 @@ from langchain_core.runnables import RunnableConfig
 
 from chatbot.agent._recall import question_terms
 from chatbot.db.locks import Fence, LeaseLost
-from chatbot.ids import ThreadId
+from chatbot.ids import TenantId, ThreadId, UserId
 from chatbot.recall.service import IndexWriter, PendingIndexWrite, RecallQuery, ThreadRecall, is_conversation_message
 from tests.fixtures.app import running_app, services_of
 from tests.recall.conversation import ask, long_thread
@@ -70,7 +70,9 @@ async def test_an_index_write_handed_over_past_a_lost_lease_raises_and_writes_no
         said = [str(m.id) for m in recent if is_conversation_message(m)]
         assert said[: len(indexed)] == [i for i, _ in indexed] and len(said) == len(indexed) + 2
         handed: list[PendingIndexWrite] = []
-        stale = IndexWriter("acme", "u1", Fence(thread, str(uuid.uuid4())), defer=handed.append)  # not its token
+        stale = IndexWriter(
+            TenantId("acme"), UserId("u1"), Fence(ThreadId(thread), str(uuid.uuid4())), defer=handed.append
+        )  # not its token
         # The window keeps an indexed turn, or the previous question (the index is one question
         # and answer behind): either way the search covers every turn before it without the write.
         query = RecallQuery(

@@ -18,7 +18,7 @@ from psycopg import sql
 
 from chatbot.db.locks import Fence, LeaseLost
 from chatbot.db.pool import Pool
-from chatbot.ids import ThreadId
+from chatbot.ids import TenantId, ThreadId, UserId
 from chatbot.recall.service import IndexWriter, ThreadRecall
 from tests.fixtures.app import running_app, services_of
 from tests.fixtures.catalogue import rows_containing
@@ -101,7 +101,9 @@ async def test_an_index_write_after_the_lease_is_lost_raises_and_writes_nothing(
         pool: Pool = services_of(client).pool
         thread = f"fenced-{uuid.uuid4().hex[:6]}"
         await send_for_answer(client, thread, f"My policy code is {SECRET}.")
-        stale = IndexWriter("acme", "u1", Fence(thread, str(uuid.uuid4())))  # not the thread's token
+        stale = IndexWriter(
+            TenantId("acme"), UserId("u1"), Fence(ThreadId(thread), str(uuid.uuid4()))
+        )  # not the thread's token
         record = (await client.get(f"/v1/threads/{thread}/messages", headers=auth())).json()
         assert record["messages"]
         recall = ThreadRecall(pool)

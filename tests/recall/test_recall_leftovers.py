@@ -15,7 +15,7 @@ from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
 
 from chatbot.db.locks import Locks
 from chatbot.db.pool import connection_kwargs
-from chatbot.ids import ThreadId
+from chatbot.ids import TenantId, ThreadId, UserId
 from chatbot.ops.retention import purge_stale_threads
 from chatbot.recall.service import IndexWriter, ThreadRecall
 from tests.fixtures.app import running_app, services_of
@@ -38,7 +38,7 @@ async def _left(client: httpx.AsyncClient, thread: str, secret: str) -> None:
     pool = services_of(client).pool
     async with pool.connection() as conn:
         await ThreadRecall(pool).add_turns(
-            conn, ThreadId(thread), _said(secret), 0, writer=IndexWriter("acme", "u1", None)
+            conn, ThreadId(thread), _said(secret), 0, writer=IndexWriter(TenantId("acme"), UserId("u1"), None)
         )
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import psycopg
 import pytest
 
-from chatbot.ids import ThreadId
+from chatbot.ids import TenantId, ThreadId, UserId
 from chatbot.recall.service import IndexWriter, RecallQuery, ThreadRecall
 from chatbot.recall.terms import MAX_TERM_BYTES, bounded, query_weights, terms
 from chatbot.threads.schemas import MAX_CONTENT_CHARS
@@ -56,7 +56,7 @@ async def test_a_turn_with_one_huge_word_leaves_its_thread_answering(isolated_da
         found = await ThreadRecall(services_of(client).pool).find(
             RecallQuery(
                 ThreadId(thread),
-                IndexWriter("acme", "u1", None),
+                IndexWriter(TenantId("acme"), UserId("u1"), None),
                 [],
                 whole=False,
                 window_first=None,

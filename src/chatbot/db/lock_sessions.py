@@ -18,6 +18,7 @@ from psycopg import AsyncConnection
 from psycopg.rows import DictRow
 
 from chatbot.db.connection_options import ConnectionOptions
+from chatbot.ids import TenantId, ThreadId, UserId
 
 # The locks' logger, as before the sessions had a module of their own: operators filter by it.
 log = logging.getLogger("chatbot.db.locks")
@@ -26,10 +27,10 @@ log = logging.getLogger("chatbot.db.locks")
 class LockParams(TypedDict, total=False):
     """The parameters of a lock's statements: the key's parts and the fence token."""
 
-    thread: str
+    thread: ThreadId
     token: str
-    tenant: str
-    user: str
+    tenant: TenantId
+    user: UserId
 
 
 class LockSession:

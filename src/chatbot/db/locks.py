@@ -181,7 +181,7 @@ class OwnedByAnother(Exception):
 class Fence:
     """A thread lease's fence token, checked by every checkpoint write of its run."""
 
-    thread_id: str
+    thread_id: ThreadId
     token: str
 
 

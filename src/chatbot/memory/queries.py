@@ -33,8 +33,8 @@ FREE_JOBS = "select thread_id, run_id from memory_jobs where claimed_until < %s 
 class ClaimedJob(TypedDict):
     """A claimed memory job's row (CLAIM_JOB's columns): the claims it has had count this one."""
 
-    tenant_id: str
-    user_id: str
+    tenant_id: TenantId
+    user_id: UserId
     locale: str
     user_text: str
     attempts: int

@@ -156,7 +156,7 @@ INDEXED_AFTER = "select distinct thread_id from thread_turns where thread_id > %
 class SearchParams(TypedDict):
     """SEARCH_TURNS' parameters (NEAREST_TURNS takes them too, with `QueryVector`'s)."""
 
-    thread: str
+    thread: ThreadId
     first: str | None
     """The message id of the window's oldest message: the search's bound (None: `before` is)."""
     before: int
@@ -196,7 +196,7 @@ class FoundTurn(IndexedTurn):
 class TurnRow:
     """One turn to index, in INSERT_TURN's order."""
 
-    thread_id: str
+    thread_id: ThreadId
     position: int
     message_id: str
     role: str
@@ -206,8 +206,8 @@ class TurnRow:
     length: int
     novel: int
     embedding: str | None
-    tenant_id: str
-    user_id: str
+    tenant_id: TenantId
+    user_id: UserId
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,7 +39,7 @@ from langchain_core.messages import BaseMessage, HumanMessage
 
 from chatbot.db.locks import Fence, fenced_transaction
 from chatbot.db.pool import Pool
-from chatbot.ids import ThreadId
+from chatbot.ids import TenantId, ThreadId, UserId
 from chatbot.recall import queries
 from chatbot.recall.terms import terms, tsvector_literal
 from chatbot.turns import conversation_turns, is_conversation_message, message_meta
@@ -84,8 +84,8 @@ class RecallHit:
 class IndexWriter:
     """For whom and under which fence a run indexes its thread: the thread's owner, the run's lease."""
 
-    tenant_id: str
-    user_id: str
+    tenant_id: TenantId
+    user_id: UserId
     fence: Fence | None
     """The run's thread lease fence, checked by every index write; None writes unchecked (Studio, a bench)."""
     defer: Callable[[PendingIndexWrite], None] | None = field(default=None, compare=False)

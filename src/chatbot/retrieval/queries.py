@@ -28,7 +28,7 @@ from chatbot.responses import QuotedChunk
 class ChunkInsert(TypedDict):
     """INSERT_CHUNK's parameters: one chunk version with its index forms (ingest.py builds them)."""
 
-    tenant: str
+    tenant: TenantId
     chunk_id: str
     version: int
     document_id: str
