@@ -11,7 +11,8 @@ from chatbot.caller import CallerContext
 from chatbot.db.pool import Pool
 from chatbot.ids import TenantId, UserId
 from chatbot.retrieval.ingest import ingest_paths
-from chatbot.retrieval.search import search_knowledge
+from chatbot.retrieval.normalize import query_words
+from chatbot.retrieval.search import MAX_QUERY_TERMS, search_knowledge
 from tests.fixtures.retrieval_kb import HashingEmbeddings, chunk_ids, write_docs
 
 DEMO_KB = Path(__file__).resolve().parents[2] / "knowledge" / "demo"
@@ -210,3 +211,33 @@ async def test_demo_knowledge_base_answers_the_benchmark_questions(pool: Pool) -
     for query, document_id in BENCHMARK:
         found = await search_knowledge(pool, caller(tenant), query)
         assert found and found[0].document_id == document_id, query
+
+
+# A customer tells what happened before asking: more words than search weighs, the question last.
+TOLD_THEN_ASKED = [
+    (
+        "Last Tuesday evening another car hit the rear of mine at a red light on Valiasr street; the other"
+        " driver admitted it, we called the police, took photos of both cars and the plates, and exchanged"
+        " policy numbers. The bumper, the boot lid and a rear light are damaged and the car still drives."
+        " Which documents do I need for the car body claim, and how long does the review usually take?",
+        "en/car-body-claims.md",
+    ),
+    (
+        "سه‌شنبه گذشته عصر در خیابان ولیعصر پشت چراغ قرمز ایستاده بودم که خودروی دیگری از عقب به ماشینم زد."
+        " راننده مقصر بودنش را پذیرفت، پلیس آمد، از هر دو خودرو و پلاک‌ها عکس گرفتیم و شماره بیمه‌نامه‌ها را"
+        " رد و بدل کردیم. سپر، در صندوق عقب و یک چراغ آسیب دیده ولی ماشین هنوز راه می‌رود و مشکلی در موتور نیست."
+        " برای دریافت خسارت بیمه بدنه چه مدارکی لازم است و بررسی پرونده معمولاً چند روز طول می‌کشد؟",
+        "fa/badaneh-khesarat.md",
+    ),
+]
+
+
+@pytest.mark.parametrize(("message", "document_id"), TOLD_THEN_ASKED)
+async def test_a_long_message_is_searched_by_the_question_it_ends_with(
+    pool: Pool, message: str, document_id: str
+) -> None:
+    assert len(query_words(message)) > MAX_QUERY_TERMS  # the telling alone fills the terms search weighs
+    tenant = new_tenant()
+    await ingest_paths(pool, tenant, [DEMO_KB])
+    found = await search_knowledge(pool, caller(tenant), message)
+    assert found and found[0].document_id == document_id

@@ -30,6 +30,7 @@ reaches `MIN_COVERAGE`, and a vector hit only above `MIN_VECTOR_SIMILARITY`.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from langchain_core.embeddings import Embeddings
@@ -57,6 +58,25 @@ VECTOR_CANDIDATES = 50
 RERANK = 50
 
 
+# A question in a message: the text up to a question mark, Latin or Persian.
+_QUESTION = re.compile(r"[^.!?؟\n]*[?؟]")
+
+
+def searched_words(query: str) -> list[str]:
+    """Return the words search weighs (`query_words`): a long message's questions, else all of it.
+
+    A message of more words than `MAX_QUERY_TERMS` is mostly context: an accident told before
+    the question it leads to, a letter pasted above it. Its first words would fill the terms
+    search weighs, and the telling's names and dates, which no chunk holds, would outweigh
+    what is asked; so when it asks something, its questions are what is searched.
+    """
+    words = query_words(query)
+    if len(words) <= MAX_QUERY_TERMS:
+        return words
+    asked = list(dict.fromkeys(word for question in _QUESTION.findall(query) for word in query_words(question)))
+    return asked or words
+
+
 def _vector_literal(values: list[float]) -> str:
     return "[" + ",".join(repr(float(v)) for v in values) + "]"
 
@@ -78,7 +98,7 @@ async def search_knowledge(
     if not caller.tenant_id:
         raise ValueError("search needs the caller's tenant")
     query = query[:MAX_QUERY_CHARS]
-    words = query_words(query)
+    words = searched_words(query)
     if k <= 0 or not words:
         return []
     qvec: str | None = None
