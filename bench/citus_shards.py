@@ -76,6 +76,8 @@ SHARD = re.compile(r"\b(" + "|".join(sorted(GROUP, key=len, reverse=True)) + r")
 BACKGROUND = (
     re.compile(r"from memory_jobs(?: memory_jobs)? where \(*claimed_until <"),
     re.compile(r"delete from store(?: store)? where \(*expires_at"),
+    # The budget holds' sweep (ops/sweeper.py): which tenants have expired holds.
+    re.compile(r"select distinct tenant_id from budget_reservations(?: budget_reservations)? where \(*expires_at"),
 )
 _OPERATOR = re.compile(r"operator\(pg_catalog\.([^)]+)\)")
 # Not the service's: this bench's own reads and Citus' distributed deadlock detection.
