@@ -6,10 +6,13 @@ budget opens; a summary fold that does not fit keeps the summary and folds on a 
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
+import httpx
 import pytest
 
 from chatbot.budgets.admin import BudgetTarget, report, set_budget
@@ -22,6 +25,8 @@ from tests.fixtures.tokens import auth
 from tests.fixtures.wait import wait_until
 
 EN = {"locale": "en-US"}
+REMEMBER = "Please remember that I live in Yazd."
+USER = BudgetTarget(TenantId("acme"), "user", UserId("u1"))
 
 
 class Clock:
@@ -32,48 +37,52 @@ class Clock:
         return self.now
 
 
+@asynccontextmanager
+async def extracting_app(
+    url: str, monkeypatch: pytest.MonkeyPatch, *, usage: tuple[int, int, int] | None = None, **settings: Any
+) -> AsyncIterator[tuple[ProviderDouble, httpx.AsyncClient]]:
+    """Serve an app on a priced model (the provider double) whose memory extraction finds one fact.
+
+    `usage` is what every call reports (None: as long as its prompt and answer are).
+    """
+    monkeypatch.setenv("OPENAI_API_KEY", "test-key")
+    with ProviderDouble() as double:
+        double.objects["ExtractedMemory"] = {"facts": [{"text": "I live in Yazd", "category": "residence"}]}
+        if usage is not None:
+            double.default = Behaviour(usage=usage)
+        settings |= {"model": "openai:gpt-4o-mini", "model_base_url": double.openai_base_url}
+        async with running_app(url, **settings) as client:
+            yield double, client
+
+
 async def test_a_memory_job_over_budget_waits_and_lands_when_the_next_days_budget_opens(
     isolated_database_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("OPENAI_API_KEY", "test-key")
     clock = Clock(datetime(2026, 12, 5, 23, 59, 58, tzinfo=UTC))
-    with ProviderDouble() as double:
-        double.objects["ExtractedMemory"] = {"facts": [{"text": "I live in Yazd", "category": "residence"}]}
-        settings: dict[str, Any] = {
-            "model": "openai:gpt-4o-mini",
-            "model_base_url": double.openai_base_url,
-            "memory_job_poll_seconds": 0.2,
-        }
-        async with running_app(isolated_database_url, **settings) as client:
-            services = services_of(client)
-            services.budgets.clock = clock
-            answer_worst = services.budgets.answer_input_bound + services.budgets.output_cap
-            await set_budget(
-                services.pool,
-                BudgetTarget(TenantId("acme"), "user", UserId("u1")),
-                "day",
-                "tokens",
-                Decimal(answer_worst),
-            )
-            # The answer fits and spends nearly all of it: the extraction's worst case does not fit.
-            double.script(Behaviour(usage=(answer_worst - 100, 50, 0)))
-            deferred_before = await _count(client, "memory_writes", "over_budget")
-            response = await send_message(client, "memo", "Please remember that I live in Yazd.", **EN)
-            assert parse_sse(response.text)[-1][0] == "end"  # answered all the same
-            await wait_until(
-                lambda: _more(client, "memory_writes", "over_budget", deferred_before),
-                what="the job deferred",
-                timeout=10,
-            )
-            assert await _pending_jobs(services)
-            assert await _facts(client) == []
-            assert len(double.requests) == 1  # no extraction call was sent
-            clock.now = datetime(2026, 12, 6, 0, 0, 1, tzinfo=UTC)  # the next day's budget
-            facts = await wait_until(lambda: _facts(client), what="the memory to land", timeout=15)
-            assert facts == ["I live in Yazd"]
-            assert len(double.requests) == 2
-            [row] = await report(services.pool, TenantId("acme"), clock(), user_id=UserId("u1"))
-            assert row["reserved"] == 0 and row["spent"] > 0  # the extraction settled in the new day
+    async with extracting_app(isolated_database_url, monkeypatch, memory_job_poll_seconds=0.2) as (double, client):
+        services = services_of(client)
+        services.budgets.clock = clock
+        answer_worst = services.budgets.answer_input_bound + services.budgets.output_cap
+        await set_budget(services.pool, USER, "day", "tokens", Decimal(answer_worst))
+        # The answer fits and spends nearly all of it: the extraction's worst case does not fit.
+        double.script(Behaviour(usage=(answer_worst - 100, 50, 0)))
+        deferred_before = await _count(client, "memory_writes", "over_budget")
+        response = await send_message(client, "memo", REMEMBER, **EN)
+        assert parse_sse(response.text)[-1][0] == "end"  # answered all the same
+        await wait_until(
+            lambda: _more(client, "memory_writes", "over_budget", deferred_before),
+            what="the job deferred",
+            timeout=10,
+        )
+        assert await _pending_jobs(services)
+        assert await _facts(client) == []
+        assert len(double.requests) == 1  # no extraction call was sent
+        clock.now = datetime(2026, 12, 6, 0, 0, 1, tzinfo=UTC)  # the next day's budget
+        facts = await wait_until(lambda: _facts(client), what="the memory to land", timeout=15)
+        assert facts == ["I live in Yazd"]
+        assert len(double.requests) == 2
+        [row] = await report(services.pool, TenantId("acme"), clock(), user_id=UserId("u1"))
+        assert row["reserved"] == 0 and row["spent"] > 0  # the extraction settled in the new day
 
 
 async def test_a_memory_job_under_a_budget_with_room_lands_right_after_the_answer(
@@ -81,33 +90,21 @@ async def test_a_memory_job_under_a_budget_with_room_lands_right_after_the_answe
 ) -> None:
     from chatbot.memory.model_extraction import _input_bound
 
-    monkeypatch.setenv("OPENAI_API_KEY", "test-key")
-    text = "Please remember that I live in Yazd."
-    with ProviderDouble() as double:
-        double.objects["ExtractedMemory"] = {"facts": [{"text": "I live in Yazd", "category": "residence"}]}
-        double.default = Behaviour(usage=(300, 60, 0))
-        settings: dict[str, Any] = {"model": "openai:gpt-4o-mini", "model_base_url": double.openai_base_url}
-        async with running_app(isolated_database_url, **settings) as client:
-            services = services_of(client)
-            memory_worst = _input_bound(text) + services.budgets.output_cap
-            # Room for the answer's spend and the extraction's worst case after it; not for the
-            # extraction beside the answer's hold, which is what the job met while the answer
-            # was still unsettled.
-            await set_budget(
-                services.pool,
-                BudgetTarget(TenantId("acme"), "user", UserId("u1")),
-                "day",
-                "tokens",
-                Decimal(memory_worst + 1000),
-            )
-            deferred_before = await _count(client, "memory_writes", "over_budget")
-            response = await send_message(client, "memo", text, **EN)
-            assert parse_sse(response.text)[-1][0] == "end"
-            facts = await wait_until(lambda: _facts(client), what="the memory to land", timeout=15)
-            assert facts == ["I live in Yazd"]
-            assert await _count(client, "memory_writes", "over_budget") == deferred_before
-            [row] = await report(services.pool, TenantId("acme"), datetime.now(UTC), user_id=UserId("u1"))
-            assert row["reserved"] == 0 and row["spent"] == 2 * 360
+    async with extracting_app(isolated_database_url, monkeypatch, usage=(300, 60, 0)) as (_, client):
+        services = services_of(client)
+        memory_worst = _input_bound(REMEMBER) + services.budgets.output_cap
+        # Room for the answer's spend and the extraction's worst case after it; not for the
+        # extraction beside the answer's hold, which is what the job met while the answer
+        # was still unsettled.
+        await set_budget(services.pool, USER, "day", "tokens", Decimal(memory_worst + 1000))
+        deferred_before = await _count(client, "memory_writes", "over_budget")
+        response = await send_message(client, "memo", REMEMBER, **EN)
+        assert parse_sse(response.text)[-1][0] == "end"
+        facts = await wait_until(lambda: _facts(client), what="the memory to land", timeout=15)
+        assert facts == ["I live in Yazd"]
+        assert await _count(client, "memory_writes", "over_budget") == deferred_before
+        [row] = await report(services.pool, TenantId("acme"), datetime.now(UTC), user_id=UserId("u1"))
+        assert row["reserved"] == 0 and row["spent"] == 2 * 360
 
 
 async def test_a_memory_call_is_sent_with_the_output_the_budget_has_left(
@@ -115,27 +112,19 @@ async def test_a_memory_call_is_sent_with_the_output_the_budget_has_left(
 ) -> None:
     from chatbot.memory.model_extraction import _input_bound
 
-    monkeypatch.setenv("OPENAI_API_KEY", "test-key")
-    text = "Please remember that I live in Yazd."
-    with ProviderDouble() as double:
-        double.objects["ExtractedMemory"] = {"facts": [{"text": "I live in Yazd", "category": "residence"}]}
-        double.default = Behaviour(usage=(300, 60, 0))
-        settings: dict[str, Any] = {"model": "openai:gpt-4o-mini", "model_base_url": double.openai_base_url}
-        async with running_app(isolated_database_url, **settings) as client:
-            services = services_of(client)
-            # After the answer (360), room for the extraction's input and 500 of output: not
-            # for its whole output cap, which is what it held before.
-            limit = 360 + _input_bound(text) + 500
-            await set_budget(
-                services.pool, BudgetTarget(TenantId("acme"), "user", UserId("u1")), "day", "tokens", Decimal(limit)
-            )
-            response = await send_message(client, "memo", text, **EN)
-            assert parse_sse(response.text)[-1][0] == "end"
-            facts = await wait_until(lambda: _facts(client), what="the memory to land", timeout=15)
-            assert facts == ["I live in Yazd"]
-            extraction = double.requests[-1]
-            assert extraction.schema_name == "ExtractedMemory"
-            assert extraction.body["max_completion_tokens"] == 500
+    async with extracting_app(isolated_database_url, monkeypatch, usage=(300, 60, 0)) as (double, client):
+        services = services_of(client)
+        # After the answer (360), room for the extraction's input and 500 of output: not
+        # for its whole output cap, which is what it held before.
+        limit = 360 + _input_bound(REMEMBER) + 500
+        await set_budget(services.pool, USER, "day", "tokens", Decimal(limit))
+        response = await send_message(client, "memo", REMEMBER, **EN)
+        assert parse_sse(response.text)[-1][0] == "end"
+        facts = await wait_until(lambda: _facts(client), what="the memory to land", timeout=15)
+        assert facts == ["I live in Yazd"]
+        extraction = double.requests[-1]
+        assert extraction.schema_name == "ExtractedMemory"
+        assert extraction.body["max_completion_tokens"] == 500
 
 
 async def test_a_summary_fold_over_budget_is_skipped_and_folds_later(
