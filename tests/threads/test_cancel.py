@@ -150,9 +150,11 @@ async def test_a_cancelled_run_in_json_mode_answers_the_409_problem(slow_client:
 
 
 async def test_a_cancel_racing_the_end_has_exactly_one_outcome(migrated_database_url: str) -> None:
-    # Instant offline answers: the cancel lands anywhere from before the first token to after the end.
+    # Offline answers streamed a piece every 2 ms (tens of ms a run): the cancel lands anywhere
+    # from before the first token to after the end. Without the delay a run of a few round trips
+    # could end before a cancel sent at once was decided, and "the cancel wins" was a race too.
     rng = random.Random(21)
-    async with running_app(migrated_database_url) as client:
+    async with running_app(migrated_database_url, offline_token_delay_ms=2) as client:
         runs = runs_of(client)
         outcomes = {True: 0, False: 0}
         for turn in range(50):  # not polling: races at random offsets, not a wait
